@@ -1,0 +1,277 @@
+/* dsflash.h: the one public header of dsflash, a C inference engine for
+ * DeepSeek-V4.1-Flash (Hugging Face DeepseekV41ForCausalLM, GGUF arch "deepseek41").
+ *
+ * Engine, session, tokenizer, chat encoder, tool-call parser and sampler. No tensors.
+ * Conventions: functions that can fail return 0 (or a pointer) on success and -1 (or NULL)
+ * on failure, writing one line naming the problem into `err` (DSF_ERR_LEN bytes, may be
+ * NULL). Nothing here calls exit(). */
+#ifndef DSFLASH_H
+#define DSFLASH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DSF_ERR_LEN 512
+
+/* ==== engine and session =============================================================== */
+
+typedef struct dsf_engine dsf_engine;
+typedef struct dsf_session dsf_session;
+
+typedef enum {
+    /* The official QAT contract (architecture.md §3.3-3.4, §6): FP8 QDQ of every input to a
+     * projection that is FP8/FP4 in the official checkpoint, FP8 window KV, FP4 (E4M3/16)
+     * compressed rows, FP4 (E8M0/32) index q/k. The default. */
+    DSF_NUMERICS_REFERENCE = 0,
+    /* No quantize-dequantize anywhere: exact arithmetic in fp32 (debugging, llama.cpp parity). */
+    DSF_NUMERICS_PLAIN = 1,
+} dsf_numerics;
+
+typedef struct {
+    dsf_numerics numerics;
+    int n_threads; /* <= 0: all online cores */
+} dsf_engine_params;
+
+void dsf_engine_params_default(dsf_engine_params *p);
+/* Maps a deepseek41 GGUF, validates its shape and binds every tensor. Reads no tensor data. */
+dsf_engine *dsf_engine_open(const char *path, const dsf_engine_params *p, char *err);
+void dsf_engine_close(dsf_engine *e);
+int dsf_engine_n_vocab(const dsf_engine *e);
+int dsf_engine_n_ctx_train(const dsf_engine *e);
+/* Human-readable description of the model (dsflash inspect): metadata, layer roles, tensors. */
+void dsf_engine_describe(const dsf_engine *e, void (*emit)(void *ud, const char *line), void *ud);
+
+/* A session holds one sequence's state (spec §5): window rings, compressed rows and index
+ * keys of the KV sources, the compressor carry, the Engram history. max_ctx bounds the
+ * number of tokens; its memory is allocated up front and reported by dsf_session_bytes. */
+dsf_session *dsf_session_new(dsf_engine *e, int max_ctx, char *err);
+void dsf_session_free(dsf_session *s);
+size_t dsf_session_bytes(const dsf_session *s);
+int dsf_session_n_past(const dsf_session *s);
+int dsf_session_max_ctx(const dsf_session *s);
+
+/* Feeds n tokens at positions n_past..n_past+n-1 (one forward, any n >= 1).
+ * logits: NULL, or [n][n_vocab] if all_rows, else [n_vocab] for the last token only.
+ * Row i holds the logits after consuming token i. Fails (state unchanged) on a token id
+ * outside the vocabulary or when the context would exceed max_ctx. */
+int dsf_session_eval(dsf_session *s, const int32_t *tokens, int n, float *logits, bool all_rows,
+                     char *err);
+/* Rolls the state back exactly to n tokens (0 <= n <= n_past). */
+int dsf_session_rollback(dsf_session *s, int n, char *err);
+/* The token history (n_past ids). */
+const int32_t *dsf_session_tokens(const dsf_session *s);
+/* Serializes the state to a malloc'ed buffer in a versioned format that records the model
+ * and shape; restore refuses a state from another model, shape or numerics mode. */
+int dsf_session_save(const dsf_session *s, uint8_t **out, size_t *len, char *err);
+int dsf_session_restore(dsf_session *s, const uint8_t *data, size_t len, char *err);
+
+/* ==== tokenizer ======================================================================== */
+
+/* Byte-level BPE tokenizer read from a GGUF's tokenizer.ggml.* keys (model "gpt2", pre
+ * "deepseek-v3"). Immutable once loaded: every function below may be called from several
+ * threads at once. Special tokens are resolved by their text (dsf_token_id), never by a
+ * hard-coded id. */
+typedef struct dsf_tokenizer dsf_tokenizer;
+
+/* Loads the tokenizer of a GGUF file (the tensors are not needed: a vocab-only file works). */
+dsf_tokenizer *dsf_tokenizer_load(const char *gguf_path, char *err);
+void dsf_tokenizer_free(dsf_tokenizer *tok);
+
+int dsf_tokenizer_n_vocab(const dsf_tokenizer *tok);
+int32_t dsf_tokenizer_bos(const dsf_tokenizer *tok); /* -1 if the file names none */
+int32_t dsf_tokenizer_eos(const dsf_tokenizer *tok); /* -1 if none */
+int32_t dsf_tokenizer_pad(const dsf_tokenizer *tok); /* -1 if none */
+/* tokenizer.ggml.add_bos_token (false when absent). */
+bool dsf_tokenizer_add_bos(const dsf_tokenizer *tok);
+
+/* Text -> ids. text[0..len) is UTF-8 (invalid bytes are tokenized as single bytes).
+ * add_bos: prepend the BOS id (fails if the file has none). parse_special: match CONTROL
+ * tokens (e.g. "<｜User｜>") written in the text as single ids; USER_DEFINED added tokens
+ * ("<think>") are matched either way, as Hugging Face and llama.cpp do. On success *out is
+ * a malloc'ed array of *n_out ids (free()); returns 0 / -1 with err. */
+int dsf_tokenize(const dsf_tokenizer *tok, const char *text, size_t len, bool add_bos,
+                 bool parse_special, int32_t **out, size_t *n_out, char *err);
+
+/* The token's string as stored in the GGUF (byte-level form for normal tokens, e.g.
+ * "Ġthe"; the literal text for added tokens). NULL for an id out of range. */
+const char *dsf_token_str(const dsf_tokenizer *tok, int32_t id);
+/* The id of the token whose GGUF string is exactly text; -1 if there is none. */
+int32_t dsf_token_id(const dsf_tokenizer *tok, const char *text);
+/* GGUF token type (1 normal, 3 control, 4 user-defined, 5 unused, ...); -1 if out of range. */
+int dsf_token_type(const dsf_tokenizer *tok, int32_t id);
+/* The raw bytes a token stands for (not NUL-terminated, may be an incomplete UTF-8
+ * sequence); for control tokens, their text. NULL for an id out of range. */
+const char *dsf_token_bytes(const dsf_tokenizer *tok, int32_t id, size_t *len);
+
+/* Ids -> text: the tokens' bytes concatenated, control tokens included only if
+ * render_special; invalid UTF-8 replaced by U+FFFD. *out is malloc'ed and NUL-terminated. */
+int dsf_detokenize(const dsf_tokenizer *tok, const int32_t *ids, size_t n, bool render_special,
+                   char **out, size_t *out_len, char *err);
+
+/* Streaming detokenizer: push one token at a time, get back the text that is complete so
+ * far; bytes of an unfinished UTF-8 character are held back until the next push (or
+ * flush). Output is always valid UTF-8 (invalid bytes become U+FFFD). */
+typedef struct dsf_detok dsf_detok;
+dsf_detok *dsf_detok_new(const dsf_tokenizer *tok, bool render_special);
+void dsf_detok_free(dsf_detok *d);
+/* *text points into d and stays valid until the next call on d. Fails on a bad id. */
+int dsf_detok_push(dsf_detok *d, int32_t id, const char **text, size_t *len, char *err);
+/* Emits whatever is held back (an incomplete character becomes U+FFFD) and resets. */
+void dsf_detok_flush(dsf_detok *d, const char **text, size_t *len);
+
+/* ==== chat encoder (spec chat-format.md §2, §5) ======================================== */
+
+/* A rendered prompt. prompt: prompt_len bytes (+ a NUL; the text itself may contain NUL bytes
+ * from user content). images_json: JSON array of the image records in prompt order, one per
+ * <｜deepseek_image｜>. gen_reasoning: generation starts inside the reasoning (the prompt ends
+ * with <think>, or a continuation re-opened the reasoning): create the output parser with
+ * thinking = gen_reasoning. Free with dsf_chat_prompt_free. */
+typedef struct {
+    char *prompt;
+    size_t prompt_len;
+    char *images_json;
+    bool gen_reasoning;
+} dsf_chat_prompt;
+
+/* Encoder level, byte-exact with the official encoding.py: request_json is
+ * {"messages": [...], "args": {...}} where args are encode_messages' keyword arguments
+ * (thinking_mode "chat"|"thinking" [required], reasoning_effort, drop_thinking, context,
+ * add_default_bos_token, return_multi_modal_data). On error returns -1 and err holds the
+ * official exception message (e.g. "Unknown role: developer"). */
+int dsf_chat_render_json(const char *request_json, size_t len, dsf_chat_prompt *out, char *err);
+/* OpenAI level: an OpenAI chat request ({"messages", "tools", "tool_choice", "response_format",
+ * "reasoning_effort", "thinking"/"enable_thinking"/"thinking_mode", "chat_template_kwargs",
+ * "continue_final_message"}) mapped onto the encoder as src/chat.h chat_map_openai documents. */
+int dsf_chat_render_openai(const char *request_json, size_t len, dsf_chat_prompt *out, char *err);
+void dsf_chat_prompt_free(dsf_chat_prompt *p);
+
+/* ==== DSML tool-call output parser (spec chat-format.md §3) ============================ */
+
+/* Streaming events. Text deltas are valid UTF-8, never split a character and never hold a
+ * partial marker (e.g. "<｜DSML｜ inv"); the "\n\n" before a tool block is not content. */
+typedef enum {
+    DSF_DSML_REASONING = 1, /* text: reasoning_content delta */
+    DSF_DSML_CONTENT,       /* text: content delta */
+    DSF_DSML_TOOL_START,    /* index, name (without namespace), ns (NULL if none) */
+    DSF_DSML_TOOL_ARGS,     /* index, text: the next fragment of the arguments JSON string */
+    DSF_DSML_TOOL_END,      /* index: the call is complete */
+} dsf_dsml_event_type;
+
+typedef struct {
+    dsf_dsml_event_type type;
+    int index; /* tool call index, 0-based in output order */
+    const char *text;
+    size_t len;
+    const char *name;
+    const char *ns;
+} dsf_dsml_event;
+
+typedef void (*dsf_dsml_cb)(void *ud, const dsf_dsml_event *ev);
+
+typedef struct {
+    char *name;      /* function name without namespace */
+    char *ns;        /* namespace ("ns" of "ns::name") or NULL */
+    char *arguments; /* JSON object text, as the official parser builds it */
+} dsf_tool_call;
+
+typedef struct {
+    char *reasoning;
+    size_t reasoning_len;
+    char *content;
+    size_t content_len;
+    dsf_tool_call *calls;
+    int n_calls;
+} dsf_dsml_result;
+
+typedef struct dsf_dsml_parser dsf_dsml_parser;
+
+/* thinking: the output starts inside the reasoning (prompt ended with <think>). strict: the
+ * final result is the official parser's (parse_message_from_completion_text), including its
+ * errors; otherwise the tolerant result (never fails). Streaming events are the same in both. */
+dsf_dsml_parser *dsf_dsml_parser_new(bool thinking, bool strict);
+/* Feeds generated text (any split, the EOS string may be included); cb may be NULL. */
+void dsf_dsml_feed(dsf_dsml_parser *p, const char *text, size_t len, dsf_dsml_cb cb, void *ud);
+/* Ends the stream: emits the held-back events, then fills out. Strict mode returns -1 with
+ * the official error message when the output is malformed (out is then empty). */
+int dsf_dsml_finish(dsf_dsml_parser *p, dsf_dsml_cb cb, void *ud, dsf_dsml_result *out, char *err);
+void dsf_dsml_parser_free(dsf_dsml_parser *p);
+void dsf_dsml_result_free(dsf_dsml_result *r);
+/* One-shot parse of a whole completion. */
+int dsf_dsml_parse(const char *text, size_t len, bool thinking, bool strict, dsf_dsml_result *out, char *err);
+/* {"reasoning_content": ..., "content": ..., "tool_calls": [{"name", ["namespace",] "arguments"}]}
+ * (malloc'ed, NUL-terminated). */
+char *dsf_dsml_result_json(const dsf_dsml_result *r);
+
+/* ==== sampler ========================================================================== */
+
+/* Sampling parameters. Filters are applied in llama.cpp's default order:
+ *   top-k -> top-p -> min-p -> temperature -> draw,
+ * top-p and min-p on the softmax of the unscaled logits (temperature 1), temperature only
+ * shaping the final draw. temperature <= 0 is greedy (argmax, lowest id on ties; the
+ * filters cannot change the argmax). NaN logits count as -inf.
+ * max_tokens, stop strings and EOS are the generation loop's business (the sampler never
+ * stops anything); ignore_eos with eos_id >= 0 makes EOS impossible to sample. */
+typedef struct {
+    float temperature;        /* <= 0: greedy. Default 1. */
+    int top_k;                /* <= 0: off. Default 0 */
+    float top_p;              /* >= 1 (or <= 0): off. Default 1 */
+    float min_p;              /* <= 0: off. Default 0 */
+    uint64_t seed;            /* initial rng state = dsf_rng_init(seed). Default 0 */
+    int max_tokens;           /* <= 0: up to the context. Default 0 */
+    const char *const *stop;  /* n_stop stop strings (the loop cuts the text before one) */
+    int n_stop;
+    bool ignore_eos;          /* keep generating through EOS (EOS is masked) */
+    int32_t eos_id;           /* the EOS id masked by ignore_eos (-1 = none). Default -1 */
+} dsf_sampler_params;
+
+void dsf_sampler_params_default(dsf_sampler_params *p);
+
+/* RNG state for dsf_sample: splitmix64 over one 64-bit word, so a run is reproduced by its
+ * seed. Each non-greedy dsf_sample call advances the state by exactly one draw; greedy calls
+ * leave it untouched. */
+uint64_t dsf_rng_init(uint64_t seed);
+/* Uniform double in [0, 1) (53 bits); advances the state. */
+double dsf_rng_uniform(uint64_t *state);
+
+/* Picks the next token: a pure function of (logits, params, *rng_state); the only side
+ * effect is advancing *rng_state. Returns the token id, or -1 if no token is possible
+ * (n_vocab <= 0, every logit -inf/NaN, or out of memory). dsf_sample allocates scratch per
+ * call; dsf_sample_ws uses the caller's (dsf_sample_scratch_bytes(n_vocab) bytes, any
+ * alignment of 8) and never allocates: use it in a token loop. */
+int32_t dsf_sample(const float *logits, int n_vocab, const dsf_sampler_params *p,
+                   uint64_t *rng_state);
+size_t dsf_sample_scratch_bytes(int n_vocab);
+int32_t dsf_sample_ws(const float *logits, int n_vocab, const dsf_sampler_params *p,
+                      uint64_t *rng_state, void *scratch);
+
+/* Log-softmax of the (unscaled) logits: the n_top most likely tokens, most likely first
+ * (lower id first on ties), into ids[n_top] / logprobs[n_top]. Returns how many were
+ * written (min(n_top, finite logits)). */
+int dsf_logprobs_top(const float *logits, int n_vocab, int n_top, int32_t *ids, float *logprobs);
+/* Log-softmax value of one token (-INFINITY if its logit is -inf/NaN or id out of range). */
+float dsf_logprob_of(const float *logits, int n_vocab, int32_t id);
+
+/* Stop-string matcher over streamed text. Feed it the detokenizer's output piece by piece;
+ * it returns the text that is safe to show: everything except a tail that could still grow
+ * into a stop string, which it holds back. When a stop string appears, the text before it
+ * is returned, dsf_stop_matcher_push returns 1, and everything after is dropped. */
+typedef struct dsf_stop_matcher dsf_stop_matcher;
+/* Copies the strings; empty strings are ignored. */
+dsf_stop_matcher *dsf_stop_matcher_new(const char *const *stop, int n_stop);
+void dsf_stop_matcher_free(dsf_stop_matcher *m);
+/* *out points into m, valid until the next call. Returns 1 when a stop string completed
+ * (now or earlier), else 0. stop_index (may be NULL) receives the index of that string. */
+int dsf_stop_matcher_push(dsf_stop_matcher *m, const char *text, size_t len, const char **out,
+                          size_t *out_len, int *stop_index);
+/* End of generation: returns the held-back tail (nothing if a stop string matched). */
+void dsf_stop_matcher_flush(dsf_stop_matcher *m, const char **out, size_t *out_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

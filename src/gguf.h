@@ -1,0 +1,147 @@
+/* gguf.h: GGUF v2/v3 reader over mmap, and a streaming writer (shared with the converter
+ * and `dsflash synth`).
+ *
+ * The reader treats the file as hostile (gguf-layout.md §1.3): every length and offset is
+ * checked against the file size and every product for overflow; duplicate keys and tensor
+ * names, bad alignment, unknown or retired types, ne0 not a multiple of the block size,
+ * non-contiguous tensor offsets and data past the end of the file are all refused with a
+ * message naming the key or tensor. Loading reads the header only: tensor data is never
+ * touched (pages fault in lazily when a kernel reads them).
+ *
+ * Lifetime: every pointer returned by the reader (names, strings, tensor data) points into
+ * the mapping or into tables owned by the gguf_file, and is valid until gguf_close(). */
+#ifndef DSF_GGUF_H
+#define DSF_GGUF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* GGUF value types (gguf-layout.md §1.2). */
+enum gguf_vtype {
+    GGUF_VT_UINT8 = 0, GGUF_VT_INT8 = 1, GGUF_VT_UINT16 = 2, GGUF_VT_INT16 = 3,
+    GGUF_VT_UINT32 = 4, GGUF_VT_INT32 = 5, GGUF_VT_FLOAT32 = 6, GGUF_VT_BOOL = 7,
+    GGUF_VT_STRING = 8, GGUF_VT_ARRAY = 9, GGUF_VT_UINT64 = 10, GGUF_VT_INT64 = 11,
+    GGUF_VT_FLOAT64 = 12, GGUF_VT_COUNT = 13
+};
+
+/* ggml tensor types (gguf-layout.md §1.4). Ids are the file's. */
+enum ggml_type {
+    GGML_TYPE_F32 = 0, GGML_TYPE_F16 = 1, GGML_TYPE_Q4_0 = 2, GGML_TYPE_Q4_1 = 3,
+    GGML_TYPE_Q5_0 = 6, GGML_TYPE_Q5_1 = 7, GGML_TYPE_Q8_0 = 8, GGML_TYPE_Q8_1 = 9,
+    GGML_TYPE_Q2_K = 10, GGML_TYPE_Q3_K = 11, GGML_TYPE_Q4_K = 12, GGML_TYPE_Q5_K = 13,
+    GGML_TYPE_Q6_K = 14, GGML_TYPE_Q8_K = 15,
+    GGML_TYPE_IQ2_XXS = 16, GGML_TYPE_IQ2_XS = 17, GGML_TYPE_IQ3_XXS = 18, GGML_TYPE_IQ1_S = 19,
+    GGML_TYPE_IQ4_NL = 20, GGML_TYPE_IQ3_S = 21, GGML_TYPE_IQ2_S = 22, GGML_TYPE_IQ4_XS = 23,
+    GGML_TYPE_I8 = 24, GGML_TYPE_I16 = 25, GGML_TYPE_I32 = 26, GGML_TYPE_I64 = 27,
+    GGML_TYPE_F64 = 28, GGML_TYPE_IQ1_M = 29, GGML_TYPE_BF16 = 30,
+    GGML_TYPE_TQ1_0 = 34, GGML_TYPE_TQ2_0 = 35, GGML_TYPE_MXFP4 = 39, GGML_TYPE_NVFP4 = 40,
+    GGML_TYPE_Q1_0 = 41, GGML_TYPE_Q2_0 = 42, GGML_TYPE_COUNT = 43
+};
+
+#define GGUF_MAX_DIMS 4
+#define GGUF_MAX_NAME 64 /* names must be < 64 bytes */
+#define GGUF_DEFAULT_ALIGNMENT 32
+
+typedef struct {
+    const char *ptr; /* into the mapping; NOT NUL-terminated */
+    uint64_t len;
+} gguf_str;
+
+typedef struct {
+    const char *key;     /* NUL-terminated copy owned by the gguf_file */
+    uint32_t type;       /* enum gguf_vtype */
+    /* Scalars (type != STRING/ARRAY): the value widened; exactly one of these is meaningful
+     * according to type (unsigned types -> u, signed -> i, FLOAT32/64 -> f, BOOL -> u 0/1). */
+    uint64_t u;
+    int64_t i;
+    double f;
+    gguf_str str;        /* type == STRING */
+    /* type == ARRAY: element type, count, and the raw little-endian elements in the mapping
+     * (for non-string element types). For string arrays, strs[0..n) is filled instead. */
+    uint32_t arr_type;
+    uint64_t arr_n;
+    const uint8_t *arr_data;
+    gguf_str *strs;
+} gguf_kv;
+
+typedef struct {
+    const char *name;     /* NUL-terminated copy owned by the gguf_file */
+    uint32_t type;        /* enum ggml_type */
+    uint32_t n_dims;
+    int64_t ne[GGUF_MAX_DIMS]; /* ggml order: ne[0] fastest; unused dims are 1 */
+    uint64_t offset;      /* relative to the data section */
+    uint64_t nbytes;      /* exact size of the data */
+    uint64_t row_bytes;   /* bytes of one ne[0] row */
+    const uint8_t *data;  /* into the mapping */
+} gguf_tensor;
+
+typedef struct gguf_file {
+    uint32_t version;
+    uint64_t alignment;
+    uint64_t n_kv, n_tensors;
+    gguf_kv *kv;
+    gguf_tensor *tensors;
+    uint64_t data_offset;  /* file offset of the data section */
+    const uint8_t *map;
+    uint64_t size;
+    char *path;
+    void *priv;            /* reader-private state (hash tables etc.) */
+} gguf_file;
+
+/* Opens and validates a GGUF file (mmap, read-only, MAP_SHARED). Returns NULL on error with
+ * the reason in err (DSF_ERR_LEN), e.g. "model.gguf: tensor 'blk.3.x.weight': data
+ * [offset 1024, 4096 bytes] runs past the end of the file (3000 bytes)". */
+gguf_file *gguf_open(const char *path, char *err);
+/* Same, over a caller-owned memory buffer (used by the fuzzer and tests). The buffer must
+ * outlive the gguf_file. */
+gguf_file *gguf_open_mem(const void *data, uint64_t size, const char *name, char *err);
+void gguf_close(gguf_file *f);
+
+const gguf_kv *gguf_find_kv(const gguf_file *f, const char *key);
+const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
+
+/* Type-strict getters (gguf-layout.md §1.6): return 0 if found with the exact type, 1 if the
+ * key is absent (out untouched), -1 with a message if it has another type. */
+int gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out, char *err);
+int gguf_get_i32(const gguf_file *f, const char *key, int32_t *out, char *err);
+int gguf_get_f32(const gguf_file *f, const char *key, float *out, char *err);
+int gguf_get_bool(const gguf_file *f, const char *key, bool *out, char *err);
+/* String: out receives a malloc'ed NUL-terminated copy (refused if it contains NUL). */
+int gguf_get_str(const gguf_file *f, const char *key, char **out, char *err);
+/* Integer arrays: accepts INT32/UINT32 (and, for u64, UINT64/INT64) element types with
+ * non-negative values where unsigned; *out is malloc'ed; *n the count. */
+int gguf_get_arr_u32(const gguf_file *f, const char *key, uint32_t **out, uint64_t *n, char *err);
+int gguf_get_arr_i32(const gguf_file *f, const char *key, int32_t **out, uint64_t *n, char *err);
+int gguf_get_arr_u64(const gguf_file *f, const char *key, uint64_t **out, uint64_t *n, char *err);
+int gguf_get_arr_f32(const gguf_file *f, const char *key, float **out, uint64_t *n, char *err);
+
+const char *gguf_vtype_name(uint32_t t);
+
+/* ---- writer --------------------------------------------------------------------------
+ * Streaming writer. Usage: gguf_writer_new(); add KVs and tensor infos (name, type, ne)
+ * in any order; gguf_writer_begin(path) writes the header; then gguf_writer_write() the
+ * tensor data in the order the infos were added (chunks may be split arbitrarily);
+ * gguf_writer_finish() pads, flushes, fsyncs and closes. Alignment 32, version 3.
+ * All functions return 0 / -1 with err. The writer never holds tensor data. */
+typedef struct gguf_writer gguf_writer;
+gguf_writer *gguf_writer_new(void);
+void gguf_writer_free(gguf_writer *w);
+int gguf_writer_kv_u32(gguf_writer *w, const char *key, uint32_t v, char *err);
+int gguf_writer_kv_i32(gguf_writer *w, const char *key, int32_t v, char *err);
+int gguf_writer_kv_u64(gguf_writer *w, const char *key, uint64_t v, char *err);
+int gguf_writer_kv_f32(gguf_writer *w, const char *key, float v, char *err);
+int gguf_writer_kv_bool(gguf_writer *w, const char *key, bool v, char *err);
+int gguf_writer_kv_str(gguf_writer *w, const char *key, const char *v, char *err);
+/* Arrays: elements given as raw little-endian values of elem_type (not STRING). */
+int gguf_writer_kv_arr(gguf_writer *w, const char *key, uint32_t elem_type, const void *data,
+                       uint64_t n, char *err);
+int gguf_writer_kv_arr_str(gguf_writer *w, const char *key, const char *const *strs,
+                           const uint64_t *lens, uint64_t n, char *err);
+int gguf_writer_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
+                       const int64_t *ne, char *err);
+int gguf_writer_begin(gguf_writer *w, const char *path, char *err);
+int gguf_writer_write(gguf_writer *w, const void *data, uint64_t n, char *err);
+int gguf_writer_finish(gguf_writer *w, char *err);
+
+#endif

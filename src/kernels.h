@@ -1,0 +1,63 @@
+/* kernels.h: the kernel table. Kernels know arrays, dtypes, block formats and a row range;
+ * they do not allocate, do no I/O, start no threads and are deterministic. Every entry has
+ * a scalar twin in kernels_ref.c; a NULL entry in a fast table falls back to the twin.
+ * The table is picked once (kernels_get): DSF_KERNELS=ref forces the scalar twins. */
+#ifndef DSF_KERNELS_H
+#define DSF_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf.h"
+
+/* A weight matrix [n_out rows][n_in] in a ggml block type, rows contiguous. */
+typedef struct {
+    uint32_t type;        /* enum ggml_type */
+    int64_t n_in, n_out;
+    uint64_t row_bytes;
+    const uint8_t *data;
+} dsf_wmat;
+
+/* y[t*ldy + r] = sum_i W[r][i] * x[t*n_in + i]  for t in [0,T), r in [r0, r1).
+ * x is fp32 (activation prep, e.g. FP8 QDQ, has already been applied); y is fp32.
+ * Accuracy contract: within fp32 summation-order noise of the exact sum. */
+typedef void (*matmul_fn)(const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy,
+                          int64_t r0, int64_t r1);
+
+/* Benchmark probes (never on a model path; `dsflash bench --kernels` compares the kernels
+ * with them). read_probe reads n bytes (n a multiple of 256, p 64-byte aligned) with the
+ * widest loads and returns a checksum so that the reads cannot be elided. peak_probe runs
+ * `iters` rounds of independent dot-product instructions on registers (BF16 pairs when bf16
+ * and the table has them, else fp32 FMA) and returns the FLOPs done (0 if unsupported);
+ * *sink receives a value that depends on every instruction. */
+typedef double (*read_probe_fn)(const uint8_t *p, uint64_t n);
+typedef uint64_t (*peak_probe_fn)(int64_t iters, int bf16, float *sink);
+
+typedef struct {
+    const char *name;                 /* "ref", "avx2", "avx512" */
+    matmul_fn matmul[GGML_TYPE_COUNT]; /* by weight type; NULL -> ref */
+    read_probe_fn read_probe;          /* NULL -> ref */
+    peak_probe_fn peak_probe;          /* NULL -> ref */
+} dsf_kernels;
+
+extern const dsf_kernels kernels_ref;
+extern const dsf_kernels kernels_avx2;   /* AVX2 + FMA + F16C (kernels_avx2.c) */
+extern const dsf_kernels kernels_avx512; /* AVX-512 F/BW/VL/DQ/BF16/VNNI/VBMI (kernels_avx512.c) */
+/* The table picked once for this process: the best one the CPU supports, or the one named by
+ * DSF_KERNELS=ref|avx2|avx512 (an unsupported or unknown name warns and falls back). */
+const dsf_kernels *kernels_get(void);
+/* The table of that name if this CPU can run it, else NULL (tests and benchmarks). */
+const dsf_kernels *kernels_by_name(const char *name);
+/* Matmul through the table with fallback to the generic dequantizing twin. */
+void kern_matmul(const dsf_kernels *k, const dsf_wmat *w, const float *x, int64_t T, float *y,
+                 int64_t ldy, int64_t r0, int64_t r1);
+
+/* Probes through the table with fallback to the scalar versions. */
+double kern_read_probe(const dsf_kernels *k, const uint8_t *p, uint64_t n);
+uint64_t kern_peak_probe(const dsf_kernels *k, int64_t iters, int bf16, float *sink);
+
+/* Scalar twin for any type dequant_row() supports. */
+void matmul_any_ref(const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy,
+                    int64_t r0, int64_t r1);
+
+#endif

@@ -1,0 +1,45 @@
+/* quant.h: element and block formats (gguf-layout.md §1.4-1.5, architecture.md §3) and the
+ * reference quantize-dequantize (QDQ) operators of the official numerics contract (§3.3).
+ *
+ * These are kernels: pure functions on arrays, no allocation, no I/O. All scalar; they are
+ * the reference twins of any SIMD version. */
+#ifndef DSF_QUANT_H
+#define DSF_QUANT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- element codecs ---- */
+float bf16_to_f32(uint16_t h);
+uint16_t f32_to_bf16(float f);        /* round to nearest even; NaN stays a quiet NaN */
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);         /* round to nearest even */
+float e4m3_to_f32(uint8_t b);         /* OCP e4m3fn; 0x7F/0xFF -> NaN */
+uint8_t f32_to_e4m3(float f);         /* RNE, saturating to +-448 (never NaN for finite f) */
+float e8m0_to_f32(uint8_t b);         /* 2^(b-127); 255 -> NaN */
+float e2m1_to_f32(uint8_t code);      /* bit 3 sign, magnitudes {0,.5,1,1.5,2,3,4,6} */
+uint8_t f32_to_e2m1(float f);         /* clamp to +-6, nearest, ties to the even code */
+float pow2ceil_f32(float t);          /* 2^ceil(log2 t) via IEEE bits, t > 0 (§3.3) */
+
+/* ---- ggml block types ---- */
+/* Elements and bytes per block; 0 for an unknown/retired id. */
+uint32_t ggml_blck_size(uint32_t type);
+uint32_t ggml_type_size(uint32_t type);
+const char *ggml_type_name(uint32_t type); /* "?" if unknown */
+/* True if dequant_row() supports the type. */
+bool ggml_type_supported(uint32_t type);
+/* Dequantizes n elements (n a multiple of the block size) of a row of the given type. */
+void dequant_row(uint32_t type, const void *src, float *dst, int64_t n);
+
+/* ---- QDQ operators (architecture.md §3.3), in place, fp32 values ----
+ * n must be a multiple of the group size. */
+void qdq_fp8_e8m0(float *x, int64_t n);   /* QDQ_FP8: groups of 32, pow2 scale */
+void qdq_fp4_e8m0(float *x, int64_t n);   /* QDQ_FP4_E8M0: groups of 32 */
+void qdq_fp4_e4m3(float *x, int64_t n);   /* QDQ_FP4_E4M3: groups of 16, e4m3 scale */
+
+/* MXFP4 nibble placement (§3.2): checkpoint row bytes (pairs 2c, 2c+1) + E8M0 scales ->
+ * GGUF block_mxfp4 blocks (pairs j, j+16). n_in a multiple of 32. dst holds n_in/32*17 bytes. */
+void mxfp4_repack_row(const uint8_t *packed, const uint8_t *scales, int64_t n_in, uint8_t *dst);
+
+#endif

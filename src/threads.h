@@ -1,0 +1,20 @@
+/* threads.h: a persistent worker pool and parallel_for over index ranges.
+ * The token loop never creates threads or allocates: the pool is created once per engine.
+ * parallel_for splits [0, n) into contiguous chunks (at least `grain` indices each, except
+ * the last) and calls fn(ctx, i0, i1, tid) on each, with tid in [0, n_threads); it returns
+ * when all chunks are done. Deterministic: the split depends only on n, grain and n_threads,
+ * and callers must not let results depend on which thread ran a chunk. */
+#ifndef DSF_THREADS_H
+#define DSF_THREADS_H
+
+#include <stdint.h>
+
+typedef struct dsf_pool dsf_pool;
+typedef void (*dsf_range_fn)(void *ctx, int64_t i0, int64_t i1, int tid);
+
+dsf_pool *dsf_pool_new(int n_threads); /* n_threads <= 1: everything runs on the caller */
+void dsf_pool_free(dsf_pool *p);
+int dsf_pool_size(const dsf_pool *p);
+void dsf_parallel_for(dsf_pool *p, int64_t n, int64_t grain, dsf_range_fn fn, void *ctx);
+
+#endif

@@ -1,0 +1,19 @@
+/* cmd.h: subcommands of the dsflash binary register themselves with DSF_COMMAND, so each
+ * lives in its own tools/cmd_*.c file and no shared table needs editing.
+ * A command returns the process exit status. It prints one clear error line on stderr
+ * ("dsflash NAME: ...") and returns non-zero on failure. */
+#ifndef DSF_CMD_H
+#define DSF_CMD_H
+
+typedef int (*dsf_cmd_fn)(int argc, char **argv); /* argv[0] is the command name */
+void dsf_cmd_register(const char *name, const char *summary, dsf_cmd_fn fn);
+
+#define DSF_COMMAND(name, summary, fn)                                         \
+    __attribute__((constructor)) static void dsf_cmd_reg_##name(void) {         \
+        dsf_cmd_register(#name, summary, fn);                                   \
+    }
+
+/* True if argv contains -h or --help. */
+int dsf_cmd_wants_help(int argc, char **argv);
+
+#endif
