@@ -1,0 +1,88 @@
+/* kernels.c: picks the kernel table once at startup and routes each call to the table entry
+ * or, when it has none, to the scalar twin.
+ *
+ * Selection: the best table whose every compile flag the CPU supports (a table compiled with
+ * -mavx512vbmi may contain such instructions anywhere, so all of them are required).
+ * DSF_KERNELS=ref|avx2|avx512 forces one; an unknown name or one the CPU cannot run prints a
+ * warning and falls back to the automatic choice. */
+#include "kernels.h"
+#include "util.h"
+
+#include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+static int cpu_has_avx2(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    __builtin_cpu_init();
+    /* clang 14 has no "f16c" name for __builtin_cpu_supports: read CPUID.1:ECX[29] */
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 29))) return 0;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return 0;
+#endif
+}
+
+static int cpu_has_avx512(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vnni") &&
+           __builtin_cpu_supports("avx512vbmi");
+#else
+    return 0;
+#endif
+}
+
+const dsf_kernels *kernels_by_name(const char *name) {
+    if (!name) return NULL;
+    if (!strcmp(name, "ref")) return &kernels_ref;
+    if (!strcmp(name, "avx2")) return cpu_has_avx2() ? &kernels_avx2 : NULL;
+    if (!strcmp(name, "avx512")) return cpu_has_avx512() ? &kernels_avx512 : NULL;
+    return NULL;
+}
+
+static const dsf_kernels *pick(void) {
+    const char *want = dsf_knob("DSF_KERNELS");
+    if (want) {
+        const dsf_kernels *k = kernels_by_name(want);
+        if (k) return k;
+        dsf_log(0, "dsflash: warning: DSF_KERNELS=%s is %s; choosing automatically", want,
+                (!strcmp(want, "avx2") || !strcmp(want, "avx512")) ? "not supported by this CPU"
+                                                                  : "unknown (ref, avx2, avx512)");
+    }
+    if (cpu_has_avx512()) return &kernels_avx512;
+    if (cpu_has_avx2()) return &kernels_avx2;
+    return &kernels_ref;
+}
+
+const dsf_kernels *kernels_get(void) {
+    static const dsf_kernels *_Atomic k;
+    const dsf_kernels *cur = k;
+    if (!cur) {
+        cur = pick(); /* idempotent: a race picks the same table twice */
+        k = cur;
+    }
+    return cur;
+}
+
+void kern_matmul(const dsf_kernels *k, const dsf_wmat *w, const float *x, int64_t T, float *y,
+                 int64_t ldy, int64_t r0, int64_t r1) {
+    matmul_fn fn = (k && w->type < GGML_TYPE_COUNT) ? k->matmul[w->type] : NULL;
+    if (!fn && w->type < GGML_TYPE_COUNT) fn = kernels_ref.matmul[w->type];
+    if (!fn) fn = matmul_any_ref;
+    fn(w, x, T, y, ldy, r0, r1);
+}
+
+double kern_read_probe(const dsf_kernels *k, const uint8_t *p, uint64_t n) {
+    read_probe_fn fn = k && k->read_probe ? k->read_probe : kernels_ref.read_probe;
+    return fn(p, n);
+}
+
+uint64_t kern_peak_probe(const dsf_kernels *k, int64_t iters, int bf16, float *sink) {
+    peak_probe_fn fn = k && k->peak_probe ? k->peak_probe : kernels_ref.peak_probe;
+    return fn(iters, bf16, sink);
+}

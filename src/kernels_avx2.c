@@ -1,0 +1,229 @@
+/* kernels_avx2.c: AVX2/FMA/F16C matmul kernels (compiled with the Makefile's AVX2_FLAGS only;
+ * kernels.c selects this table only on CPUs with AVX2, FMA and F16C).
+ *
+ * Same method and numerics as kernels_avx512.c, with 8-lane vectors: weights widened exactly
+ * to fp32, fp32 FMA against the fp32 activations (never rounded), groups of 32 weights, row x
+ * token tiles, K and token chunks for T > 1. Only the register budget differs (16 ymm): the
+ * T > 1 tile is 2 rows x 4 tokens. */
+#include "kernels.h"
+
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#include <string.h>
+
+#define RB1 4    /* rows per tile, T == 1 */
+#define RBN 2    /* rows per tile, T > 1 */
+#define TB 4     /* tokens per tile */
+#define TC 64    /* tokens per chunk */
+#define KC 1024  /* reduction elements per chunk (T > 1) */
+
+#define INLINE static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 16")
+
+/* ---- decoders: one group of 32 weights -> four fp32 vectors of 8 ---- */
+
+INLINE void dec_f32(const uint8_t *p, __m256 *w) {
+    const float *f = (const float *)(const void *)p;
+    UNROLL for (int k = 0; k < 4; k++) w[k] = _mm256_loadu_ps(f + 8 * k);
+}
+
+INLINE void dec_bf16(const uint8_t *p, __m256 *w) {
+    UNROLL for (int k = 0; k < 4; k++) {
+        __m256i a = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p + 16 * k)));
+        w[k] = _mm256_castsi256_ps(_mm256_slli_epi32(a, 16)); /* exact */
+    }
+}
+
+INLINE void dec_f16(const uint8_t *p, __m256 *w) {
+    UNROLL for (int k = 0; k < 4; k++)
+        w[k] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p + 16 * k)));
+}
+
+INLINE void dec_q8_0(const uint8_t *p, __m256 *w) {
+    uint16_t dh;
+    memcpy(&dh, p, 2);
+    __m256 d = _mm256_set1_ps(_mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(dh))));
+    UNROLL for (int k = 0; k < 4; k++) {
+        __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p + 2 + 8 * k)));
+        w[k] = _mm256_mul_ps(_mm256_cvtepi32_ps(q), d); /* exact */
+    }
+}
+
+/* gguf-layout §1.5: magnitude from the low 3 bits through an 8-entry table (vpermps reads
+ * only the low 3 bits of each index), sign from bit 3; scale 2^(e-128), e = 0/1 subnormal. */
+INLINE void dec_mxfp4(const uint8_t *p, __m256 *w) {
+    uint8_t e = p[0];
+    uint32_t bits = e >= 2 ? (uint32_t)(e - 1) << 23 : 0x00200000u << e;
+    __m256 tbl = _mm256_mul_ps(_mm256_setr_ps(0, 1, 2, 3, 4, 6, 8, 12),
+                               _mm256_castsi256_ps(_mm256_set1_epi32((int)bits)));
+    const __m256i sign = _mm256_set1_epi32((int)0x80000000u);
+    UNROLL for (int k = 0; k < 2; k++) {
+        __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p + 1 + 8 * k)));
+        __m256i lo = q, hi = _mm256_srli_epi32(q, 4);
+        __m256 vlo = _mm256_permutevar8x32_ps(tbl, lo);
+        __m256 vhi = _mm256_permutevar8x32_ps(tbl, hi);
+        /* bit 3 of the code -> bit 31 */
+        vlo = _mm256_xor_ps(vlo, _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(lo, 28), sign)));
+        vhi = _mm256_xor_ps(vhi, _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(hi, 28), sign)));
+        w[k] = vlo;     /* elements 8k .. 8k+7 (low nibbles) */
+        w[k + 2] = vhi; /* elements 16+8k .. (high nibbles) */
+    }
+}
+
+INLINE float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+#define TILE_T1(NAME, DEC, GB)                                                                 \
+    INLINE void NAME(const uint8_t *const *wr, const float *x, int64_t g0, int64_t g1,         \
+                     float *out) {                                                             \
+        __m256 a0[RB1], a1[RB1];                                                               \
+        UNROLL for (int r = 0; r < RB1; r++) a0[r] = a1[r] = _mm256_setzero_ps();              \
+        for (int64_t g = g0; g < g1; g++) {                                                    \
+            const float *xg = x + g * 32;                                                      \
+            UNROLL for (int r = 0; r < RB1; r++) {                                             \
+                __m256 w[4];                                                                   \
+                DEC(wr[r] + g * (GB), w);                                                      \
+                a0[r] = _mm256_fmadd_ps(w[0], _mm256_loadu_ps(xg), a0[r]);                     \
+                a1[r] = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(xg + 8), a1[r]);                 \
+                a0[r] = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xg + 16), a0[r]);                \
+                a1[r] = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xg + 24), a1[r]);                \
+            }                                                                                  \
+        }                                                                                      \
+        UNROLL for (int r = 0; r < RB1; r++) out[r] = hsum(_mm256_add_ps(a0[r], a1[r]));      \
+    }
+
+#define TILE_TN(NAME, DEC, GB)                                                                 \
+    INLINE void NAME(const uint8_t *const *wr, const float *const *x, int64_t g0, int64_t g1,  \
+                     float *out) {                                                             \
+        __m256 a[RBN][TB];                                                                     \
+        UNROLL for (int r = 0; r < RBN; r++)                                                   \
+            UNROLL for (int t = 0; t < TB; t++) a[r][t] = _mm256_setzero_ps();                 \
+        for (int64_t g = g0; g < g1; g++) {                                                    \
+            UNROLL for (int r = 0; r < RBN; r++) {                                             \
+                __m256 w[4];                                                                   \
+                DEC(wr[r] + g * (GB), w);                                                      \
+                UNROLL for (int k = 0; k < 4; k++)                                             \
+                    UNROLL for (int t = 0; t < TB; t++)                                        \
+                        a[r][t] = _mm256_fmadd_ps(w[k], _mm256_loadu_ps(x[t] + g * 32 + 8 * k), a[r][t]); \
+            }                                                                                  \
+        }                                                                                      \
+        UNROLL for (int r = 0; r < RBN; r++)                                                   \
+            UNROLL for (int t = 0; t < TB; t++) out[r * TB + t] = hsum(a[r][t]);               \
+    }
+
+#define MATMUL(NAME, DEC, GB)                                                                  \
+    TILE_T1(NAME##_t1, DEC, GB)                                                                \
+    TILE_TN(NAME##_tn, DEC, GB)                                                                \
+    static void NAME(const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy,      \
+                     int64_t r0, int64_t r1) {                                                 \
+        const int64_t ng = w->n_in / 32;                                                       \
+        if (T == 1) {                                                                          \
+            const uint8_t *wr[RB1];                                                            \
+            for (int64_t r = r0; r < r1; r += RB1) {                                           \
+                float out[RB1];                                                                \
+                for (int i = 0; i < RB1; i++)                                                  \
+                    wr[i] = w->data + (uint64_t)(r + i < r1 ? r + i : r1 - 1) * w->row_bytes;  \
+                NAME##_t1(wr, x, 0, ng, out);                                                  \
+                for (int i = 0; i < RB1 && r + i < r1; i++) y[r + i] = out[i];                 \
+            }                                                                                  \
+            return;                                                                            \
+        }                                                                                      \
+        const int64_t kcg = KC / 32;                                                           \
+        const uint8_t *wr[RBN];                                                                \
+        for (int64_t tc = 0; tc < T; tc += TC) {                                               \
+            int64_t tc1 = tc + TC < T ? tc + TC : T;                                           \
+            for (int64_t g0 = 0; g0 < ng; g0 += kcg) {                                         \
+                int64_t g1 = g0 + kcg < ng ? g0 + kcg : ng;                                    \
+                for (int64_t r = r0; r < r1; r += RBN) {                                       \
+                    for (int i = 0; i < RBN; i++)                                              \
+                        wr[i] = w->data + (uint64_t)(r + i < r1 ? r + i : r1 - 1) * w->row_bytes; \
+                    for (int64_t t = tc; t < tc1; t += TB) {                                   \
+                        const float *xt[TB];                                                   \
+                        float out[RBN * TB];                                                   \
+                        for (int j = 0; j < TB; j++)                                           \
+                            xt[j] = x + (t + j < tc1 ? t + j : tc1 - 1) * w->n_in;             \
+                        NAME##_tn(wr, xt, g0, g1, out);                                        \
+                        for (int i = 0; i < RBN && r + i < r1; i++)                            \
+                            for (int j = 0; j < TB && t + j < tc1; j++) {                      \
+                                float *yy = &y[(t + j) * ldy + r + i];                         \
+                                *yy = g0 == 0 ? out[i * TB + j] : *yy + out[i * TB + j];       \
+                            }                                                                  \
+                    }                                                                          \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+    }
+
+MATMUL(mm_f32, dec_f32, 128)
+MATMUL(mm_bf16, dec_bf16, 64)
+MATMUL(mm_f16, dec_f16, 64)
+MATMUL(mm_q8_0, dec_q8_0, 34)
+MATMUL(mm_mxfp4, dec_mxfp4, 17)
+
+#define GUARDED(NAME)                                                                          \
+    static void NAME##_any(const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy, \
+                           int64_t r0, int64_t r1) {                                           \
+        if (w->n_in % 32 != 0 || r1 <= r0 || T <= 0) {                                         \
+            if (r1 > r0 && T > 0) matmul_any_ref(w, x, T, y, ldy, r0, r1);                     \
+            return;                                                                            \
+        }                                                                                      \
+        NAME(w, x, T, y, ldy, r0, r1);                                                         \
+    }
+GUARDED(mm_f32)
+GUARDED(mm_bf16)
+GUARDED(mm_f16)
+GUARDED(mm_q8_0)
+GUARDED(mm_mxfp4)
+
+/* ---- benchmark probes ---- */
+
+static double read_probe(const uint8_t *p, uint64_t n) {
+    __m256i a[8];
+    UNROLL for (int j = 0; j < 8; j++) a[j] = _mm256_setzero_si256();
+    for (uint64_t i = 0; i + 256 <= n; i += 256)
+        UNROLL for (int j = 0; j < 8; j++)
+            a[j] = _mm256_add_epi64(a[j], _mm256_load_si256((const __m256i *)(const void *)(p + i + 32 * j)));
+    for (int j = 1; j < 8; j++) a[0] = _mm256_add_epi64(a[0], a[j]);
+    uint64_t v[4];
+    memcpy(v, &a[0], sizeof v);
+    return (double)(v[0] + v[1] + v[2] + v[3]);
+}
+
+/* fp32 FMA only (AVX2 has no BF16 dot): 10 independent accumulators. */
+static uint64_t peak_probe(int64_t iters, int bf16, float *sink) {
+    if (bf16) {
+        *sink = 0;
+        return 0;
+    }
+    __m256 acc[10];
+    UNROLL for (int j = 0; j < 10; j++) acc[j] = _mm256_set1_ps((float)j);
+    __m256 b = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(1e-3f);
+    for (int64_t i = 0; i < iters; i++) {
+        __asm__ volatile("" : "+x"(b), "+x"(c));
+        UNROLL for (int j = 0; j < 10; j++) acc[j] = _mm256_fmadd_ps(acc[j], b, c);
+    }
+    for (int j = 1; j < 10; j++) acc[0] = _mm256_add_ps(acc[0], acc[j]);
+    *sink = hsum(acc[0]);
+    return (uint64_t)iters * 10 * 16;
+}
+
+const dsf_kernels kernels_avx2 = {
+    .name = "avx2",
+    .read_probe = read_probe,
+    .peak_probe = peak_probe,
+    .matmul = {
+        [GGML_TYPE_F32] = mm_f32_any,
+        [GGML_TYPE_BF16] = mm_bf16_any,
+        [GGML_TYPE_F16] = mm_f16_any,
+        [GGML_TYPE_Q8_0] = mm_q8_0_any,
+        [GGML_TYPE_MXFP4] = mm_mxfp4_any,
+    },
+};
+
+#else
+const dsf_kernels kernels_avx2 = {.name = "avx2", .matmul = {0}};
+#endif

@@ -1,0 +1,60 @@
+/* kernels_ref.c: the scalar twins of every kernel. Slow and obviously right: each weight
+ * row is dequantized to fp32 and dotted with the activation row, accumulating in double
+ * so that the twin is at least as exact as any fast kernel it checks. */
+#include "kernels.h"
+#include "quant.h"
+#include "util.h"
+
+#include <string.h>
+
+void matmul_any_ref(const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy,
+                    int64_t r0, int64_t r1) {
+    float row[16384];
+    DSF_ASSERT(w->n_in <= 16384 || w->type == GGML_TYPE_F32);
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *src = w->data + (uint64_t)r * w->row_bytes;
+        const float *wr;
+        if (w->type == GGML_TYPE_F32) {
+            wr = (const float *)(const void *)src;
+        } else {
+            dequant_row(w->type, src, row, w->n_in);
+            wr = row;
+        }
+        for (int64_t t = 0; t < T; t++) {
+            const float *xt = x + t * w->n_in;
+            double acc = 0.0;
+            for (int64_t i = 0; i < w->n_in; i++) acc += (double)wr[i] * (double)xt[i];
+            y[t * ldy + r] = (float)acc;
+        }
+    }
+}
+
+static double read_probe_ref(const uint8_t *p, uint64_t n) {
+    uint64_t acc[4] = {0, 0, 0, 0};
+    for (uint64_t i = 0; i + 32 <= n; i += 32) {
+        for (int j = 0; j < 4; j++) {
+            uint64_t v;
+            memcpy(&v, p + i + 8 * j, 8);
+            acc[j] += v;
+        }
+    }
+    return (double)(acc[0] ^ acc[1] ^ acc[2] ^ acc[3]);
+}
+
+static uint64_t peak_probe_ref(int64_t iters, int bf16, float *sink) {
+    (void)bf16;
+    float a[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    for (int64_t i = 0; i < iters; i++)
+        for (int j = 0; j < 8; j++) a[j] = a[j] * 0.999999f + 1e-7f;
+    float s = 0;
+    for (int j = 0; j < 8; j++) s += a[j];
+    *sink = s;
+    return (uint64_t)iters * 16;
+}
+
+const dsf_kernels kernels_ref = {
+    .name = "ref",
+    .matmul = {0},
+    .read_probe = read_probe_ref,
+    .peak_probe = peak_probe_ref,
+};

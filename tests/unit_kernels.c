@@ -1,0 +1,220 @@
+/* unit_kernels.c: every fast matmul kernel against its scalar twin (matmul_any_ref, which
+ * dequantizes with quant.c and accumulates in double) on random data and edge sizes.
+ *
+ * Guards against: wrong block decoding (nibble order, e8m0 subnormal scales, f16 scales),
+ * dropped or repeated tails (n_in = 32/64/96/4128, n_out not a multiple of the row tile,
+ * T not a multiple of the token tile, K chunk boundaries), writes outside [r0, r1) or past
+ * the rows of y (NaN sentinels must survive), wrong ldy handling, dispatch that ignores
+ * DSF_KERNELS or crashes on an unsupported one.
+ *
+ * Tolerance (fp32 summation, products exact by FMA): a fast kernel adds n_in/16 + log2 terms
+ * per lane chain plus chunk adds, each with one rounding of at most 2^-24 relative, so
+ * |y - y_ref| <= (n_in/16 + 64) * 2^-24 * sum_i |w_i x_i| + 1e-40 (the last term covers
+ * subnormal absolute rounding when the scales are 2^-128). A decoding error is O(|w x|), many
+ * orders above this. */
+#include "test.h"
+#include "kernels.h"
+#include "quant.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng_s = 0x9E3779B97F4A7C15ull;
+static uint64_t rnd(void) {
+    rng_s ^= rng_s >> 12;
+    rng_s ^= rng_s << 25;
+    rng_s ^= rng_s >> 27;
+    return rng_s * 0x2545F4914F6CDD1Dull;
+}
+static float rnd_unit(void) { return (float)((double)(rnd() >> 11) / 9007199254740992.0) * 2.0f - 1.0f; }
+
+/* Fills a [n_out][n_in] matrix of the given type with random, never-constant content. */
+static uint8_t *make_weights(uint32_t type, int64_t n_in, int64_t n_out, uint64_t *row_bytes) {
+    uint64_t rb = (uint64_t)n_in / ggml_blck_size(type) * ggml_type_size(type);
+    uint8_t *d = malloc(rb * (uint64_t)n_out + 64);
+    for (int64_t r = 0; r < n_out; r++) {
+        uint8_t *row = d + (uint64_t)r * rb;
+        for (int64_t i = 0; i < n_in; i += (int64_t)ggml_blck_size(type)) {
+            switch (type) {
+            case GGML_TYPE_F32: {
+                float v = rnd_unit();
+                memcpy(row + i * 4, &v, 4);
+                break;
+            }
+            case GGML_TYPE_BF16: {
+                uint16_t h = f32_to_bf16(rnd_unit());
+                memcpy(row + i * 2, &h, 2);
+                break;
+            }
+            case GGML_TYPE_F16: {
+                uint16_t h = f32_to_f16(rnd_unit());
+                memcpy(row + i * 2, &h, 2);
+                break;
+            }
+            case GGML_TYPE_Q8_0: {
+                uint8_t *b = row + i / 32 * 34;
+                uint16_t h = f32_to_f16(0.001f + 0.05f * (rnd_unit() + 1.0f));
+                memcpy(b, &h, 2);
+                for (int j = 0; j < 32; j++) b[2 + j] = (uint8_t)rnd(); /* -128..127, all codes */
+                break;
+            }
+            case GGML_TYPE_MXFP4: {
+                uint8_t *b = row + i / 32 * 17;
+                /* mostly sane exponents around 2^0, plus the subnormal-scale edges e = 0, 1, 2 */
+                static const uint8_t edge[] = {0, 1, 2, 3, 120, 127, 128, 135};
+                uint64_t u = rnd();
+                b[0] = (u & 7) == 0 ? edge[(u >> 3) & 7] : (uint8_t)(118 + (u >> 8) % 18);
+                for (int j = 0; j < 16; j++) b[1 + j] = (uint8_t)rnd();
+                break;
+            }
+            default: {
+                for (uint32_t j = 0; j < ggml_type_size(type); j++)
+                    row[(uint64_t)i / ggml_blck_size(type) * ggml_type_size(type) + j] = (uint8_t)rnd();
+            }
+            }
+        }
+    }
+    *row_bytes = rb;
+    return d;
+}
+
+/* sum_i |w_i x_i| for row r and token t (dequantized by the scalar codec) */
+static double abs_dot(const dsf_wmat *w, const float *x, int64_t r, int64_t t) {
+    float *row = malloc((size_t)w->n_in * sizeof *row);
+    dequant_row(w->type, w->data + (uint64_t)r * w->row_bytes, row, w->n_in);
+    double s = 0;
+    for (int64_t i = 0; i < w->n_in; i++) s += fabs((double)row[i] * x[t * w->n_in + i]);
+    free(row);
+    return s;
+}
+
+/* Runs one case; returns 0 if it matches, else fails the test and returns -1. */
+static int check_case(test_ctx *t, const dsf_kernels *k, uint32_t type, int64_t n_in, int64_t n_out,
+                      int64_t T, int64_t r0, int64_t r1) {
+    dsf_wmat w = {.type = type, .n_in = n_in, .n_out = n_out};
+    uint8_t *data = make_weights(type, n_in, n_out, &w.row_bytes);
+    w.data = data;
+    float *x = malloc((size_t)(T * n_in) * sizeof *x);
+    for (int64_t i = 0; i < T * n_in; i++) x[i] = rnd_unit() * 2.0f;
+    int64_t ldy = n_out + 3; /* ldy > n_out: the gap must stay untouched */
+    float *y = malloc((size_t)(T * ldy) * sizeof *y), *yr = malloc((size_t)(T * ldy) * sizeof *yr);
+    for (int64_t i = 0; i < T * ldy; i++) y[i] = yr[i] = NAN;
+    kern_matmul(k, &w, x, T, y, ldy, r0, r1);
+    matmul_any_ref(&w, x, T, yr, ldy, r0, r1);
+    int rc = 0;
+    for (int64_t tt = 0; tt < T && !rc; tt++) {
+        for (int64_t r = 0; r < ldy && !rc; r++) {
+            float a = y[tt * ldy + r], b = yr[tt * ldy + r];
+            if (r < r0 || r >= r1) {
+                if (!isnan(a)) {
+                    test_fail(t, __FILE__, __LINE__, "%s %s n_in=%lld T=%lld: wrote y[%lld][%lld] outside rows [%lld,%lld)",
+                              k->name, ggml_type_name(type), (long long)n_in, (long long)T, (long long)tt, (long long)r, (long long)r0, (long long)r1);
+                    rc = -1;
+                }
+                continue;
+            }
+            double tol = ((double)n_in / 16 + 64) * 0x1p-24 * abs_dot(&w, x, r, tt) + 1e-40;
+            if (!(fabs((double)a - (double)b) <= tol)) {
+                test_fail(t, __FILE__, __LINE__, "%s %s n_in=%lld n_out=%lld T=%lld rows [%lld,%lld): y[%lld][%lld] = %.9g, ref %.9g (tol %.3g)",
+                          k->name, ggml_type_name(type), (long long)n_in, (long long)n_out, (long long)T, (long long)r0, (long long)r1,
+                          (long long)tt, (long long)r, a, b, tol);
+                rc = -1;
+            }
+        }
+    }
+    free(data);
+    free(x);
+    free(y);
+    free(yr);
+    return rc;
+}
+
+static const uint32_t k_types[] = {GGML_TYPE_F32, GGML_TYPE_BF16, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_MXFP4};
+
+static void run_table(test_ctx *t, const char *name) {
+    const dsf_kernels *k = kernels_by_name(name);
+    if (!k) SKIP("this CPU cannot run the %s kernels", name);
+    CHECK(!strcmp(k->name, name));
+    static const int64_t n_ins[] = {32, 64, 96, 4096 + 32};
+    static const int64_t Ts[] = {1, 2, 3, 7, 17};
+    for (unsigned a = 0; a < sizeof k_types / sizeof *k_types; a++) {
+        CHECKF(k->matmul[k_types[a]] != NULL, "%s has no %s kernel", name, ggml_type_name(k_types[a]));
+        for (unsigned b = 0; b < sizeof n_ins / sizeof *n_ins; b++)
+            for (unsigned c = 0; c < sizeof Ts / sizeof *Ts; c++) {
+                int64_t n_in = n_ins[b], T = Ts[c];
+                int64_t n_out = n_in > 1000 ? 7 : 13; /* not a multiple of the 4-row tile */
+                if (check_case(t, k, k_types[a], n_in, n_out, T, 0, n_out)) return;
+                if (check_case(t, k, k_types[a], n_in, n_out, T, 1, n_out - 1)) return; /* unaligned */
+                if (check_case(t, k, k_types[a], n_in, n_out, T, 2, 3)) return;         /* one row */
+            }
+    }
+    /* a prefill-sized case crossing the token chunk (64) and K chunk (1024) boundaries */
+    if (check_case(t, k, GGML_TYPE_MXFP4, 2048 + 96, 9, 67, 0, 9)) return;
+    if (check_case(t, k, GGML_TYPE_BF16, 1024 + 32, 5, 130, 1, 5)) return;
+}
+
+TEST(kernels_avx512_vs_ref) { run_table(t, "avx512"); }
+TEST(kernels_avx2_vs_ref) { run_table(t, "avx2"); }
+
+TEST(kernels_mxfp4_extreme_scales) {
+    /* e = 255 decodes to 2^127 (gguf-layout §1.5, not NaN); e = 0 to 2^-128. Codes limited to
+     * {0, +-1} so that every product stays finite with x ~ 2^-100. Expected values are exact. */
+    uint8_t blk[2 * 17];
+    blk[0] = 255;
+    blk[17] = 0;
+    for (int j = 0; j < 16; j++) {
+        blk[1 + j] = (uint8_t)(j % 3 == 0 ? 0x91 : j % 3 == 1 ? 0x19 : 0x00); /* codes 1 / 9 (-1) */
+        blk[18 + j] = blk[1 + j];
+    }
+    dsf_wmat w = {.type = GGML_TYPE_MXFP4, .n_in = 32, .n_out = 2, .row_bytes = 17, .data = blk};
+    float x[32];
+    for (int i = 0; i < 32; i++) x[i] = ldexpf(1.0f + (float)i / 32.0f, -100);
+    /* kvalues: code 1 -> 1, code 9 -> -1; value = kv * 2^(e-128) */
+    double want[2] = {0, 0};
+    for (int i = 0; i < 32; i++) {
+        int j = i % 16, hi = i >= 16;
+        uint8_t code = hi ? (uint8_t)(blk[1 + j] >> 4) : (uint8_t)(blk[1 + j] & 15);
+        double kv = code == 1 ? 1 : code == 9 ? -1 : 0;
+        want[0] += kv * ldexp(1, 127) * x[i];
+        want[1] += kv * ldexp(1, -128) * x[i];
+    }
+    const char *names[] = {"ref", "avx2", "avx512"};
+    for (int n = 0; n < 3; n++) {
+        const dsf_kernels *k = kernels_by_name(names[n]);
+        if (!k) continue;
+        float y[2] = {NAN, NAN};
+        kern_matmul(k, &w, x, 1, y, 2, 0, 2);
+        /* row 0: |sum| ~ 2^27 in fp32: relative 1e-6; row 1 ~ 2^-228 underflows to 0 in fp32
+         * (the min subnormal is 2^-149), so only "finite and tiny" can be asked */
+        CHECKF(fabs(y[0] - want[0]) <= 1e-6 * fabs(want[0]) + 1, "%s: e=255 row %.9g vs %.9g", names[n], y[0], want[0]);
+        CHECKF(isfinite(y[1]) && fabsf(y[1]) < 1e-37f, "%s: e=0 row %.9g", names[n], y[1]);
+    }
+}
+
+TEST(kernels_dispatch_env) {
+    /* DSF_KERNELS=ref must force the twins (bisecting relies on it) */
+    setenv("DSF_KERNELS", "ref", 1);
+    CHECK(!strcmp(kernels_get()->name, "ref"));
+}
+
+TEST(kernels_dispatch_bad_name) {
+    /* an unknown name must not crash or pick nothing: it falls back to the automatic choice */
+    setenv("DSF_KERNELS", "sse9", 1);
+    setenv("DSF_LOG", "0", 1);
+    const dsf_kernels *k = kernels_get();
+    CHECK(k != NULL);
+    const dsf_kernels *best = kernels_by_name("avx512") ? kernels_by_name("avx512")
+                              : kernels_by_name("avx2") ? kernels_by_name("avx2") : &kernels_ref;
+    CHECK(k == best);
+    CHECK(kernels_by_name("sse9") == NULL);
+}
+
+TEST(kernels_fallback_untabled_type) {
+    /* a type without a fast kernel (Q4_K) goes to the generic twin, never crashes */
+    const dsf_kernels *k = kernels_get();
+    if (check_case(t, k, GGML_TYPE_Q4_K, 512, 5, 3, 0, 5)) return;
+    /* and odd row lengths of plain types go to the twin too */
+    if (check_case(t, k, GGML_TYPE_F32, 40, 5, 2, 0, 5)) return;
+}
