@@ -1,0 +1,261 @@
+/* attn.c: attention of one layer for a chunk of tokens (architecture.md §4.4): q LoRA, the
+ * window KV, the compressor of KV source layers (§4.4.4) with its index keys, the lightning
+ * indexer with top-k and the two-level candidate blocks (§4.4.5-4.4.7), the joint softmax
+ * over window + selected compressed rows + sink (§4.4.8), and the grouped output projection
+ * (§4.4.9). Every query sees exactly the rows it would see in decode (§5.2). */
+#include "fwd.h"
+#include "ops.h"
+#include "quant.h"
+#include "util.h"
+
+#include <math.h>
+#include <string.h>
+
+static const float *rope_table(const fwd *f, int64_t il) {
+    return f->sh->ratio[il] > 0 ? f->e->rope.freq_compress : f->e->rope.freq_main;
+}
+
+/* ---- compressor (KV source layers) ------------------------------------------------------ */
+
+/* Emits compressed rows [j0, j0+nr) of source layer il from the latents in sc->lat. */
+static void emit_rows(const fwd *f, int64_t il, int64_t j0, int64_t nr) {
+    const dsf_shape *sh = f->sh;
+    const dsf_layer *L = &f->w->layers[il];
+    dsf_scratch *sc = f->sc;
+    const int64_t dh = sh->head_dim, id = sh->idx_dim, nrot = sh->n_rot, r = sh->ratio[il];
+    const float *freq = f->e->rope.freq_compress;
+    if (nr <= 0) return;
+    /* index keys from the pre-RoPE latent (spec §4.4.4) */
+    fwd_mm(f, &L->idx_k, sc->lat, nr, sc->ikt, id);
+    for (int64_t k = 0; k < nr; k++) {
+        int64_t j = j0 + k;
+        float *ik = f->kv->ik[il] + j * id;
+        op_rmsnorm(ik, sc->ikt + k * id, L->idx_k_norm, id, sh->eps);
+        op_rope(ik + id - nrot, nrot, freq, j * r, 0);
+        if (f->ref) qdq_fp4_e8m0(ik, id);
+        float *c = f->kv->ckv[il] + j * dh;
+        memcpy(c, sc->lat + k * dh, (size_t)dh * sizeof(float));
+        op_rope(c + dh - nrot, nrot, freq, j * r, 0);
+        if (f->ref) qdq_fp4_e4m3(c, dh);
+    }
+}
+
+static void compressor(const fwd *f, int64_t il, const float *u) {
+    const dsf_shape *sh = f->sh;
+    const dsf_layer *L = &f->w->layers[il];
+    dsf_scratch *sc = f->sc;
+    const int64_t T = f->T, dh = sh->head_dim, r = sh->ratio[il];
+    if (r == 1) {
+        /* ratio 1: plain norm(wkv . u), no gate, no activation quant (spec §4.4.4) */
+        fwd_mm(f, &L->comp_wkv, u, T, sc->ca, dh);
+        for (int64_t t = 0; t < T; t++) op_rmsnorm(sc->lat + t * dh, sc->ca + t * dh, L->comp_norm, dh, sh->eps);
+        emit_rows(f, il, f->p0, T);
+        return;
+    }
+    DSF_ASSERT(r == 2);
+    fwd_mm(f, &L->comp_wkv, u, T, sc->ca, dh);
+    fwd_mm(f, &L->comp_wgate, u, T, sc->cg, dh);
+    float *carry = f->kv->carry[il];
+    int64_t nr = 0, j0 = -1;
+    for (int64_t t = 0; t < T; t++) {
+        int64_t p = f->p0 + t;
+        if ((p + 1) % 2) continue;
+        const float *a0, *g0;
+        if (t >= 1) {
+            a0 = sc->ca + (t - 1) * dh;
+            g0 = sc->cg + (t - 1) * dh;
+        } else { /* the group started in an earlier forward */
+            a0 = carry;
+            g0 = carry + dh;
+        }
+        const float *a1 = sc->ca + t * dh, *g1 = sc->cg + t * dh;
+        float *z = sc->lat + nr * dh;
+        for (int64_t d = 0; d < dh; d++) {
+            /* per-channel softmax over the group's two gate scores, fp32 */
+            float m = fmaxf(g0[d], g1[d]);
+            float e0 = expf(g0[d] - m), e1 = expf(g1[d] - m), s = e0 + e1;
+            z[d] = (e0 / s) * a0[d] + (e1 / s) * a1[d];
+        }
+        op_rmsnorm(z, z, L->comp_norm, dh, sh->eps);
+        if (j0 < 0) j0 = (p - 1) / 2;
+        nr++;
+    }
+    int64_t p_last = f->p0 + T - 1;
+    if ((p_last + 1) % 2) { /* incomplete group: keep the token's (a, g) */
+        memcpy(carry, sc->ca + (T - 1) * dh, (size_t)dh * sizeof(float));
+        memcpy(carry + dh, sc->cg + (T - 1) * dh, (size_t)dh * sizeof(float));
+    }
+    if (nr) emit_rows(f, il, j0, nr);
+}
+
+/* ---- lightning indexer, top-k, candidate blocks ------------------------------------------ */
+
+static void indexer(const fwd *f, int64_t il, const float *u) {
+    const dsf_shape *sh = f->sh;
+    const dsf_layer *L = &f->w->layers[il];
+    dsf_scratch *sc = f->sc;
+    const int64_t T = f->T, ih = sh->idx_heads, id = sh->idx_dim, nrot = sh->n_rot, r = sh->ratio[il];
+    const int64_t src = sh->kv_src[il], K = sh->idx_topk;
+    const int is_cand_src = il == sh->cand_src;
+    const int restricted = sh->cand_src >= 0 && il > sh->cand_src;
+    const int64_t B = sh->cand_block;
+    const float *freq = f->e->rope.freq_compress;
+    /* Skip the projections when no query of the chunk can see more rows than it selects
+     * anyway (then every visible row is selected, spec §4.4.5). */
+    int64_t C_last = (f->p0 + T) / r;
+    int need_scores = C_last > K || (is_cand_src && (C_last + B - 1) / B > sh->cand_topk_blocks);
+    if (need_scores) {
+        const float *qrq = fwd_act(f, sc->qr, T, sh->q_lora, sc->qrq);
+        fwd_mm(f, &L->idx_q_b, qrq, T, sc->iq, ih * id);
+        fwd_mm(f, &L->idx_proj, u, T, sc->iw, ih);
+        const float wscale = (float)(1.0 / sqrt((double)id) / sqrt((double)ih));
+        for (int64_t t = 0; t < T; t++) {
+            for (int64_t h = 0; h < ih; h++) {
+                float *q = sc->iq + (t * ih + h) * id;
+                op_rope(q + id - nrot, nrot, freq, f->p0 + t, 0);
+                if (f->ref) qdq_fp4_e8m0(q, id);
+            }
+            for (int64_t h = 0; h < ih; h++) sc->iw[t * ih + h] *= wscale;
+        }
+    }
+    const float *ik = f->kv->ik[src];
+    for (int64_t t = 0; t < T; t++) {
+        const int64_t p = f->p0 + t, C = (p + 1) / r;
+        int32_t *sel = sc->sel + t * K;
+        if (C == 0) {
+            sc->n_sel[t] = 0;
+            if (is_cand_src) sc->n_cand[t] = 0;
+            continue;
+        }
+        const int64_t nb = (C + B - 1) / (B ? B : 1);
+        const int scores_needed = C > K || (is_cand_src && nb > sh->cand_topk_blocks);
+        if (!scores_needed) {
+            for (int64_t j = 0; j < C; j++) sel[j] = (int32_t)j;
+            sc->n_sel[t] = C;
+            if (is_cand_src) { /* every block is a candidate */
+                for (int64_t b = 0; b < nb; b++) sc->cand[t * sh->cand_topk_blocks + b] = (int32_t)b;
+                sc->n_cand[t] = nb;
+            }
+            continue;
+        }
+        /* candidate restriction: only rows of the candidate blocks published for this query */
+        if (restricted) {
+            memset(sc->cmask, 0, (size_t)nb);
+            for (int64_t c = 0; c < sc->n_cand[t]; c++) {
+                int64_t b = sc->cand[t * sh->cand_topk_blocks + c];
+                if (b < nb) sc->cmask[b] = 1;
+            }
+        }
+        const float *q = sc->iq + t * ih * id, *w = sc->iw + t * ih;
+        for (int64_t j = 0; j < C; j++) {
+            if (restricted && !sc->cmask[j / B]) {
+                sc->scores[j] = -INFINITY;
+                continue;
+            }
+            const float *kj = ik + j * id;
+            float s = 0.0f;
+            for (int64_t h = 0; h < ih; h++) {
+                const float *qh = q + h * id;
+                float d = 0.0f;
+                for (int64_t x = 0; x < id; x++) d += qh[x] * kj[x];
+                s += w[h] * (d > 0.0f ? d : 0.0f);
+            }
+            sc->scores[j] = s;
+        }
+        if (is_cand_src) {
+            /* two-level candidates (spec §4.4.6): block max, newest block pinned */
+            for (int64_t b = 0; b < nb; b++) {
+                float m = -INFINITY;
+                for (int64_t j = b * B; j < (b + 1) * B && j < C; j++) m = fmaxf(m, sc->scores[j]);
+                sc->blk[b] = m;
+            }
+            sc->blk[(C - 1) / B] = INFINITY;
+            int32_t *cand = sc->cand + t * sh->cand_topk_blocks;
+            int64_t nc = op_topk(sc->blk, nb, sh->cand_topk_blocks, cand, sc->heap);
+            int64_t m = 0;
+            for (int64_t c = 0; c < nc; c++)
+                if (sc->blk[cand[c]] > -INFINITY) cand[m++] = cand[c];
+            sc->n_cand[t] = m;
+        }
+        if (C <= K) {
+            for (int64_t j = 0; j < C; j++) sel[j] = (int32_t)j;
+            sc->n_sel[t] = C;
+            continue;
+        }
+        /* top-K; rows outside the candidates (-inf) only fill up if fewer than K remain,
+         * lowest index first (the reference leaves that case implementation-defined) */
+        int64_t n = op_topk(sc->scores, C, K, sel, sc->heap);
+        sc->n_sel[t] = n;
+    }
+}
+
+/* ---- attention core ------------------------------------------------------------------- */
+
+void attn_forward(const fwd *f, int64_t il, const float *u, float *out) {
+    const dsf_shape *sh = f->sh;
+    const dsf_layer *L = &f->w->layers[il];
+    dsf_scratch *sc = f->sc;
+    const int64_t T = f->T, H = sh->n_head, dh = sh->head_dim, nrot = sh->n_rot, W = sh->window;
+    const int64_t ql = sh->q_lora, r = sh->ratio[il];
+    const float *freq = rope_table(f, il);
+
+    const float *uq = fwd_act(f, u, T, sh->n_embd, sc->uq);
+    fwd_mm(f, &L->wq_a, uq, T, sc->qa, ql);
+    for (int64_t t = 0; t < T; t++) op_rmsnorm(sc->qr + t * ql, sc->qa + t * ql, L->q_norm, ql, sh->eps);
+    const float *qrq = fwd_act(f, sc->qr, T, ql, sc->qrq);
+    fwd_mm(f, &L->wq_b, qrq, T, sc->q, H * dh);
+    fwd_mm(f, &L->wkv, uq, T, sc->kvw, dh);
+    for (int64_t t = 0; t < T; t++) {
+        const int64_t p = f->p0 + t;
+        for (int64_t h = 0; h < H; h++) op_rope(sc->q + (t * H + h) * dh + dh - nrot, nrot, freq, p, 0);
+        float *kv = f->kv->win[il] + p * dh;
+        op_rmsnorm(kv, sc->kvw + t * dh, L->kv_norm, dh, sh->eps);
+        op_rope(kv + dh - nrot, nrot, freq, p, 0);
+        if (f->ref) qdq_fp8_e8m0(kv, dh); /* all dims, RoPE tail included (spec §4.4.2) */
+    }
+    if (r > 0) {
+        if (sh->kv_src[il] == il) compressor(f, il, u);
+        if (sh->topk_src[il] == il) indexer(f, il, u);
+    }
+    const float *ckv = r > 0 ? f->kv->ckv[sh->kv_src[il]] : NULL;
+    const float scale = (float)(1.0 / sqrt((double)dh));
+    for (int64_t t = 0; t < T; t++) {
+        const int64_t p = f->p0 + t, w0 = p - W + 1 > 0 ? p - W + 1 : 0;
+        const int64_t nw = p - w0 + 1, ns = r > 0 ? sc->n_sel[t] : 0, nk = nw + ns;
+        for (int64_t h = 0; h < H; h++) {
+            const float *q = sc->q + (t * H + h) * dh;
+            float m = L->attn_sinks[h];
+            for (int64_t k = 0; k < nk; k++) {
+                const float *key = k < nw ? f->kv->win[il] + (w0 + k) * dh : ckv + (int64_t)sc->sel[t * sh->idx_topk + k - nw] * dh;
+                float d = 0.0f;
+                for (int64_t x = 0; x < dh; x++) d += q[x] * key[x];
+                sc->att[k] = d * scale;
+                m = fmaxf(m, sc->att[k]);
+            }
+            /* one joint softmax; the sink is a raw logit in the denominator only */
+            float den = expf(L->attn_sinks[h] - m);
+            float *o = sc->o + (t * H + h) * dh;
+            memset(o, 0, (size_t)dh * sizeof(float));
+            for (int64_t k = 0; k < nk; k++) {
+                const float *key = k < nw ? f->kv->win[il] + (w0 + k) * dh : ckv + (int64_t)sc->sel[t * sh->idx_topk + k - nw] * dh;
+                float pk = expf(sc->att[k] - m);
+                den += pk;
+                for (int64_t x = 0; x < dh; x++) o[x] += pk * key[x];
+            }
+            for (int64_t x = 0; x < dh; x++) o[x] /= den;
+            op_rope(o + dh - nrot, nrot, freq, p, 1);
+        }
+    }
+    /* grouped wo_a (a BF16 product in the reference: no activation quant), then wo_b */
+    const int64_t og = sh->o_groups, olr = sh->o_lora, gin = H * dh / og;
+    for (int64_t g = 0; g < og; g++) {
+        for (int64_t t = 0; t < T; t++)
+            memcpy(sc->q + t * gin, sc->o + t * H * dh + g * gin, (size_t)gin * sizeof(float));
+        dsf_wmat wg = L->wo_a;
+        wg.n_out = olr;
+        wg.data = L->wo_a.data + (uint64_t)(g * olr) * L->wo_a.row_bytes;
+        fwd_mm(f, &wg, sc->q, T, sc->ya + g * olr, og * olr);
+    }
+    const float *yaq = fwd_act(f, sc->ya, T, og * olr, sc->yaq);
+    fwd_mm(f, &L->wo_b, yaq, T, out, sh->n_embd);
+}

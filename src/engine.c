@@ -1,0 +1,364 @@
+/* engine.c: the public engine and session API (include/dsflash.h): open a deepseek41 GGUF,
+ * validate its shape, bind its weights, and run sessions: eval in chunks, exact rollback,
+ * and versioned snapshots. */
+#include "dsflash.h"
+#include "fwd.h"
+#include "ops.h"
+#include "quant.h"
+#include "session.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define DSF_DEFAULT_CHUNK 256
+
+void dsf_engine_params_default(dsf_engine_params *p) {
+    memset(p, 0, sizeof *p);
+    p->numerics = DSF_NUMERICS_REFERENCE;
+    p->n_threads = 0;
+}
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
+    const uint8_t *p = data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+#define FNV_INIT 14695981039346656037ULL
+
+dsf_engine *dsf_engine_open(const char *path, const dsf_engine_params *p, char *err) {
+    dsf_engine_params def;
+    if (!p) {
+        dsf_engine_params_default(&def);
+        p = &def;
+    }
+    if (p->numerics != DSF_NUMERICS_REFERENCE && p->numerics != DSF_NUMERICS_PLAIN) {
+        dsf_seterr(err, "unknown numerics mode %d", (int)p->numerics);
+        return NULL;
+    }
+    gguf_file *g = gguf_open(path, err);
+    if (!g) return NULL;
+    dsf_engine *e = dsf_xcalloc(1, sizeof *e);
+    e->gguf = g;
+    if (shape_load(&e->shape, g, err) < 0) goto fail;
+    {
+        const gguf_tensor *t = gguf_find_tensor(g, "token_embd.weight");
+        if (!t) {
+            dsf_seterr(err, "tensor 'token_embd.weight' not found");
+            goto fail_shape;
+        }
+        e->shape.n_vocab = t->ne[1];
+    }
+    if (weights_bind(&e->w, &e->shape, g, err) < 0) goto fail_shape;
+    const int64_t half = e->shape.n_rot / 2;
+    e->rope.freq_main = dsf_xmalloc((size_t)(half ? half : 1) * sizeof(float));
+    e->rope.freq_compress = dsf_xmalloc((size_t)(half ? half : 1) * sizeof(float));
+    op_rope_freqs(e->rope.freq_main, e->shape.n_rot, e->shape.rope_base, 0, 1, 0, 0, 0);
+    op_rope_freqs(e->rope.freq_compress, e->shape.n_rot, e->shape.compress_rope_base, e->shape.yarn,
+                  e->shape.yarn_factor, e->shape.yarn_orig_ctx, e->shape.yarn_beta_fast, e->shape.yarn_beta_slow);
+    e->numerics = p->numerics;
+    e->kern = kernels_get();
+    int nt = p->n_threads;
+    if (nt <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        nt = n > 0 ? (int)n : 1;
+    }
+    e->pool = dsf_pool_new(nt);
+    e->model_id = fnv1a(FNV_INIT, g->map, (size_t)g->data_offset);
+    e->name = dsf_xstrdup(path);
+    return e;
+fail_shape:
+    shape_free(&e->shape);
+fail:
+    gguf_close(g);
+    free(e);
+    return NULL;
+}
+
+void dsf_engine_close(dsf_engine *e) {
+    if (!e) return;
+    weights_free(&e->w, &e->shape);
+    shape_free(&e->shape);
+    free(e->rope.freq_main);
+    free(e->rope.freq_compress);
+    dsf_pool_free(e->pool);
+    gguf_close(e->gguf);
+    free(e->name);
+    free(e);
+}
+
+int dsf_engine_n_vocab(const dsf_engine *e) { return (int)e->shape.n_vocab; }
+int dsf_engine_n_ctx_train(const dsf_engine *e) { return (int)e->shape.n_ctx_train; }
+
+/* ---- sessions --------------------------------------------------------------------------- */
+
+dsf_session *dsf_session_new(dsf_engine *e, int max_ctx, char *err) {
+    const dsf_shape *sh = &e->shape;
+    if (max_ctx <= 0) max_ctx = sh->n_ctx_train > 0 && sh->n_ctx_train < 4096 ? (int)sh->n_ctx_train : 4096;
+    if (sh->n_ctx_train > 0 && max_ctx > sh->n_ctx_train)
+        dsf_log(2, "dsflash: context %d exceeds the model's context_length %lld", max_ctx, (long long)sh->n_ctx_train);
+    /* Refuse up front what would not fit in memory (STYLE: compute session memory first). */
+    double per_tok = 4.0 + (double)sh->n_layer * (double)sh->head_dim * 4.0;
+    for (int64_t il = 0; il < sh->n_layer; il++)
+        if (sh->kv_src[il] == il) per_tok += (double)(sh->head_dim + sh->idx_dim) * 4.0 / (double)sh->ratio[il];
+    double need = per_tok * (double)max_ctx;
+    double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    if (ram > 0 && need > 0.8 * ram) {
+        dsf_seterr(err, "a context of %d tokens needs %.1f GB of session state, more than this machine's memory "
+                        "(%.1f GB) allows", max_ctx, need / 1e9, ram / 1e9);
+        return NULL;
+    }
+    dsf_session *s = dsf_xcalloc(1, sizeof *s);
+    s->e = e;
+    if (kv_init(&s->kv, &e->shape, max_ctx, &s->bytes, err) < 0) {
+        free(s);
+        return NULL;
+    }
+    int64_t chunk = DSF_DEFAULT_CHUNK;
+    const char *kc = dsf_knob("DSF_CHUNK");
+    if (kc && atoi(kc) > 0) chunk = atoi(kc);
+    if (chunk > max_ctx) chunk = max_ctx;
+    if (scratch_init(&s->sc, &e->shape, chunk, max_ctx, &s->bytes) < 0) {
+        kv_free(&s->kv, &e->shape);
+        free(s);
+        dsf_seterr(err, "out of memory allocating the forward scratch");
+        return NULL;
+    }
+    return s;
+}
+
+void dsf_session_free(dsf_session *s) {
+    if (!s) return;
+    scratch_free(&s->sc);
+    kv_free(&s->kv, &s->e->shape);
+    free(s);
+}
+
+size_t dsf_session_bytes(const dsf_session *s) { return s->bytes; }
+int dsf_session_n_past(const dsf_session *s) { return (int)s->kv.n; }
+int dsf_session_max_ctx(const dsf_session *s) { return (int)s->kv.max_ctx; }
+const int32_t *dsf_session_tokens(const dsf_session *s) { return s->kv.tokens; }
+
+int dsf_session_eval(dsf_session *s, const int32_t *tokens, int n, float *logits, bool all_rows, char *err) {
+    const int64_t V = s->e->shape.n_vocab;
+    if (n < 1) return dsf_seterr(err, "no tokens to evaluate");
+    if (s->kv.n + n > s->kv.max_ctx)
+        return dsf_seterr(err, "context too long: %lld + %d tokens exceed the session's %lld", (long long)s->kv.n, n,
+                          (long long)s->kv.max_ctx);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return dsf_seterr(err, "token %d at index %d is outside the vocabulary (0..%lld)", tokens[i], i,
+                              (long long)V - 1);
+    for (int64_t i = 0; i < n;) {
+        int64_t T = n - i < s->sc.max_chunk ? n - i : s->sc.max_chunk;
+        float *lg = NULL;
+        if (logits && all_rows) lg = logits + i * V;
+        else if (logits && i + T == n) lg = logits;
+        forward_chunk(s, tokens + i, T, lg, all_rows);
+        i += T;
+    }
+    return 0;
+}
+
+static int needs_carry(const dsf_shape *sh) {
+    for (int64_t il = 0; il < sh->n_layer; il++)
+        if (sh->kv_src[il] == il && sh->ratio[il] > 1) return 1;
+    return 0;
+}
+
+int dsf_session_rollback(dsf_session *s, int n, char *err) {
+    if (n < 0 || n > s->kv.n)
+        return dsf_seterr(err, "cannot roll back to %d tokens: the session holds %lld", n, (long long)s->kv.n);
+    /* spec §5.3: everything is indexed by position, so truncation is exact, except the
+     * ratio-2 compressor's pending token: recompute it by re-feeding that token. */
+    int64_t keep = n;
+    if (needs_carry(&s->e->shape) && n % 2) keep = n - 1;
+    s->kv.n = keep;
+    if (keep < n) {
+        int32_t t = s->kv.tokens[keep];
+        forward_chunk(s, &t, 1, NULL, 0);
+    }
+    return 0;
+}
+
+/* ---- snapshots ------------------------------------------------------------------------- */
+
+#define SNAP_MAGIC "DSFSNAP\0"
+#define SNAP_VERSION 1u
+
+typedef struct {
+    char magic[8];
+    uint32_t version, numerics;
+    uint64_t model_id, n, n_layer, head_dim, idx_dim;
+} snap_header;
+
+int dsf_session_save(const dsf_session *s, uint8_t **out, size_t *len, char *err) {
+    const dsf_shape *sh = &s->e->shape;
+    const int64_t n = s->kv.n, dh = sh->head_dim, id = sh->idx_dim;
+    dsf_buf b = {0};
+    snap_header h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, SNAP_MAGIC, 8);
+    h.version = SNAP_VERSION;
+    h.numerics = (uint32_t)s->e->numerics;
+    h.model_id = s->e->model_id;
+    h.n = (uint64_t)n;
+    h.n_layer = (uint64_t)sh->n_layer;
+    h.head_dim = (uint64_t)dh;
+    h.idx_dim = (uint64_t)id;
+    dsf_buf_append(&b, &h, sizeof h);
+    dsf_buf_append(&b, s->kv.tokens, (size_t)n * sizeof(int32_t));
+    for (int64_t il = 0; il < sh->n_layer; il++) dsf_buf_append(&b, s->kv.win[il], (size_t)(n * dh) * sizeof(float));
+    for (int64_t il = 0; il < sh->n_layer; il++) {
+        if (sh->kv_src[il] != il) continue;
+        int64_t rows = n / sh->ratio[il];
+        dsf_buf_append(&b, s->kv.ckv[il], (size_t)(rows * dh) * sizeof(float));
+        dsf_buf_append(&b, s->kv.ik[il], (size_t)(rows * id) * sizeof(float));
+        if (sh->ratio[il] > 1 && n % sh->ratio[il]) dsf_buf_append(&b, s->kv.carry[il], (size_t)(2 * dh) * sizeof(float));
+    }
+    uint64_t sum = fnv1a(FNV_INIT, b.data, b.len);
+    dsf_buf_append(&b, &sum, sizeof sum);
+    (void)err;
+    *out = b.data;
+    *len = b.len;
+    return 0;
+}
+
+typedef struct {
+    const uint8_t *p;
+    size_t left;
+} rdr;
+
+static int take_bytes(rdr *r, void *dst, size_t n) {
+    if (n > r->left) return -1;
+    memcpy(dst, r->p, n);
+    r->p += n;
+    r->left -= n;
+    return 0;
+}
+
+int dsf_session_restore(dsf_session *s, const uint8_t *data, size_t len, char *err) {
+    const dsf_shape *sh = &s->e->shape;
+    snap_header h;
+    if (len < sizeof h + 8) return dsf_seterr(err, "snapshot truncated (%zu bytes)", len);
+    memcpy(&h, data, sizeof h);
+    if (memcmp(h.magic, SNAP_MAGIC, 8) != 0) return dsf_seterr(err, "not a dsflash session snapshot");
+    if (h.version != SNAP_VERSION)
+        return dsf_seterr(err, "snapshot version %u is not supported (want %u)", h.version, SNAP_VERSION);
+    uint64_t sum;
+    memcpy(&sum, data + len - 8, 8);
+    if (fnv1a(FNV_INIT, data, len - 8) != sum) return dsf_seterr(err, "snapshot checksum mismatch (corrupted)");
+    if (h.model_id != s->e->model_id || h.n_layer != (uint64_t)sh->n_layer || h.head_dim != (uint64_t)sh->head_dim ||
+        h.idx_dim != (uint64_t)sh->idx_dim)
+        return dsf_seterr(err, "snapshot was made with a different model or shape");
+    if (h.numerics != (uint32_t)s->e->numerics)
+        return dsf_seterr(err, "snapshot was made in numerics mode %s, the engine runs %s",
+                          h.numerics ? "plain" : "reference", s->e->numerics ? "plain" : "reference");
+    if (h.n > (uint64_t)s->kv.max_ctx)
+        return dsf_seterr(err, "snapshot holds %llu tokens; the session's context is %lld", (unsigned long long)h.n,
+                          (long long)s->kv.max_ctx);
+    const int64_t n = (int64_t)h.n, dh = sh->head_dim, id = sh->idx_dim;
+    /* the whole layout is checked before anything is overwritten: a bad snapshot leaves
+     * the session as it was */
+    uint64_t want = sizeof h + 8 + (uint64_t)n * sizeof(int32_t) + (uint64_t)(sh->n_layer * n * dh) * sizeof(float);
+    for (int64_t il = 0; il < sh->n_layer; il++) {
+        if (sh->kv_src[il] != il) continue;
+        int64_t rows = n / sh->ratio[il];
+        want += (uint64_t)(rows * (dh + id)) * sizeof(float);
+        if (sh->ratio[il] > 1 && n % sh->ratio[il]) want += (uint64_t)(2 * dh) * sizeof(float);
+    }
+    if (want != len) return dsf_seterr(err, "snapshot size %zu does not match its header (%llu)", len, (unsigned long long)want);
+    for (int64_t i = 0; i < n; i++) {
+        int32_t tk;
+        memcpy(&tk, data + sizeof h + (size_t)i * sizeof tk, sizeof tk);
+        if (tk < 0 || tk >= sh->n_vocab) return dsf_seterr(err, "snapshot holds an invalid token id %d", tk);
+    }
+    rdr r = {data + sizeof h, len - 8 - sizeof h};
+    int bad = take_bytes(&r, s->kv.tokens, (size_t)n * sizeof(int32_t));
+    for (int64_t il = 0; il < sh->n_layer && !bad; il++)
+        bad |= take_bytes(&r, s->kv.win[il], (size_t)(n * dh) * sizeof(float));
+    for (int64_t il = 0; il < sh->n_layer && !bad; il++) {
+        if (sh->kv_src[il] != il) continue;
+        int64_t rows = n / sh->ratio[il];
+        bad |= take_bytes(&r, s->kv.ckv[il], (size_t)(rows * dh) * sizeof(float));
+        bad |= take_bytes(&r, s->kv.ik[il], (size_t)(rows * id) * sizeof(float));
+        if (!bad && sh->ratio[il] > 1 && n % sh->ratio[il])
+            bad |= take_bytes(&r, s->kv.carry[il], (size_t)(2 * dh) * sizeof(float));
+    }
+    DSF_ASSERT(!bad && r.left == 0);
+    s->kv.n = n;
+    return 0;
+}
+
+/* ---- describe (dsflash inspect) --------------------------------------------------------- */
+
+void dsf_engine_describe(const dsf_engine *e, void (*emit)(void *ud, const char *line), void *ud) {
+    const dsf_shape *sh = &e->shape;
+    const gguf_file *g = e->gguf;
+    char line[1024];
+#define EMIT(...) (snprintf(line, sizeof line, __VA_ARGS__), emit(ud, line))
+    EMIT("file: %s (GGUF v%u, %llu keys, %llu tensors, %llu bytes)", e->name, g->version,
+         (unsigned long long)g->n_kv, (unsigned long long)g->n_tensors, (unsigned long long)g->size);
+    EMIT("== metadata ==");
+    for (uint64_t i = 0; i < g->n_kv; i++) {
+        const gguf_kv *kv = &g->kv[i];
+        switch (kv->type) {
+        case GGUF_VT_STRING:
+            EMIT("  %-56s str    %.*s", kv->key, kv->str.len > 80 ? 80 : (int)kv->str.len, kv->str.ptr);
+            break;
+        case GGUF_VT_ARRAY:
+            EMIT("  %-56s array  %s[%llu]", kv->key, gguf_vtype_name(kv->arr_type), (unsigned long long)kv->arr_n);
+            break;
+        case GGUF_VT_FLOAT32:
+        case GGUF_VT_FLOAT64: EMIT("  %-56s %-6s %g", kv->key, gguf_vtype_name(kv->type), kv->f); break;
+        case GGUF_VT_INT8:
+        case GGUF_VT_INT16:
+        case GGUF_VT_INT32:
+        case GGUF_VT_INT64: EMIT("  %-56s %-6s %lld", kv->key, gguf_vtype_name(kv->type), (long long)kv->i); break;
+        default: EMIT("  %-56s %-6s %llu", kv->key, gguf_vtype_name(kv->type), (unsigned long long)kv->u); break;
+        }
+    }
+    EMIT("== shape ==");
+    EMIT("  vocab %lld, hidden %lld, layers %lld, heads %lld x %lld (rope %lld), q_lora %lld, o_groups %lld x %lld",
+         (long long)sh->n_vocab, (long long)sh->n_embd, (long long)sh->n_layer, (long long)sh->n_head,
+         (long long)sh->head_dim, (long long)sh->n_rot, (long long)sh->q_lora, (long long)sh->o_groups,
+         (long long)sh->o_lora);
+    EMIT("  window %lld, experts %lld (top %lld, ff %lld, shared %lld), indexer %lld x %lld top-k %lld, hc %lld",
+         (long long)sh->window, (long long)sh->n_expert, (long long)sh->n_expert_used, (long long)sh->n_ff_exp,
+         (long long)sh->n_expert_shared, (long long)sh->idx_heads, (long long)sh->idx_dim, (long long)sh->idx_topk,
+         (long long)sh->hc);
+    if (sh->cand_src >= 0)
+        EMIT("  candidates: source layer %d, %lld blocks of %lld rows", sh->cand_src, (long long)sh->cand_topk_blocks,
+             (long long)sh->cand_block);
+    EMIT("== layer roles ==");
+    EMIT("  %5s %5s %8s %9s %10s %-22s %s", "layer", "ratio", "rope", "kv_src", "topk_src", "candidate", "engram");
+    for (int64_t il = 0; il < sh->n_layer; il++) {
+        const char *cand = "-";
+        if (sh->cand_src >= 0 && il == sh->cand_src) cand = "publishes";
+        else if (sh->cand_src >= 0 && il > sh->cand_src && sh->topk_src[il] == il) cand = "restricted";
+        char kvs[32], tks[32], eg[48];
+        if (sh->kv_src[il] < 0) snprintf(kvs, sizeof kvs, "-");
+        else snprintf(kvs, sizeof kvs, "%d%s", sh->kv_src[il], sh->kv_src[il] == il ? " (own)" : "");
+        if (sh->topk_src[il] < 0) snprintf(tks, sizeof tks, "-");
+        else snprintf(tks, sizeof tks, "%d%s", sh->topk_src[il], sh->topk_src[il] == il ? " (own)" : "");
+        if (sh->engram_of[il] >= 0) snprintf(eg, sizeof eg, "module %d (before block)", sh->engram_of[il]);
+        else snprintf(eg, sizeof eg, "-");
+        EMIT("  %5lld %5d %8s %9s %10s %-22s %s", (long long)il, sh->ratio[il], sh->ratio[il] ? "compress" : "main",
+             kvs, tks, cand, eg);
+    }
+    EMIT("== tensors ==");
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const gguf_tensor *t = &g->tensors[i];
+        char dims[96];
+        int o = 0;
+        for (uint32_t d = 0; d < t->n_dims; d++)
+            o += snprintf(dims + o, sizeof dims - (size_t)o, d ? ", %lld" : "%lld", (long long)t->ne[d]);
+        EMIT("  %-44s %-6s {%s} %llu bytes", t->name, ggml_type_name(t->type), dims, (unsigned long long)t->nbytes);
+    }
+#undef EMIT
+}

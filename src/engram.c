@@ -1,0 +1,74 @@
+/* engram.c: Engram n-gram memory (architecture.md §4.2): the per-position hash over the
+ * compressed token history and the gated add into every hyper-connection copy, applied to
+ * the stream BEFORE its block. The table is read row by row, never whole. */
+#include "fwd.h"
+#include "ops.h"
+#include "quant.h"
+
+#include <math.h>
+#include <string.h>
+
+void engram_hash(const dsf_shape *sh, int64_t e, const int32_t *tokens, int64_t p, int64_t *rows) {
+    const int64_t ng = sh->ngram, nh = sh->heads_per_ngram, cols = sh->ple_cols;
+    const uint64_t *mult = sh->ple_mult + e * ng;
+    const uint64_t *off = sh->ple_offset + e * cols, *size = sh->ple_size + e * cols;
+    uint64_t tk[8];
+    int blocked = 0;
+    for (int64_t s = 0; s < ng; s++) {
+        int64_t c = DSF_ENGRAM_DEAD;
+        if (p - s >= 0) {
+            int32_t id = tokens[p - s];
+            c = (id < 0 || id >= sh->n_token_map) ? DSF_ENGRAM_DEAD : sh->token_map[id];
+        }
+        /* spec §4.2.3: blocking is cumulative from the sequence start or a DEAD token */
+        blocked = blocked || c == DSF_ENGRAM_DEAD;
+        tk[s] = blocked ? (uint64_t)sh->engram_pad : (uint64_t)c;
+    }
+    uint64_t rolling = tk[0] * mult[0];
+    for (int64_t s = 1; s < ng; s++) {
+        rolling ^= tk[s] * mult[s];
+        for (int64_t h = 0; h < nh; h++) {
+            int64_t col = (s - 1) * nh + h;
+            rows[col] = (int64_t)(rolling % size[col] + off[col]);
+        }
+    }
+}
+
+void engram_forward(const fwd *f, int64_t il) {
+    const dsf_shape *sh = f->sh;
+    const dsf_layer *L = &f->w->layers[il];
+    dsf_scratch *sc = f->sc;
+    const int64_t e = sh->engram_of[il], T = f->T, D = sh->n_embd, hc = sh->hc;
+    const int64_t cols = sh->ple_cols, pd = sh->ple_dim, nin = cols * pd;
+    const gguf_tensor *ple = f->w->ple;
+    for (int64_t t = 0; t < T; t++) {
+        int64_t *rows = sc->rows + t * cols;
+        engram_hash(sh, e, f->kv->tokens, f->p0 + t, rows);
+        for (int64_t c = 0; c < cols; c++)
+            dequant_row(ple->type, ple->data + (uint64_t)rows[c] * ple->row_bytes, sc->erow + t * nin + c * pd, pd);
+    }
+    if (T == f->T) fwd_dump(f, "engram_rows", sc->rows, (size_t)(T * cols) * sizeof(int64_t));
+    const float *xin = fwd_act(f, sc->erow, T, nin, sc->erow); /* in place: rows are not reused */
+    const int64_t nout = (hc + 1) * D;
+    fwd_mm(f, &L->engram_kv, xin, T, sc->ekv, nout);
+    const float dscale = (float)(1.0 / sqrt((double)D));
+    for (int64_t t = 0; t < T; t++) {
+        const float *kv = sc->ekv + t * nout, *val = kv + hc * D;
+        for (int64_t c = 0; c < hc; c++) {
+            float *x = sc->X + (t * hc + c) * D;
+            const float *key = kv + c * D, *gw = L->engram_gate + c * D;
+            double sx = 0, sk = 0, dot = 0;
+            for (int64_t d = 0; d < D; d++) {
+                sx += (double)x[d] * x[d];
+                sk += (double)key[d] * key[d];
+                dot += (double)x[d] * gw[d] * key[d];
+            }
+            float rx = (float)(1.0 / sqrt(sx / (double)D + (double)sh->eps));
+            float rk = (float)(1.0 / sqrt(sk / (double)D + (double)sh->eps));
+            float dd = (float)dot * rx * rk * dscale;
+            /* spec §4.2.4: sign via copysign, +0 counts as positive */
+            float g = op_sigmoid(copysignf(sqrtf(fmaxf(fabsf(dd), 1e-6f)), dd));
+            for (int64_t d = 0; d < D; d++) x[d] += g * val[d];
+        }
+    }
+}

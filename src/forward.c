@@ -1,0 +1,159 @@
+/* forward.c: the layer loop for a chunk of tokens (architecture.md §4.0, §4.3, §4.6).
+ * Reads like the model card: embed into hc copies; per layer: Engram (before the block),
+ * hc mixes, collapse with the previous sublayer's pre, attention, expand, hc mixes, collapse
+ * with the attention's pre, MoE, expand; final collapse with the last FFN pre, norm, head. */
+#include "fwd.h"
+#include "ops.h"
+#include "quant.h"
+#include "util.h"
+
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct {
+    const dsf_kernels *k;
+    const dsf_wmat *w;
+    const float *x;
+    int64_t T, ldy;
+    float *y;
+} mm_job;
+
+static void mm_range(void *ctx, int64_t i0, int64_t i1, int tid) {
+    (void)tid;
+    const mm_job *j = ctx;
+    kern_matmul(j->k, j->w, j->x, j->T, j->y, j->ldy, i0, i1);
+}
+
+void fwd_mm(const fwd *f, const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy) {
+    if (T <= 0) return;
+    mm_job j = {f->e->kern, w, x, T, ldy, y};
+    int64_t grain = w->n_out / (4 * dsf_pool_size(f->e->pool));
+    dsf_parallel_for(f->e->pool, w->n_out, grain < 1 ? 1 : grain, mm_range, &j);
+}
+
+const float *fwd_act(const fwd *f, const float *x, int64_t T, int64_t n, float *xq) {
+    if (!f->ref) return x;
+    if (xq != x) memcpy(xq, x, (size_t)(T * n) * sizeof(float));
+    qdq_fp8_e8m0(xq, T * n);
+    return xq;
+}
+
+void fwd_dump(const fwd *f, const char *name, const void *data, size_t bytes) {
+    const char *dir = dsf_knob("DSF_DUMP");
+    if (!dir || !data) return;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s.bin", dir, name);
+    FILE *fp = fopen(path, f->p0 == 0 ? "wb" : "ab");
+    if (!fp) return;
+    fwrite(data, 1, bytes, fp);
+    fclose(fp);
+}
+
+/* ---- hyper-connections (spec §4.3) ---------------------------------------------------- */
+
+/* pre[T][hc], post[T][hc], comb[T][hc][hc] from the stream X[T][hc][D]. */
+static void hc_mixes(const fwd *f, const dsf_wmat *fn, const float *scale, const float *base, const float *X,
+                     float *pre, float *post, float *comb) {
+    const dsf_shape *sh = f->sh;
+    dsf_scratch *sc = f->sc;
+    const int64_t T = f->T, hc = sh->hc, n = hc * sh->n_embd, mix = (2 + hc) * hc;
+    fwd_mm(f, fn, X, T, sc->mix, mix);
+    float A[16 * 16];
+    for (int64_t t = 0; t < T; t++) {
+        const float *x = X + t * n;
+        double ss = 0.0;
+        for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+        float rho = (float)(1.0 / sqrt(ss / (double)n + (double)sh->eps)); /* rms_norm_eps, not hc_eps */
+        const float *m = sc->mix + t * mix;
+        for (int64_t c = 0; c < hc; c++) {
+            pre[t * hc + c] = op_sigmoid(m[c] * rho * scale[0] + base[c]) + sh->hc_eps;
+            post[t * hc + c] = 2.0f * op_sigmoid(m[hc + c] * rho * scale[1] + base[hc + c]);
+        }
+        for (int64_t i = 0; i < hc * hc; i++) A[i] = m[2 * hc + i] * rho * scale[2] + base[2 * hc + i];
+        op_sinkhorn(comb + t * hc * hc, A, hc, sh->hc_iters, sh->hc_eps);
+    }
+}
+
+/* out[T][D] = sum_c pre[c] X[c] */
+static void hc_collapse(const fwd *f, const float *X, const float *pre, float *out) {
+    const int64_t hc = f->sh->hc, D = f->sh->n_embd;
+    for (int64_t t = 0; t < f->T; t++)
+        for (int64_t d = 0; d < D; d++) {
+            float s = 0.0f;
+            for (int64_t c = 0; c < hc; c++) s += pre[t * hc + c] * X[(t * hc + c) * D + d];
+            out[t * D + d] = s;
+        }
+}
+
+/* Y[j] = post[j] fo + sum_i comb[i][j] R[i]   (i = source copy, j = destination) */
+static void hc_expand(const fwd *f, const float *fo, const float *R, const float *post, const float *comb, float *Y) {
+    const int64_t hc = f->sh->hc, D = f->sh->n_embd;
+    for (int64_t t = 0; t < f->T; t++)
+        for (int64_t j = 0; j < hc; j++)
+            for (int64_t d = 0; d < D; d++) {
+                /* the reference's order: the residual mix summed over i first, then the
+                 * sublayer term added (fp32 rounding feeds the FP8 decisions downstream) */
+                float s = 0.0f;
+                for (int64_t i = 0; i < hc; i++) s += comb[(t * hc + i) * hc + j] * R[(t * hc + i) * D + d];
+                Y[(t * hc + j) * D + d] = post[t * hc + j] * fo[t * D + d] + s;
+            }
+}
+
+static void dumpl(const fwd *f, int64_t il, const char *what, const float *p, int64_t n) {
+    char nm[64];
+    snprintf(nm, sizeof nm, "L%02lld.%s", (long long)il, what);
+    fwd_dump(f, nm, p, (size_t)n * sizeof(float));
+}
+
+void forward_chunk(dsf_session *s, const int32_t *tok, int64_t T, float *logits, int all_rows) {
+    dsf_engine *e = s->e;
+    const dsf_shape *sh = &e->shape;
+    const dsf_weights *w = &e->w;
+    dsf_scratch *sc = &s->sc;
+    fwd f = {s, e, sh, w, sc, &s->kv, T, s->kv.n, e->numerics == DSF_NUMERICS_REFERENCE};
+    const int64_t D = sh->n_embd, hc = sh->hc;
+    DSF_ASSERT(T >= 1 && T <= sc->max_chunk && s->kv.n + T <= s->kv.max_ctx);
+    memcpy(s->kv.tokens + f.p0, tok, (size_t)T * sizeof(int32_t));
+
+    for (int64_t t = 0; t < T; t++) {
+        dequant_row(w->tok_embd.type, w->tok_embd.data + (uint64_t)tok[t] * w->tok_embd.row_bytes, sc->h, D);
+        for (int64_t c = 0; c < hc; c++) memcpy(sc->X + (t * hc + c) * D, sc->h, (size_t)D * sizeof(float));
+        for (int64_t c = 0; c < hc; c++) sc->pre[t * hc + c] = c == 0 ? 1.0f : 0.0f; /* layer 0: one-hot, no eps */
+    }
+    for (int64_t il = 0; il < sh->n_layer; il++) {
+        const dsf_layer *L = &w->layers[il];
+        if (sh->engram_of[il] >= 0) {
+            engram_forward(&f, il);
+            dumpl(&f, il, "engram_out", sc->X, T * hc * D);
+        }
+        hc_mixes(&f, &L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, sc->X, sc->a_pre, sc->post, sc->comb);
+        hc_collapse(&f, sc->X, sc->pre, sc->h);
+        for (int64_t t = 0; t < T; t++) op_rmsnorm(sc->u + t * D, sc->h + t * D, L->attn_norm, D, sh->eps);
+        dumpl(&f, il, "attn_in", sc->u, T * D);
+        attn_forward(&f, il, sc->u, sc->out);
+        dumpl(&f, il, "attn_out", sc->out, T * D);
+        hc_expand(&f, sc->out, sc->X, sc->post, sc->comb, sc->X1);
+        hc_mixes(&f, &L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, sc->X1, sc->f_pre, sc->post, sc->comb);
+        /* spec §4.3: the FFN collapses with the ATTENTION's pre */
+        hc_collapse(&f, sc->X1, sc->a_pre, sc->h);
+        for (int64_t t = 0; t < T; t++) op_rmsnorm(sc->u + t * D, sc->h + t * D, L->ffn_norm, D, sh->eps);
+        dumpl(&f, il, "ffn_in", sc->u, T * D);
+        moe_forward(&f, il, sc->u, sc->out);
+        dumpl(&f, il, "ffn_out", sc->out, T * D);
+        hc_expand(&f, sc->out, sc->X1, sc->post, sc->comb, sc->X);
+        memcpy(sc->pre, sc->f_pre, (size_t)(T * hc) * sizeof(float));
+        dumpl(&f, il, "block_out", sc->X, T * hc * D);
+        dumpl(&f, il, "next_pre_mix", sc->pre, T * hc);
+    }
+    s->kv.n += T;
+    if (!logits) return;
+    /* final collapse with the last FFN pre (no hc_head), norm, head */
+    int64_t t0 = all_rows ? 0 : T - 1;
+    hc_collapse(&f, sc->X, sc->pre, sc->h);
+    for (int64_t t = t0; t < T; t++) op_rmsnorm(sc->fin + (t - t0) * D, sc->h + t * D, w->output_norm, D, sh->eps);
+    fwd_mm(&f, &w->output, sc->fin, T - t0, logits, sh->n_vocab);
+}

@@ -1,0 +1,33 @@
+/* fwd.h: the forward pass's internal context, shared by forward.c and the per-mechanism files
+ * (attn.c, moe.c, engram.c). Not a public interface. */
+#ifndef DSF_FWD_H
+#define DSF_FWD_H
+
+#include "session.h"
+
+typedef struct {
+    dsf_session *s;
+    const dsf_engine *e;
+    const dsf_shape *sh;
+    const dsf_weights *w;
+    dsf_scratch *sc;
+    dsf_kvstate *kv;
+    int64_t T, p0;  /* chunk size and first position */
+    int ref;        /* reference numerics (QDQ contract) */
+} fwd;
+
+/* y[T][ldy] (rows of w) = w . x[T][w->n_in], threaded over rows. */
+void fwd_mm(const fwd *f, const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy);
+/* Activation prep for an FP8/FP4 projection: in reference mode copies x[T][n] to xq and
+ * applies QDQ_FP8 (groups of 32 along n) and returns xq; in plain mode returns x. */
+const float *fwd_act(const fwd *f, const float *x, int64_t T, int64_t n, float *xq);
+/* Debug dump of a chunk tensor to $DSF_DUMP/<name>.f32 (no-op unless set). */
+void fwd_dump(const fwd *f, const char *name, const void *data, size_t bytes);
+
+void engram_forward(const fwd *f, int64_t il);
+void attn_forward(const fwd *f, int64_t il, const float *u, float *out);
+void moe_forward(const fwd *f, int64_t il, const float *v, float *out);
+/* Engram rows of one token (absolute per_layer_token_embd rows, [ple_cols]). */
+void engram_hash(const dsf_shape *sh, int64_t e, const int32_t *tokens, int64_t p, int64_t *rows);
+
+#endif

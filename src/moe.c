@@ -1,0 +1,92 @@
+/* moe.c: the MoE FFN of one layer for a chunk (architecture.md §4.5): fp32 router,
+ * sqrt-softplus scores, selection on score + bias (bias for selection only), weights
+ * normalized with +1e-20 and scaled, SwiGLU clamped (gate: upper only, before silu; up:
+ * both sides), routing weight applied before w2, accumulation in fp32 in increasing expert
+ * id, then the shared expert. Tokens are grouped by expert so that each expert's weights
+ * are read once per chunk. */
+#include "fwd.h"
+#include "ops.h"
+#include "quant.h"
+
+#include <math.h>
+#include <string.h>
+
+/* z = silu(min(g, lim)) * clamp(u, -lim, lim) * wt  (lim <= 0: no clamp) */
+static void swiglu(float *z, const float *g, const float *u, int64_t n, float lim, float wt) {
+    for (int64_t i = 0; i < n; i++) {
+        float gg = g[i], uu = u[i];
+        if (lim > 0.0f) {
+            gg = fminf(gg, lim);
+            uu = fminf(fmaxf(uu, -lim), lim);
+        }
+        z[i] = wt * (op_silu(gg) * uu);
+    }
+}
+
+/* One expert FFN on n gathered token rows ex [n][D]; adds into acc rows etok[]. */
+static void expert(const fwd *f, const dsf_wmat *wg, const dsf_wmat *wu, const dsf_wmat *wd, int64_t n,
+                   const int32_t *etok, const float *ewt, float lim) {
+    const dsf_shape *sh = f->sh;
+    dsf_scratch *sc = f->sc;
+    const int64_t D = sh->n_embd, ff = wg->n_out;
+    const float *xq = fwd_act(f, sc->ex, n, D, sc->exq);
+    fwd_mm(f, wg, xq, n, sc->eg, ff);
+    fwd_mm(f, wu, xq, n, sc->eu, ff);
+    for (int64_t k = 0; k < n; k++)
+        swiglu(sc->eg + k * ff, sc->eg + k * ff, sc->eu + k * ff, ff, lim, ewt ? ewt[k] : 1.0f);
+    const float *zq = fwd_act(f, sc->eg, n, ff, sc->eu);
+    fwd_mm(f, wd, zq, n, sc->ey, D);
+    for (int64_t k = 0; k < n; k++) {
+        float *a = sc->acc + (int64_t)etok[k] * D;
+        const float *y = sc->ey + k * D;
+        for (int64_t d = 0; d < D; d++) a[d] += y[d];
+    }
+}
+
+void moe_forward(const fwd *f, int64_t il, const float *v, float *out) {
+    const dsf_shape *sh = f->sh;
+    const dsf_layer *L = &f->w->layers[il];
+    dsf_scratch *sc = f->sc;
+    const int64_t T = f->T, D = sh->n_embd, E = sh->n_expert, K = sh->n_expert_used;
+    fwd_mm(f, &L->router, v, T, sc->rlog, E);
+    for (int64_t t = 0; t < T; t++) {
+        float *lg = sc->rlog + t * E;
+        for (int64_t e = 0; e < E; e++) lg[e] = sqrtf(op_softplus(lg[e]));
+        /* select on score + bias; sc->blk is free here and holds the biased scores */
+        float *biased = sc->att;
+        for (int64_t e = 0; e < E; e++) biased[e] = lg[e] + L->exp_bias[e];
+        int32_t *sel = sc->esel + t * K;
+        op_topk(biased, E, K, sel, sc->heap);
+        float *wt = sc->ewt + t * K, sum = 0.0f;
+        for (int64_t k = 0; k < K; k++) sum += (wt[k] = lg[sel[k]]);
+        for (int64_t k = 0; k < K; k++) {
+            if (sh->expert_weights_norm) wt[k] /= (sum + 1e-20f);
+            wt[k] *= sh->expert_weights_scale;
+        }
+    }
+    fwd_dump(f, "moe_indices", sc->esel, (size_t)(T * K) * sizeof(int32_t));
+    fwd_dump(f, "moe_weights", sc->ewt, (size_t)(T * K) * sizeof(float));
+    memset(sc->acc, 0, (size_t)(T * D) * sizeof(float));
+    const float lim = sh->swiglu_exp[il];
+    for (int64_t e = 0; e < E; e++) { /* increasing expert id: the fp32 accumulation order */
+        int64_t n = 0;
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t k = 0; k < K; k++)
+                if (sc->esel[t * K + k] == e) {
+                    sc->etok[n] = (int32_t)t;
+                    sc->ewtok[n] = sc->ewt[t * K + k];
+                    memcpy(sc->ex + n * D, v + t * D, (size_t)D * sizeof(float));
+                    n++;
+                }
+        if (!n) continue;
+        dsf_wmat wg = wmat_expert(&L->gate_exps, e), wu = wmat_expert(&L->up_exps, e),
+                 wd = wmat_expert(&L->down_exps, e);
+        expert(f, &wg, &wu, &wd, n, sc->etok, sc->ewtok, lim);
+    }
+    for (int64_t t = 0; t < T; t++) {
+        sc->etok[t] = (int32_t)t;
+        memcpy(sc->ex + t * D, v + t * D, (size_t)D * sizeof(float));
+    }
+    expert(f, &L->gate_sh, &L->up_sh, &L->down_sh, T, sc->etok, NULL, sh->swiglu_shexp[il]);
+    memcpy(out, sc->acc, (size_t)(T * D) * sizeof(float));
+}

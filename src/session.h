@@ -1,0 +1,88 @@
+/* session.h: per-sequence state (architecture.md §5.1) and the forward pass's scratch.
+ *
+ * State, all indexed by absolute position so that prefill, chunked prefill and decode see
+ * exactly the same values (§5.2):
+ *   - tokens[0..n): the token history (also the Engram history: compressed ids are looked
+ *     up from it, and positions < 0 are "sequence start");
+ *   - win[il][p]: every layer's window KV (post-norm, post-RoPE, QDQ'd in reference mode),
+ *     kept for all positions so that a rollback to any earlier length is exact;
+ *   - ckv[s][j], ik[s][j]: compressed rows and index keys of the KV source layers;
+ *   - carry[s]: the ratio-2 compressor's pending token (a, g), valid while n is odd.
+ * Scratch: buffers for one chunk of up to max_chunk tokens, allocated once. */
+#ifndef DSF_SESSION_H
+#define DSF_SESSION_H
+
+#include "model.h"
+
+typedef struct {
+    int64_t max_ctx;
+    int64_t n;          /* tokens consumed */
+    int32_t *tokens;    /* [max_ctx] */
+    float **win;        /* [n_layer] -> [max_ctx][head_dim] */
+    float **ckv;        /* [n_layer] -> [max_ctx/ratio][head_dim] (KV sources only) */
+    float **ik;         /* [n_layer] -> [max_ctx/ratio][idx_dim] (KV sources only) */
+    float **carry;      /* [n_layer] -> [2][head_dim]: a then g (ratio-2 KV sources) */
+} dsf_kvstate;
+
+typedef struct {
+    int64_t max_chunk;
+    float *X, *X1;               /* [T][hc][D] */
+    float *pre, *a_pre, *f_pre;  /* [T][hc] */
+    float *post, *comb;          /* [T][hc], [T][hc][hc] */
+    float *mix;                  /* [T][mix] */
+    float *h, *u;                /* [T][D] */
+    float *qa, *qr, *qrq, *uq;   /* [T][q_lora], uq: [T][D] QDQ'd input */
+    float *q;                    /* [T][H][dh] */
+    float *kvw;                  /* [T][dh] */
+    float *o;                    /* [T][H][dh] */
+    float *ya, *yaq;             /* [T][og*olr] */
+    float *out;                  /* [T][D] */
+    float *ca, *cg;              /* [T][dh] compressor projections */
+    float *lat;                  /* [T][dh] */
+    float *ikt;                  /* [T][idx_dim] */
+    float *iq, *iw;              /* [T][ih][id], [T][ih] */
+    float *scores;               /* [max_ctx] */
+    float *blk;                  /* [max_ctx/cand_block+1] */
+    int32_t *sel;                /* [T][idx_topk] selected compressed rows */
+    int64_t *n_sel;              /* [T] */
+    int32_t *cand;               /* [T][cand_topk_blocks] candidate blocks (sorted) */
+    int64_t *n_cand;             /* [T] */
+    int32_t *heap;               /* [max(idx_topk, cand_topk_blocks, n_expert_used)] */
+    uint8_t *cmask;              /* [max_ctx/cand_block+1] */
+    float *att;                  /* [window + idx_topk] */
+    int32_t *keys;               /* [window + idx_topk] key ids (>=0 window pos, <0 compressed) */
+    /* MoE */
+    float *rlog;                 /* [T][n_expert] */
+    int32_t *esel;               /* [T][n_used] */
+    float *ewt;                  /* [T][n_used] */
+    int32_t *etok;               /* [T] tokens routed to the current expert */
+    float *ewtok;                /* [T] */
+    float *ex, *exq;             /* [T][D] gathered inputs */
+    float *eg, *eu;              /* [T][ff] */
+    float *ey;                   /* [T][D] */
+    float *acc;                  /* [T][D] fp32 accumulator */
+    /* Engram */
+    int64_t *rows;               /* [T][cols] */
+    float *erow;                 /* [T][cols*ple_dim] */
+    float *ekv;                  /* [T][(hc+1)*D] */
+    float *fin;                  /* [T][D] final norm */
+} dsf_scratch;
+
+struct dsf_session {
+    dsf_engine *e;
+    dsf_kvstate kv;
+    dsf_scratch sc;
+    size_t bytes;
+};
+
+/* kvcache.c */
+int kv_init(dsf_kvstate *kv, const dsf_shape *s, int64_t max_ctx, size_t *bytes, char *err);
+void kv_free(dsf_kvstate *kv, const dsf_shape *s);
+int scratch_init(dsf_scratch *sc, const dsf_shape *s, int64_t max_chunk, int64_t max_ctx, size_t *bytes);
+void scratch_free(dsf_scratch *sc);
+
+/* forward.c: consumes T <= max_chunk tokens at positions kv->n.. and appends them.
+ * logits: NULL, or [T][n_vocab] when all_rows, else [n_vocab] (last token). */
+void forward_chunk(dsf_session *s, const int32_t *tok, int64_t T, float *logits, int all_rows);
+
+#endif
