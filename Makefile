@@ -21,7 +21,7 @@ LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ  := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all test asan clang check clean bench fuzz
+.PHONY: all test asan clang check clean bench fuzz deps demo
 all: $(BUILD)/dsflash
 
 $(BUILD)/%_avx2.o: %_avx2.c
@@ -48,6 +48,15 @@ $(BUILD)/dsflash-test: $(TEST_OBJ) $(BUILD)/libdsflash.a $(BUILD)/dsflash
 # The test runner's last line is "N passed, N failed[, N skipped]".
 test: $(BUILD)/dsflash-test $(BUILD)/dsflash
 	DSF_BIN=$(BUILD)/dsflash ./$(BUILD)/dsflash-test $(T)
+
+# Installs missing Debian packages (apt-get; sudo when not root).
+deps:
+	./scripts/deps.sh
+
+# The README's main job: a random-weight tiny model generated here, then one prompt.
+demo: $(BUILD)/dsflash
+	./$(BUILD)/dsflash synth --preset tiny $(BUILD)/tiny.gguf
+	./$(BUILD)/dsflash run -m $(BUILD)/tiny.gguf -p "Hello! Who are you?" -n 48
 
 clang:
 	$(MAKE) CC=clang BUILD=build-clang test

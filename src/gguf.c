@@ -147,12 +147,22 @@ static int rd_u64(cursor *c, uint64_t *out, const char *thing) {
     return 0;
 }
 
-static int rd_str(cursor *c, gguf_str *s, const char *thing) {
-    uint64_t len;
-    if (rd_u64(c, &len, thing) < 0) return -1;
+/* "thing" or "thing idx", built only on error paths (string arrays have 10^5 elements). */
+static const char *label(char *buf, size_t cap, const char *thing, int64_t idx) {
+    if (idx < 0) return thing;
+    snprintf(buf, cap, "%s %lld", thing, (long long)idx);
+    return buf;
+}
+
+static int rd_str(cursor *c, gguf_str *s, const char *thing, int64_t idx) {
+    char buf[96];
+    if (remain(c) < 8) return need(c, 8, label(buf, sizeof buf, thing, idx));
+    uint64_t len = le(c->p + c->pos, 8);
+    c->pos += 8;
     if (len > GGUF_MAX_STRING)
-        return fail(c, "%s length %llu exceeds the 1 GiB limit", thing, (unsigned long long)len);
-    if (need(c, len, thing) < 0) return -1;
+        return fail(c, "%s length %llu exceeds the 1 GiB limit", label(buf, sizeof buf, thing, idx),
+                    (unsigned long long)len);
+    if (len > remain(c)) return need(c, len, label(buf, sizeof buf, thing, idx));
     s->ptr = (const char *)c->p + c->pos;
     s->len = len;
     c->pos += len;
@@ -222,7 +232,7 @@ static int rd_scalar(cursor *c, gguf_kv *kv, uint32_t t) {
 static int rd_value(cursor *c, gguf_kv *kv) {
     uint32_t t = kv->type;
     if (t >= GGUF_VT_COUNT) return fail(c, "unknown value type %u", t);
-    if (t == GGUF_VT_STRING) return rd_str(c, &kv->str, "string value");
+    if (t == GGUF_VT_STRING) return rd_str(c, &kv->str, "string value", -1);
     if (t != GGUF_VT_ARRAY) return rd_scalar(c, kv, t);
 
     uint32_t et;
@@ -252,11 +262,8 @@ static int rd_value(cursor *c, gguf_kv *kv) {
         return fail(c, "array of %llu strings cannot fit in the %llu bytes left", (unsigned long long)n,
                     (unsigned long long)remain(c));
     kv->strs = dsf_xmalloc((size_t)(n ? n : 1) * sizeof *kv->strs);
-    for (uint64_t i = 0; i < n; i++) {
-        char thing[64];
-        snprintf(thing, sizeof thing, "string array element %llu", (unsigned long long)i);
-        if (rd_str(c, &kv->strs[i], thing) < 0) return -1;
-    }
+    for (uint64_t i = 0; i < n; i++)
+        if (rd_str(c, &kv->strs[i], "string array element", (int64_t)i) < 0) return -1;
     return 0;
 }
 
@@ -310,7 +317,7 @@ static int parse_kvs(cursor *c, gguf_file *f, uint64_t n_kv) {
         gguf_kv *kv = &f->kv[i];
         gguf_str key;
         char *name;
-        if (rd_str(c, &key, "key") < 0 || dup_name(c, &key, "key", &name) < 0) return -1;
+        if (rd_str(c, &key, "key", -1) < 0 || dup_name(c, &key, "key", &name) < 0) return -1;
         kv->key = name;
         f->n_kv = i + 1; /* owned from now on: freed by free_tables */
         char shown[96];
@@ -343,7 +350,7 @@ static int parse_tensor_info(cursor *c, gguf_file *f, uint64_t i) {
     gguf_str s;
     char *name;
     snprintf(c->what, sizeof c->what, "tensor #%llu", (unsigned long long)i);
-    if (rd_str(c, &s, "tensor name") < 0) return -1;
+    if (rd_str(c, &s, "tensor name", -1) < 0) return -1;
     char shown[96];
     show(shown, sizeof shown, s.ptr, s.len);
     if (s.len >= GGUF_MAX_NAME)

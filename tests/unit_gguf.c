@@ -541,10 +541,17 @@ TEST(gguf_getters_strict) {
 
 /* Guards the hash tables: many keys and tensors, all found, none confused. */
 TEST(gguf_many_entries) {
-    enum { NK = 3000, NT = 2000 };
+    enum { NK = 3000, NT = 2000, NV = 129280 /* the release's vocabulary */ };
     bb b = {0};
-    hdr(&b, 3, NT, NK);
+    hdr(&b, 3, NT, NK + 1);
     char name[64];
+    key(&b, "tokenizer.ggml.tokens", GGUF_VT_ARRAY);
+    u32(&b, GGUF_VT_STRING);
+    u64(&b, NV);
+    for (int i = 0; i < NV; i++) {
+        snprintf(name, sizeof name, "tok%d", i);
+        str(&b, name);
+    }
     for (int i = 0; i < NK; i++) {
         snprintf(name, sizeof name, "key.%d", i);
         kv_u32(&b, name, (uint32_t)i * 3);
@@ -569,6 +576,8 @@ TEST(gguf_many_entries) {
         CHECKF(tt && tt->offset == (uint64_t)i * 32, "%s", name);
     }
     CHECK(!gguf_find_kv(f, "key.3000") && !gguf_find_tensor(f, "blk.2000.w"));
+    const gguf_kv *tok = gguf_find_kv(f, "tokenizer.ggml.tokens");
+    CHECK(tok && tok->arr_n == NV && tok->strs[NV - 1].len == 9 && memcmp(tok->strs[NV - 1].ptr, "tok129279", 9) == 0);
     gguf_close(f);
     free(b.d);
 }
