@@ -61,6 +61,10 @@ int dsf_session_max_ctx(const dsf_session *s);
  * outside the vocabulary or when the context would exceed max_ctx. */
 int dsf_session_eval(dsf_session *s, const int32_t *tokens, int n, float *logits, bool all_rows,
                      char *err);
+/* One decode step for several sessions of the same engine in a single forward (weights are
+ * read once for all): tokens[i] is appended to sessions[i] (distinct sessions). logits:
+ * NULL or [n][n_vocab]. Same results as n separate dsf_session_eval calls. */
+int dsf_batch_eval(dsf_session **sessions, const int32_t *tokens, int n, float *logits, char *err);
 /* Rolls the state back exactly to n tokens (0 <= n <= n_past). */
 int dsf_session_rollback(dsf_session *s, int n, char *err);
 /* The token history (n_past ids). */
@@ -270,6 +274,113 @@ int dsf_stop_matcher_push(dsf_stop_matcher *m, const char *text, size_t len, con
                           size_t *out_len, int *stop_index);
 /* End of generation: returns the held-back tail (nothing if a stop string matched). */
 void dsf_stop_matcher_flush(dsf_stop_matcher *m, const char **out, size_t *out_len);
+
+/* ==== @generate: the generation loop (src/generate.c) ==================================== */
+
+/* A dsf_gen drives one session: prefill with prefix reuse, then a sampling loop that streams
+ * text (never a partial UTF-8 character, never a tail that could still become a stop string)
+ * and, optionally, the DSML parser's typed events. It does not own the engine, session or
+ * tokenizer (they must outlive it). One dsf_gen per session; not thread-safe. The decode
+ * loop does not allocate (buffers are sized at dsf_gen_new), except to collect the text. */
+typedef struct dsf_gen dsf_gen;
+
+typedef enum {
+    DSF_FINISH_NONE = 0,   /* not finished (internal) */
+    DSF_FINISH_STOP,       /* EOS or a stop string */
+    DSF_FINISH_LENGTH,     /* max_tokens reached, or the context (session max_ctx) is full */
+    DSF_FINISH_TOOL_CALLS, /* EOS after a DSML tool-call block (parse_dsml only) */
+    DSF_FINISH_CANCELLED,  /* the cancel callback said so */
+    DSF_FINISH_ERROR,      /* an eval or sampling failure (the call returned -1) */
+} dsf_finish_reason;
+
+/* "stop", "length", "tool_calls", "cancelled", "error" ("none" for DSF_FINISH_NONE). */
+const char *dsf_finish_reason_str(dsf_finish_reason r);
+
+/* Prefill progress: done of total tokens to evaluate (the cached prefix is not counted);
+ * called once with done = 0 before the first chunk and after every chunk. Return non-zero
+ * to cancel the prefill (dsf_gen_prefill then fails with "cancelled"). */
+typedef int (*dsf_gen_progress_cb)(void *ud, int done, int total);
+
+/* One sampled token, passed to dsf_gen_params.on_token before its text is streamed. */
+typedef struct {
+    int32_t id;
+    const char *piece;   /* the text this token completed (detokenizer output before stop
+                            matching; may be empty while a UTF-8 character is unfinished) */
+    size_t piece_len;
+    bool is_eos;
+    float logprob;       /* log-softmax (unscaled logits) of id; 0 unless params.logprobs */
+    int n_top;           /* entries in top_ids/top_logprobs (0 unless params.top_logprobs > 0) */
+    const int32_t *top_ids;
+    const float *top_logprobs;
+} dsf_gen_token;
+
+typedef struct {
+    /* Sampling and stopping: temperature/top-k/top-p/min-p/seed; max_tokens (<= 0: until the
+     * context is full); stop strings; ignore_eos. eos_id < 0 is resolved from the tokenizer
+     * (its eos, else "<｜end▁of▁sentence｜>" by string). The rng starts at dsf_rng_init(seed). */
+    dsf_sampler_params sampler;
+    bool logprobs;          /* fill dsf_gen_token.logprob */
+    int top_logprobs;       /* 0..20 alternatives per token in dsf_gen_token */
+    /* DSML: feed the generated text (EOS string included at the end) to a parser created
+     * with thinking = dsml_thinking (dsf_chat_prompt.gen_reasoning) and forward its events. */
+    bool parse_dsml;
+    bool dsml_thinking;
+    /* Callbacks (each may be NULL), all with ud: */
+    void (*on_text)(void *ud, const char *text, size_t len); /* visible text, in order */
+    dsf_dsml_cb on_dsml;                                     /* parse_dsml events */
+    void (*on_token)(void *ud, const dsf_gen_token *tok);    /* per sampled token */
+    int (*cancel)(void *ud);  /* polled before each token; non-zero stops with "cancelled" */
+    void *ud;
+} dsf_gen_params;
+
+/* Defaults: dsf_sampler_params_default, no logprobs, no DSML, no callbacks. */
+void dsf_gen_params_default(dsf_gen_params *p);
+
+typedef struct {
+    dsf_finish_reason finish;
+    int stop_index;          /* index of the stop string that matched, else -1 */
+    int n_prompt;            /* prompt tokens of the last prefill */
+    int n_cached;            /* of those, reused from the session (not evaluated) */
+    int n_completion;        /* sampled tokens (EOS included) */
+    double prefill_s, decode_s;        /* wall seconds */
+    double prefill_tps, decode_tps;    /* evaluated prompt tokens / s; sampled tokens / s (0 if none) */
+    char *text;              /* the visible text (after stop cutting; no EOS), malloc'ed, NUL-ended */
+    size_t text_len;
+    /* parse_dsml only: the final parse. dsml_strict_ok: the official strict parser accepted
+     * the output (it then is the result); otherwise the tolerant parser's result. */
+    bool has_dsml;
+    bool dsml_strict_ok;
+    dsf_dsml_result dsml;
+} dsf_gen_result;
+
+void dsf_gen_result_free(dsf_gen_result *r);
+
+/* Binds (engine, session, tokenizer); allocates the decode buffers. NULL + err on failure
+ * (e.g. the tokenizer's vocabulary is larger than the model's). */
+dsf_gen *dsf_gen_new(dsf_engine *e, dsf_session *s, const dsf_tokenizer *tok, char *err);
+void dsf_gen_free(dsf_gen *g);
+
+/* Makes the session hold exactly prompt[0..n) and keeps the logits after its last token.
+ * Reuses the longest common prefix of dsf_session_tokens() and the prompt (rolling the
+ * session back to it; at least one token is always evaluated, so a fully cached prompt
+ * rolls back by one), then evaluates the rest in chunks of `chunk` tokens (<= 0: default),
+ * calling progress after each. n >= 1. On failure (bad id, context too small, cancelled)
+ * returns -1 with err; the session then holds some prefix of the prompt. */
+int dsf_gen_prefill(dsf_gen *g, const int32_t *prompt, int n, int chunk, dsf_gen_progress_cb progress,
+                    void *ud, char *err);
+/* Tokens reused by the last prefill (0 before any). */
+int dsf_gen_n_cached(const dsf_gen *g);
+
+/* Decodes after a successful dsf_gen_prefill (the session must not have been touched in
+ * between). Fills *out (free with dsf_gen_result_free) and returns 0; finish says why it
+ * stopped. Returns -1 with err (and out->finish = DSF_FINISH_ERROR, the text so far kept) when
+ * an eval fails or no token can be sampled. The last sampled token is not evaluated when the
+ * loop ends (the session holds the prompt and all but the last completion token). */
+int dsf_gen_decode(dsf_gen *g, const dsf_gen_params *p, dsf_gen_result *out, char *err);
+
+/* prefill + decode in one call (progress may be NULL). */
+int dsf_gen_run(dsf_gen *g, const int32_t *prompt, int n, const dsf_gen_params *p,
+                dsf_gen_progress_cb progress, dsf_gen_result *out, char *err);
 
 #ifdef __cplusplus
 }

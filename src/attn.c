@@ -17,8 +17,9 @@ static const float *rope_table(const fwd *f, int64_t il) {
 
 /* ---- compressor (KV source layers) ------------------------------------------------------ */
 
-/* Emits compressed rows [j0, j0+nr) of source layer il from the latents in sc->lat. */
-static void emit_rows(const fwd *f, int64_t il, int64_t j0, int64_t nr) {
+/* Emits the compressed rows of the nr latents in sc->lat: latent k becomes row sc->tjrow[k]
+ * of sequence sc->tjkv[k] (source layer il). */
+static void emit_rows(const fwd *f, int64_t il, int64_t nr) {
     const dsf_shape *sh = f->sh;
     const dsf_layer *L = &f->w->layers[il];
     dsf_scratch *sc = f->sc;
@@ -28,12 +29,13 @@ static void emit_rows(const fwd *f, int64_t il, int64_t j0, int64_t nr) {
     /* index keys from the pre-RoPE latent (spec §4.4.4) */
     fwd_mm(f, &L->idx_k, sc->lat, nr, sc->ikt, id);
     for (int64_t k = 0; k < nr; k++) {
-        int64_t j = j0 + k;
-        float *ik = f->kv->ik[il] + j * id;
+        const int64_t j = sc->tjrow[k];
+        dsf_kvstate *kv = sc->tjkv[k];
+        float *ik = kv->ik[il] + j * id;
         op_rmsnorm(ik, sc->ikt + k * id, L->idx_k_norm, id, sh->eps);
         op_rope(ik + id - nrot, nrot, freq, j * r, 0);
         if (f->ref) qdq_fp4_e8m0(ik, id);
-        float *c = f->kv->ckv[il] + j * dh;
+        float *c = kv->ckv[il] + j * dh;
         memcpy(c, sc->lat + k * dh, (size_t)dh * sizeof(float));
         op_rope(c + dh - nrot, nrot, freq, j * r, 0);
         if (f->ref) qdq_fp4_e4m3(c, dh);
@@ -48,25 +50,28 @@ static void compressor(const fwd *f, int64_t il, const float *u) {
     if (r == 1) {
         /* ratio 1: plain norm(wkv . u), no gate, no activation quant (spec §4.4.4) */
         fwd_mm(f, &L->comp_wkv, u, T, sc->ca, dh);
-        for (int64_t t = 0; t < T; t++) op_rmsnorm(sc->lat + t * dh, sc->ca + t * dh, L->comp_norm, dh, sh->eps);
-        emit_rows(f, il, f->p0, T);
+        for (int64_t t = 0; t < T; t++) {
+            op_rmsnorm(sc->lat + t * dh, sc->ca + t * dh, L->comp_norm, dh, sh->eps);
+            sc->tjrow[t] = f->tpos[t];
+            sc->tjkv[t] = f->tkv[t];
+        }
+        emit_rows(f, il, T);
         return;
     }
     DSF_ASSERT(r == 2);
     fwd_mm(f, &L->comp_wkv, u, T, sc->ca, dh);
     fwd_mm(f, &L->comp_wgate, u, T, sc->cg, dh);
-    float *carry = f->kv->carry[il];
-    int64_t nr = 0, j0 = -1;
+    int64_t nr = 0;
     for (int64_t t = 0; t < T; t++) {
-        int64_t p = f->p0 + t;
+        const int64_t p = f->tpos[t];
         if ((p + 1) % 2) continue;
         const float *a0, *g0;
-        if (t >= 1) {
+        if (t >= 1 && f->tkv[t - 1] == f->tkv[t]) {
             a0 = sc->ca + (t - 1) * dh;
             g0 = sc->cg + (t - 1) * dh;
-        } else { /* the group started in an earlier forward */
-            a0 = carry;
-            g0 = carry + dh;
+        } else { /* the group started in an earlier forward: its first token is carried */
+            a0 = f->tkv[t]->carry[il];
+            g0 = a0 + dh;
         }
         const float *a1 = sc->ca + t * dh, *g1 = sc->cg + t * dh;
         float *z = sc->lat + nr * dh;
@@ -77,15 +82,20 @@ static void compressor(const fwd *f, int64_t il, const float *u) {
             z[d] = (e0 / s) * a0[d] + (e1 / s) * a1[d];
         }
         op_rmsnorm(z, z, L->comp_norm, dh, sh->eps);
-        if (j0 < 0) j0 = (p - 1) / 2;
+        sc->tjrow[nr] = (p - 1) / 2;
+        sc->tjkv[nr] = f->tkv[t];
         nr++;
     }
-    int64_t p_last = f->p0 + T - 1;
-    if ((p_last + 1) % 2) { /* incomplete group: keep the token's (a, g) */
-        memcpy(carry, sc->ca + (T - 1) * dh, (size_t)dh * sizeof(float));
-        memcpy(carry + dh, sc->cg + (T - 1) * dh, (size_t)dh * sizeof(float));
+    /* a sequence whose last token leaves a group incomplete carries that token's (a, g) */
+    for (int64_t t = 0; t < T; t++) {
+        if (t + 1 < T && f->tkv[t + 1] == f->tkv[t]) continue;
+        if ((f->tpos[t] + 1) % 2) {
+            float *carry = f->tkv[t]->carry[il];
+            memcpy(carry, sc->ca + t * dh, (size_t)dh * sizeof(float));
+            memcpy(carry + dh, sc->cg + t * dh, (size_t)dh * sizeof(float));
+        }
     }
-    if (nr) emit_rows(f, il, j0, nr);
+    emit_rows(f, il, nr);
 }
 
 /* ---- lightning indexer, top-k, candidate blocks ------------------------------------------ */
@@ -102,7 +112,9 @@ static void indexer(const fwd *f, int64_t il, const float *u) {
     const float *freq = f->e->rope.freq_compress;
     /* Skip the projections when no query of the chunk can see more rows than it selects
      * anyway (then every visible row is selected, spec §4.4.5). */
-    int64_t C_last = (f->p0 + T) / r;
+    int64_t C_last = 0;
+    for (int64_t t = 0; t < T; t++)
+        if ((f->tpos[t] + 1) / r > C_last) C_last = (f->tpos[t] + 1) / r;
     int need_scores = C_last > K || (is_cand_src && (C_last + B - 1) / B > sh->cand_topk_blocks);
     if (need_scores) {
         const float *qrq = fwd_act(f, sc->qr, T, sh->q_lora, sc->qrq);
@@ -112,15 +124,15 @@ static void indexer(const fwd *f, int64_t il, const float *u) {
         for (int64_t t = 0; t < T; t++) {
             for (int64_t h = 0; h < ih; h++) {
                 float *q = sc->iq + (t * ih + h) * id;
-                op_rope(q + id - nrot, nrot, freq, f->p0 + t, 0);
+                op_rope(q + id - nrot, nrot, freq, f->tpos[t], 0);
                 if (f->ref) qdq_fp4_e8m0(q, id);
             }
             for (int64_t h = 0; h < ih; h++) sc->iw[t * ih + h] *= wscale;
         }
     }
-    const float *ik = f->kv->ik[src];
     for (int64_t t = 0; t < T; t++) {
-        const int64_t p = f->p0 + t, C = (p + 1) / r;
+        const float *ik = f->tkv[t]->ik[src];
+        const int64_t p = f->tpos[t], C = (p + 1) / r;
         int32_t *sel = sc->sel + t * K;
         if (C == 0) {
             sc->n_sel[t] = 0;
@@ -206,9 +218,9 @@ void attn_forward(const fwd *f, int64_t il, const float *u, float *out) {
     fwd_mm(f, &L->wq_b, qrq, T, sc->q, H * dh);
     fwd_mm(f, &L->wkv, uq, T, sc->kvw, dh);
     for (int64_t t = 0; t < T; t++) {
-        const int64_t p = f->p0 + t;
+        const int64_t p = f->tpos[t];
         for (int64_t h = 0; h < H; h++) op_rope(sc->q + (t * H + h) * dh + dh - nrot, nrot, freq, p, 0);
-        float *kv = f->kv->win[il] + p * dh;
+        float *kv = f->tkv[t]->win[il] + p * dh;
         op_rmsnorm(kv, sc->kvw + t * dh, L->kv_norm, dh, sh->eps);
         op_rope(kv + dh - nrot, nrot, freq, p, 0);
         if (f->ref) qdq_fp8_e8m0(kv, dh); /* all dims, RoPE tail included (spec §4.4.2) */
@@ -217,16 +229,17 @@ void attn_forward(const fwd *f, int64_t il, const float *u, float *out) {
         if (sh->kv_src[il] == il) compressor(f, il, u);
         if (sh->topk_src[il] == il) indexer(f, il, u);
     }
-    const float *ckv = r > 0 ? f->kv->ckv[sh->kv_src[il]] : NULL;
     const float scale = (float)(1.0 / sqrt((double)dh));
     for (int64_t t = 0; t < T; t++) {
-        const int64_t p = f->p0 + t, w0 = p - W + 1 > 0 ? p - W + 1 : 0;
+        const float *win = f->tkv[t]->win[il];
+        const float *ckv = r > 0 ? f->tkv[t]->ckv[sh->kv_src[il]] : NULL;
+        const int64_t p = f->tpos[t], w0 = p - W + 1 > 0 ? p - W + 1 : 0;
         const int64_t nw = p - w0 + 1, ns = r > 0 ? sc->n_sel[t] : 0, nk = nw + ns;
         for (int64_t h = 0; h < H; h++) {
             const float *q = sc->q + (t * H + h) * dh;
             float m = L->attn_sinks[h];
             for (int64_t k = 0; k < nk; k++) {
-                const float *key = k < nw ? f->kv->win[il] + (w0 + k) * dh : ckv + (int64_t)sc->sel[t * sh->idx_topk + k - nw] * dh;
+                const float *key = k < nw ? win + (w0 + k) * dh : ckv + (int64_t)sc->sel[t * sh->idx_topk + k - nw] * dh;
                 float d = 0.0f;
                 for (int64_t x = 0; x < dh; x++) d += q[x] * key[x];
                 sc->att[k] = d * scale;
@@ -237,7 +250,7 @@ void attn_forward(const fwd *f, int64_t il, const float *u, float *out) {
             float *o = sc->o + (t * H + h) * dh;
             memset(o, 0, (size_t)dh * sizeof(float));
             for (int64_t k = 0; k < nk; k++) {
-                const float *key = k < nw ? f->kv->win[il] + (w0 + k) * dh : ckv + (int64_t)sc->sel[t * sh->idx_topk + k - nw] * dh;
+                const float *key = k < nw ? win + (w0 + k) * dh : ckv + (int64_t)sc->sel[t * sh->idx_topk + k - nw] * dh;
                 float pk = expf(sc->att[k] - m);
                 den += pk;
                 for (int64_t x = 0; x < dh; x++) o[x] += pk * key[x];

@@ -165,6 +165,32 @@ int dsf_session_eval(dsf_session *s, const int32_t *tokens, int n, float *logits
     return 0;
 }
 
+int dsf_batch_eval(dsf_session **ss, const int32_t *tokens, int n, float *logits, char *err) {
+    if (n < 1) return dsf_seterr(err, "no tokens to evaluate");
+    dsf_engine *e = ss[0]->e;
+    const int64_t V = e->shape.n_vocab;
+    dsf_session *own = ss[0];
+    for (int i = 0; i < n; i++) {
+        if (ss[i]->e != e) return dsf_seterr(err, "batch entry %d belongs to another engine", i);
+        for (int j = 0; j < i; j++)
+            if (ss[j] == ss[i]) return dsf_seterr(err, "batch entries %d and %d are the same session", j, i);
+        if (ss[i]->kv.n + 1 > ss[i]->kv.max_ctx)
+            return dsf_seterr(err, "context too long: session %d is full (%lld tokens)", i, (long long)ss[i]->kv.max_ctx);
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return dsf_seterr(err, "token %d at index %d is outside the vocabulary (0..%lld)", tokens[i], i,
+                              (long long)V - 1);
+        if (ss[i]->kv.max_ctx > own->kv.max_ctx) own = ss[i];
+    }
+    /* the scratch of the participant with the largest context serves the whole batch */
+    for (int i = 0; i < n;) {
+        int64_t g = n - i < own->sc.max_chunk ? n - i : own->sc.max_chunk;
+        for (int64_t k = 0; k < g; k++) own->sc.tkv[k] = &ss[i + k]->kv;
+        forward_tokens(e, &own->sc, own->sc.tkv, tokens + i, g, logits ? logits + (size_t)i * (size_t)V : NULL, 0);
+        i += (int)g;
+    }
+    return 0;
+}
+
 static int needs_carry(const dsf_shape *sh) {
     for (int64_t il = 0; il < sh->n_layer; il++)
         if (sh->kv_src[il] == il && sh->ratio[il] > 1) return 1;

@@ -43,7 +43,7 @@ void engram_forward(const fwd *f, int64_t il) {
     const gguf_tensor *ple = f->w->ple;
     for (int64_t t = 0; t < T; t++) {
         int64_t *rows = sc->rows + t * cols;
-        engram_hash(sh, e, f->kv->tokens, f->p0 + t, rows);
+        engram_hash(sh, e, f->tkv[t]->tokens, f->tpos[t], rows);
         for (int64_t c = 0; c < cols; c++)
             dequant_row(ple->type, ple->data + (uint64_t)rows[c] * ple->row_bytes, sc->erow + t * nin + c * pd, pd);
     }

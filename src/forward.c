@@ -47,7 +47,7 @@ void fwd_dump(const fwd *f, const char *name, const void *data, size_t bytes) {
     if (!dir || !data) return;
     char path[1024];
     snprintf(path, sizeof path, "%s/%s.bin", dir, name);
-    FILE *fp = fopen(path, f->p0 == 0 ? "wb" : "ab");
+    FILE *fp = fopen(path, f->tpos[0] == 0 ? "wb" : "ab");
     if (!fp) return;
     fwrite(data, 1, bytes, fp);
     fclose(fp);
@@ -109,16 +109,19 @@ static void dumpl(const fwd *f, int64_t il, const char *what, const float *p, in
     fwd_dump(f, nm, p, (size_t)n * sizeof(float));
 }
 
-void forward_chunk(dsf_session *s, const int32_t *tok, int64_t T, float *logits, int all_rows) {
-    dsf_engine *e = s->e;
+void forward_tokens(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, const int32_t *tok, int64_t T,
+                    float *logits, int64_t logit_row0) {
     const dsf_shape *sh = &e->shape;
     const dsf_weights *w = &e->w;
-    dsf_scratch *sc = &s->sc;
-    fwd f = {s, e, sh, w, sc, &s->kv, T, s->kv.n, e->numerics == DSF_NUMERICS_REFERENCE};
+    DSF_ASSERT(T >= 1 && T <= sc->max_chunk);
+    for (int64_t t = 0; t < T; t++) {
+        sc->tkv[t] = tkv[t];
+        sc->tpos[t] = (t > 0 && tkv[t - 1] == tkv[t]) ? sc->tpos[t - 1] + 1 : tkv[t]->n;
+        DSF_ASSERT(sc->tpos[t] < tkv[t]->max_ctx);
+        tkv[t]->tokens[sc->tpos[t]] = tok[t];
+    }
+    fwd f = {e, sh, w, sc, sc->tkv, sc->tpos, T, e->numerics == DSF_NUMERICS_REFERENCE};
     const int64_t D = sh->n_embd, hc = sh->hc;
-    DSF_ASSERT(T >= 1 && T <= sc->max_chunk && s->kv.n + T <= s->kv.max_ctx);
-    memcpy(s->kv.tokens + f.p0, tok, (size_t)T * sizeof(int32_t));
-
     for (int64_t t = 0; t < T; t++) {
         dequant_row(w->tok_embd.type, w->tok_embd.data + (uint64_t)tok[t] * w->tok_embd.row_bytes, sc->h, D);
         for (int64_t c = 0; c < hc; c++) memcpy(sc->X + (t * hc + c) * D, sc->h, (size_t)D * sizeof(float));
@@ -149,11 +152,19 @@ void forward_chunk(dsf_session *s, const int32_t *tok, int64_t T, float *logits,
         dumpl(&f, il, "block_out", sc->X, T * hc * D);
         dumpl(&f, il, "next_pre_mix", sc->pre, T * hc);
     }
-    s->kv.n += T;
+    for (int64_t t = 0; t < T; t++) tkv[t]->n = sc->tpos[t] + 1;
     if (!logits) return;
     /* final collapse with the last FFN pre (no hc_head), norm, head */
-    int64_t t0 = all_rows ? 0 : T - 1;
+    const int64_t t0 = logit_row0;
     hc_collapse(&f, sc->X, sc->pre, sc->h);
     for (int64_t t = t0; t < T; t++) op_rmsnorm(sc->fin + (t - t0) * D, sc->h + t * D, w->output_norm, D, sh->eps);
     fwd_mm(&f, &w->output, sc->fin, T - t0, logits, sh->n_vocab);
+}
+
+void forward_chunk(dsf_session *s, const int32_t *tok, int64_t T, float *logits, int all_rows) {
+    dsf_kvstate **tkv = s->sc.tkv;
+    DSF_ASSERT(T <= s->sc.max_chunk && s->kv.n + T <= s->kv.max_ctx);
+    /* sc->tkv doubles as the argument: forward_tokens copies it onto itself */
+    for (int64_t t = 0; t < T; t++) tkv[t] = &s->kv;
+    forward_tokens(s->e, &s->sc, tkv, tok, T, logits, all_rows ? 0 : T - 1);
 }

@@ -5,14 +5,17 @@
 
 #include "session.h"
 
+/* A forward over T tokens. Token t belongs to the sequence state tkv[t] at absolute position
+ * tpos[t]; the tokens of one sequence are consecutive and in position order. One sequence's
+ * chunk (prefill, decode) and a batch of several sequences' decode steps run the same code. */
 typedef struct {
-    dsf_session *s;
     const dsf_engine *e;
     const dsf_shape *sh;
     const dsf_weights *w;
     dsf_scratch *sc;
-    dsf_kvstate *kv;
-    int64_t T, p0;  /* chunk size and first position */
+    dsf_kvstate **tkv; /* [T] */
+    const int64_t *tpos; /* [T] */
+    int64_t T;
     int ref;        /* reference numerics (QDQ contract) */
 } fwd;
 

@@ -126,6 +126,10 @@ int scratch_init(dsf_scratch *sc, const dsf_shape *s, int64_t T, int64_t max_ctx
     TAKE(erow, t * (ein ? ein : 1) * F);
     TAKE(ekv, t * (hc + 1) * D * F);
     TAKE(fin, t * D * F);
+    TAKE(tkv, t * sizeof(dsf_kvstate *));
+    TAKE(tpos, t * sizeof(int64_t));
+    TAKE(tjrow, t * sizeof(int64_t));
+    TAKE(tjkv, t * sizeof(dsf_kvstate *));
 #undef TAKE
     if (fail) {
         scratch_free(sc);
@@ -140,7 +144,7 @@ void scratch_free(dsf_scratch *sc) {
                  sc->cg, sc->lat, sc->ikt, sc->iq, sc->iw, sc->scores, sc->blk, sc->sel, sc->n_sel, sc->cand,
                  sc->n_cand, sc->heap, sc->cmask, sc->att, sc->keys, sc->rlog, sc->esel, sc->ewt, sc->etok,
                  sc->ewtok, sc->ex, sc->exq, sc->eg, sc->eu, sc->ey, sc->acc, sc->rows, sc->erow, sc->ekv,
-                 sc->fin};
+                 sc->fin, sc->tkv, sc->tpos, sc->tjrow, sc->tjkv};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
     memset(sc, 0, sizeof *sc);
 }

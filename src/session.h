@@ -66,6 +66,10 @@ typedef struct {
     float *erow;                 /* [T][cols*ple_dim] */
     float *ekv;                  /* [T][(hc+1)*D] */
     float *fin;                  /* [T][D] final norm */
+    dsf_kvstate **tkv;           /* [T] */
+    int64_t *tpos;               /* [T] */
+    int64_t *tjrow;              /* [T] compressed row emitted by each latent */
+    dsf_kvstate **tjkv;          /* [T] its sequence */
 } dsf_scratch;
 
 struct dsf_session {
@@ -84,5 +88,10 @@ void scratch_free(dsf_scratch *sc);
 /* forward.c: consumes T <= max_chunk tokens at positions kv->n.. and appends them.
  * logits: NULL, or [T][n_vocab] when all_rows, else [n_vocab] (last token). */
 void forward_chunk(dsf_session *s, const int32_t *tok, int64_t T, float *logits, int all_rows);
+/* The general form: token t goes to tkv[t] at position tkv[t]->n + (its index among that
+ * sequence's tokens); sc is the scratch of a participant whose max_chunk >= T and whose
+ * max_ctx is the largest. logits: NULL or [T][n_vocab]. */
+void forward_tokens(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, const int32_t *tok, int64_t T,
+                    float *logits, int64_t logit_row0);
 
 #endif

@@ -421,3 +421,48 @@ TEST(golden_truncated_model_refused) {
     int rc = test_run(cmd, out, sizeof out);
     CHECKF(rc == 1 && strstr(out, "dsflash logits: "), "rc %d: %s", rc, out);
 }
+
+/* Batched decode of several sessions (the server's path) equals separate decodes. */
+TEST(golden_batch_eval_matches_sessions) {
+    golden g;
+    if (load_golden("plain-long", &g) < 0) SKIP("needs ../shared/" GDIR "plain-long.*");
+    dsf_engine *e = open_model("tiny41.gguf", DSF_NUMERICS_PLAIN, t);
+    if (!e) {
+        free_golden(&g);
+        return;
+    }
+    int V = g.vocab;
+    char err[DSF_ERR_LEN];
+    /* three sessions at different positions (odd/even: the ratio-2 carry), distinct contexts */
+    static const int start[3] = {0, 37, 120};
+    dsf_session *ss[3];
+    for (int i = 0; i < 3; i++) {
+        ss[i] = dsf_session_new(e, 64 + 80 * i, err);
+        CHECKF(ss[i], "%s", err);
+        if (start[i]) CHECK(dsf_session_eval(ss[i], g.tokens, start[i], NULL, false, err) == 0);
+    }
+    float *bl = malloc(3 * (size_t)V * sizeof(float));
+    float *one = malloc((size_t)V * sizeof(float));
+    double worst = 0;
+    for (int step = 0; step < 20; step++) {
+        int32_t tk[3];
+        for (int i = 0; i < 3; i++) tk[i] = g.tokens[start[i] + step];
+        CHECKF(dsf_batch_eval(ss, tk, 3, bl, err) == 0, "%s", err);
+        for (int i = 0; i < 3; i++) {
+            /* the golden row of this position (plain preset tolerance: every row within 1e-3) */
+            int pos = start[i] + step;
+            double d = max_diff(bl + (size_t)i * V, g.gold + (size_t)pos * V, (size_t)V);
+            if (d > worst) worst = d;
+        }
+    }
+    CHECKF(worst <= 1e-3, "batched decode differs from the golden by %.3g", worst);
+    for (int i = 0; i < 3; i++) CHECK(dsf_session_n_past(ss[i]) == start[i] + 20);
+    int32_t tk2[2] = {1, 1};
+    dsf_session *dup[2] = {ss[0], ss[0]};
+    CHECK(dsf_batch_eval(dup, tk2, 2, NULL, err) < 0 && strstr(err, "same session"));
+    for (int i = 0; i < 3; i++) dsf_session_free(ss[i]);
+    free(bl);
+    free(one);
+    dsf_engine_close(e);
+    free_golden(&g);
+}
