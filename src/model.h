@@ -58,9 +58,10 @@ typedef struct {
     int64_t ple_rows_needed; /* max(offset + size) */
 } dsf_shape;
 
-/* A small vector held in fp32 (norm weights, sinks, biases, hc base/scale...). Copied at
- * load: each is at most a few hundred KB. */
-typedef float *fvec;
+/* A small vector in fp32 (norm weights, sinks, biases, hc base/scale...): a view into the
+ * mapping when the file stores it as F32 (as the converter does), so loading reads no tensor
+ * data; converted once at load otherwise. */
+typedef const float *fvec;
 
 typedef struct {
     fvec attn_norm, attn_sinks, q_norm, kv_norm;
@@ -87,6 +88,8 @@ typedef struct {
 
 typedef struct {
     dsf_wmat tok_embd, output;
+    void **owned; /* small vectors converted to fp32 at load (non-F32 files only) */
+    int64_t n_owned;
     fvec output_norm;
     const gguf_tensor *ple; /* per_layer_token_embd: rows of ple_dim, lazily read */
     dsf_layer *layers;

@@ -69,14 +69,21 @@ static int bind_mat(binder *b, dsf_wmat *m, const char *name, int64_t n_in, int6
     return 0;
 }
 
-static int bind_vec(binder *b, fvec *v, const char *name, int64_t n0, int64_t n1, bool required) {
+static int bind_vec(binder *b, dsf_weights *w, fvec *v, const char *name, int64_t n0, int64_t n1, bool required) {
     *v = NULL;
     const gguf_tensor *t = find(b, name, required);
     if (!t) return required ? -1 : 0;
     int64_t want[2] = {n0, n1};
     if (check_shape(b, t, want, n1 > 1 ? 2 : 1) < 0 || check_type(b, t) < 0) return -1;
-    *v = dsf_xmalloc((size_t)(n0 * n1) * sizeof(float));
-    for (int64_t r = 0; r < n1; r++) dequant_row(t->type, t->data + (uint64_t)r * t->row_bytes, *v + r * n0, n0);
+    if (t->type == GGML_TYPE_F32) { /* used in place: data offsets are 32-byte aligned */
+        *v = (const float *)(const void *)t->data;
+        return 0;
+    }
+    float *c = dsf_xmalloc((size_t)(n0 * n1) * sizeof(float));
+    for (int64_t r = 0; r < n1; r++) dequant_row(t->type, t->data + (uint64_t)r * t->row_bytes, c + r * n0, n0);
+    w->owned = dsf_xrealloc(w->owned, (size_t)(w->n_owned + 1) * sizeof(void *));
+    w->owned[w->n_owned++] = c;
+    *v = c;
     return 0;
 }
 
@@ -87,17 +94,10 @@ dsf_wmat wmat_expert(const dsf_wmat *stack, int64_t e) {
 }
 
 void weights_free(dsf_weights *w, const dsf_shape *s) {
-    free(w->output_norm);
-    if (w->layers) {
-        for (int64_t il = 0; il < s->n_layer; il++) {
-            dsf_layer *L = &w->layers[il];
-            fvec *v[] = {&L->attn_norm, &L->attn_sinks, &L->q_norm, &L->kv_norm, &L->hc_attn_base,
-                         &L->hc_attn_scale, &L->hc_ffn_base, &L->hc_ffn_scale, &L->comp_norm, &L->idx_k_norm,
-                         &L->engram_gate, &L->exp_bias, &L->exp_bias_vl, &L->ffn_norm};
-            for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) free(*v[i]);
-        }
-        free(w->layers);
-    }
+    (void)s;
+    for (int64_t i = 0; i < w->n_owned; i++) free(w->owned[i]);
+    free(w->owned);
+    free(w->layers);
     memset(w, 0, sizeof *w);
 }
 
@@ -113,7 +113,7 @@ int weights_bind(dsf_weights *w, const dsf_shape *s, const gguf_file *f, char *e
         dsf_seterr(err, "token_embd.weight has no rows");
         goto fail;
     }
-    if (bind_vec(b, &w->output_norm, "output_norm.weight", D, 1, true) < 0 ||
+    if (bind_vec(b, w, &w->output_norm, "output_norm.weight", D, 1, true) < 0 ||
         bind_mat(b, &w->output, "output.weight", D, s->n_vocab, 1, true) < 0)
         goto fail;
     if (s->n_engram) {
@@ -136,24 +136,24 @@ int weights_bind(dsf_weights *w, const dsf_shape *s, const gguf_file *f, char *e
     for (int64_t il = 0; il < s->n_layer; il++) {
         dsf_layer *L = &w->layers[il];
         int i = (int)il;
-        if (bind_vec(b, &L->attn_norm, N("blk.%d.attn_norm.weight", i), D, 1, true) < 0 ||
-            bind_vec(b, &L->attn_sinks, N("blk.%d.attn_sinks.weight", i), H, 1, true) < 0 ||
+        if (bind_vec(b, w, &L->attn_norm, N("blk.%d.attn_norm.weight", i), D, 1, true) < 0 ||
+            bind_vec(b, w, &L->attn_sinks, N("blk.%d.attn_sinks.weight", i), H, 1, true) < 0 ||
             bind_mat(b, &L->wq_a, N("blk.%d.attn_q_a.weight", i), D, s->q_lora, 1, true) < 0 ||
-            bind_vec(b, &L->q_norm, N("blk.%d.attn_q_a_norm.weight", i), s->q_lora, 1, true) < 0 ||
+            bind_vec(b, w, &L->q_norm, N("blk.%d.attn_q_a_norm.weight", i), s->q_lora, 1, true) < 0 ||
             bind_mat(b, &L->wq_b, N("blk.%d.attn_q_b.weight", i), s->q_lora, H * dh, 1, true) < 0 ||
             bind_mat(b, &L->wkv, N("blk.%d.attn_kv.weight", i), D, dh, 1, true) < 0 ||
-            bind_vec(b, &L->kv_norm, N("blk.%d.attn_kv_a_norm.weight", i), dh, 1, true) < 0 ||
+            bind_vec(b, w, &L->kv_norm, N("blk.%d.attn_kv_a_norm.weight", i), dh, 1, true) < 0 ||
             bind_mat(b, &L->wo_b, N("blk.%d.attn_output_b.weight", i), s->o_groups * s->o_lora, D, 1, true) < 0 ||
             bind_mat(b, &L->hc_attn_fn, N("blk.%d.hc_attn_fn.weight", i), hcd, mix, 1, true) < 0 ||
-            bind_vec(b, &L->hc_attn_base, N("blk.%d.hc_attn_base.weight", i), mix, 1, true) < 0 ||
-            bind_vec(b, &L->hc_attn_scale, N("blk.%d.hc_attn_scale.weight", i), 3, 1, true) < 0 ||
+            bind_vec(b, w, &L->hc_attn_base, N("blk.%d.hc_attn_base.weight", i), mix, 1, true) < 0 ||
+            bind_vec(b, w, &L->hc_attn_scale, N("blk.%d.hc_attn_scale.weight", i), 3, 1, true) < 0 ||
             bind_mat(b, &L->hc_ffn_fn, N("blk.%d.hc_ffn_fn.weight", i), hcd, mix, 1, true) < 0 ||
-            bind_vec(b, &L->hc_ffn_base, N("blk.%d.hc_ffn_base.weight", i), mix, 1, true) < 0 ||
-            bind_vec(b, &L->hc_ffn_scale, N("blk.%d.hc_ffn_scale.weight", i), 3, 1, true) < 0 ||
+            bind_vec(b, w, &L->hc_ffn_base, N("blk.%d.hc_ffn_base.weight", i), mix, 1, true) < 0 ||
+            bind_vec(b, w, &L->hc_ffn_scale, N("blk.%d.hc_ffn_scale.weight", i), 3, 1, true) < 0 ||
             bind_mat(b, &L->router, N("blk.%d.ffn_gate_inp.weight", i), D, s->n_expert, 1, true) < 0 ||
-            bind_vec(b, &L->exp_bias, N("blk.%d.exp_probs_b.bias", i), s->n_expert, 1, true) < 0 ||
-            bind_vec(b, &L->exp_bias_vl, N("blk.%d.exp_probs_b_vl.bias", i), s->n_expert, 1, false) < 0 ||
-            bind_vec(b, &L->ffn_norm, N("blk.%d.ffn_norm.weight", i), D, 1, true) < 0 ||
+            bind_vec(b, w, &L->exp_bias, N("blk.%d.exp_probs_b.bias", i), s->n_expert, 1, true) < 0 ||
+            bind_vec(b, w, &L->exp_bias_vl, N("blk.%d.exp_probs_b_vl.bias", i), s->n_expert, 1, false) < 0 ||
+            bind_vec(b, w, &L->ffn_norm, N("blk.%d.ffn_norm.weight", i), D, 1, true) < 0 ||
             bind_mat(b, &L->gate_exps, N("blk.%d.ffn_gate_exps.weight", i), D, s->n_ff_exp, s->n_expert, true) < 0 ||
             bind_mat(b, &L->down_exps, N("blk.%d.ffn_down_exps.weight", i), s->n_ff_exp, D, s->n_expert, true) < 0 ||
             bind_mat(b, &L->up_exps, N("blk.%d.ffn_up_exps.weight", i), D, s->n_ff_exp, s->n_expert, true) < 0 ||
@@ -181,9 +181,9 @@ int weights_bind(dsf_weights *w, const dsf_shape *s, const gguf_file *f, char *e
         }
         if (s->kv_src[il] == il) {
             if (bind_mat(b, &L->comp_wkv, N("blk.%d.attn_compressor_kv.weight", i), D, dh, 1, true) < 0 ||
-                bind_vec(b, &L->comp_norm, N("blk.%d.attn_compressor_norm.weight", i), dh, 1, true) < 0 ||
+                bind_vec(b, w, &L->comp_norm, N("blk.%d.attn_compressor_norm.weight", i), dh, 1, true) < 0 ||
                 bind_mat(b, &L->idx_k, N("blk.%d.indexer.attn_k.weight", i), dh, s->idx_dim, 1, true) < 0 ||
-                bind_vec(b, &L->idx_k_norm, N("blk.%d.indexer.k_norm.weight", i), s->idx_dim, 1, true) < 0)
+                bind_vec(b, w, &L->idx_k_norm, N("blk.%d.indexer.k_norm.weight", i), s->idx_dim, 1, true) < 0)
                 goto fail;
             if (s->ratio[il] > 1 &&
                 bind_mat(b, &L->comp_wgate, N("blk.%d.attn_compressor_gate.weight", i), D, dh, 1, true) < 0)
@@ -198,7 +198,7 @@ int weights_bind(dsf_weights *w, const dsf_shape *s, const gguf_file *f, char *e
         if (s->engram_of[il] >= 0) {
             if (bind_mat(b, &L->engram_kv, N("blk.%d.engram_kv.weight", i), s->ple_cols * s->ple_dim,
                          D * (s->hc + 1), 1, true) < 0 ||
-                bind_vec(b, &L->engram_gate, N("blk.%d.engram_gate.weight", i), D, s->hc, true) < 0)
+                bind_vec(b, w, &L->engram_gate, N("blk.%d.engram_gate.weight", i), D, s->hc, true) < 0)
                 goto fail;
         }
     }
