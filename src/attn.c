@@ -220,7 +220,7 @@ void attn_forward(const fwd *f, int64_t il, const float *u, float *out) {
     for (int64_t t = 0; t < T; t++) {
         const int64_t p = f->tpos[t];
         for (int64_t h = 0; h < H; h++) op_rope(sc->q + (t * H + h) * dh + dh - nrot, nrot, freq, p, 0);
-        float *kv = f->tkv[t]->win[il] + p * dh;
+        float *kv = kv_win(f->tkv[t], il, p, dh);
         op_rmsnorm(kv, sc->kvw + t * dh, L->kv_norm, dh, sh->eps);
         op_rope(kv + dh - nrot, nrot, freq, p, 0);
         if (f->ref) qdq_fp8_e8m0(kv, dh); /* all dims, RoPE tail included (spec §4.4.2) */
@@ -231,7 +231,7 @@ void attn_forward(const fwd *f, int64_t il, const float *u, float *out) {
     }
     const float scale = (float)(1.0 / sqrt((double)dh));
     for (int64_t t = 0; t < T; t++) {
-        const float *win = f->tkv[t]->win[il];
+        const dsf_kvstate *tk = f->tkv[t];
         const float *ckv = r > 0 ? f->tkv[t]->ckv[sh->kv_src[il]] : NULL;
         const int64_t p = f->tpos[t], w0 = p - W + 1 > 0 ? p - W + 1 : 0;
         const int64_t nw = p - w0 + 1, ns = r > 0 ? sc->n_sel[t] : 0, nk = nw + ns;
@@ -239,7 +239,7 @@ void attn_forward(const fwd *f, int64_t il, const float *u, float *out) {
             const float *q = sc->q + (t * H + h) * dh;
             float m = L->attn_sinks[h];
             for (int64_t k = 0; k < nk; k++) {
-                const float *key = k < nw ? win + (w0 + k) * dh : ckv + (int64_t)sc->sel[t * sh->idx_topk + k - nw] * dh;
+                const float *key = k < nw ? kv_win(tk, il, w0 + k, dh) : ckv + (int64_t)sc->sel[t * sh->idx_topk + k - nw] * dh;
                 float d = 0.0f;
                 for (int64_t x = 0; x < dh; x++) d += q[x] * key[x];
                 sc->att[k] = d * scale;
@@ -250,7 +250,7 @@ void attn_forward(const fwd *f, int64_t il, const float *u, float *out) {
             float *o = sc->o + (t * H + h) * dh;
             memset(o, 0, (size_t)dh * sizeof(float));
             for (int64_t k = 0; k < nk; k++) {
-                const float *key = k < nw ? win + (w0 + k) * dh : ckv + (int64_t)sc->sel[t * sh->idx_topk + k - nw] * dh;
+                const float *key = k < nw ? kv_win(tk, il, w0 + k, dh) : ckv + (int64_t)sc->sel[t * sh->idx_topk + k - nw] * dh;
                 float pk = expf(sc->att[k] - m);
                 den += pk;
                 for (int64_t x = 0; x < dh; x++) o[x] += pk * key[x];

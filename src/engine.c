@@ -115,14 +115,14 @@ dsf_session *dsf_session_new(dsf_engine *e, int max_ctx, char *err) {
     }
     dsf_session *s = dsf_xcalloc(1, sizeof *s);
     s->e = e;
-    if (kv_init(&s->kv, &e->shape, max_ctx, &s->bytes, err) < 0) {
-        free(s);
-        return NULL;
-    }
     int64_t chunk = DSF_DEFAULT_CHUNK;
     const char *kc = dsf_knob("DSF_CHUNK");
     if (kc && atoi(kc) > 0) chunk = atoi(kc);
     if (chunk > max_ctx) chunk = max_ctx;
+    if (kv_init(&s->kv, &e->shape, max_ctx, chunk, &s->bytes, err) < 0) {
+        free(s);
+        return NULL;
+    }
     if (scratch_init(&s->sc, &e->shape, chunk, max_ctx, &s->bytes) < 0) {
         kv_free(&s->kv, &e->shape);
         free(s);
@@ -200,14 +200,24 @@ static int needs_carry(const dsf_shape *sh) {
 int dsf_session_rollback(dsf_session *s, int n, char *err) {
     if (n < 0 || n > s->kv.n)
         return dsf_seterr(err, "cannot roll back to %d tokens: the session holds %lld", n, (long long)s->kv.n);
-    /* spec §5.3: everything is indexed by position, so truncation is exact, except the
-     * ratio-2 compressor's pending token: recompute it by re-feeding that token. */
+    dsf_kvstate *kv = &s->kv;
+    /* spec §5.3: everything is indexed by position, so truncation is exact, except (a) the
+     * ratio-2 compressor's pending token, recomputed by re-feeding that token, and (b) window
+     * rows that the ring has already overwritten: then re-prefill from the token history
+     * (exact: chunking never changes the result). */
     int64_t keep = n;
     if (needs_carry(&s->e->shape) && n % 2) keep = n - 1;
-    s->kv.n = keep;
-    if (keep < n) {
-        int32_t t = s->kv.tokens[keep];
-        forward_chunk(s, &t, 1, NULL, 0);
+    int64_t need_lo = keep - s->e->shape.window + 1;
+    if (need_lo < 0) need_lo = 0;
+    if (need_lo < kv->win_lo) {
+        keep = 0;
+        kv->win_lo = 0;
+    }
+    kv->n = keep;
+    for (int64_t i = keep; i < n;) {
+        int64_t T = n - i < s->sc.max_chunk ? n - i : s->sc.max_chunk;
+        forward_chunk(s, kv->tokens + i, T, NULL, 0);
+        i += T;
     }
     return 0;
 }
@@ -215,7 +225,7 @@ int dsf_session_rollback(dsf_session *s, int n, char *err) {
 /* ---- snapshots ------------------------------------------------------------------------- */
 
 #define SNAP_MAGIC "DSFSNAP\0"
-#define SNAP_VERSION 1u
+#define SNAP_VERSION 2u
 
 typedef struct {
     char magic[8];
@@ -239,7 +249,10 @@ int dsf_session_save(const dsf_session *s, uint8_t **out, size_t *len, char *err
     h.idx_dim = (uint64_t)id;
     dsf_buf_append(&b, &h, sizeof h);
     dsf_buf_append(&b, s->kv.tokens, (size_t)n * sizeof(int32_t));
-    for (int64_t il = 0; il < sh->n_layer; il++) dsf_buf_append(&b, s->kv.win[il], (size_t)(n * dh) * sizeof(float));
+    /* the window rows the next token can see: positions [n - nw, n) */
+    const int64_t nw = n < sh->window ? n : sh->window;
+    for (int64_t il = 0; il < sh->n_layer; il++)
+        for (int64_t p = n - nw; p < n; p++) dsf_buf_append(&b, kv_win(&s->kv, il, p, dh), (size_t)dh * sizeof(float));
     for (int64_t il = 0; il < sh->n_layer; il++) {
         if (sh->kv_src[il] != il) continue;
         int64_t rows = n / sh->ratio[il];
@@ -291,7 +304,8 @@ int dsf_session_restore(dsf_session *s, const uint8_t *data, size_t len, char *e
     const int64_t n = (int64_t)h.n, dh = sh->head_dim, id = sh->idx_dim;
     /* the whole layout is checked before anything is overwritten: a bad snapshot leaves
      * the session as it was */
-    uint64_t want = sizeof h + 8 + (uint64_t)n * sizeof(int32_t) + (uint64_t)(sh->n_layer * n * dh) * sizeof(float);
+    const int64_t nw = n < sh->window ? n : sh->window;
+    uint64_t want = sizeof h + 8 + (uint64_t)n * sizeof(int32_t) + (uint64_t)(sh->n_layer * nw * dh) * sizeof(float);
     for (int64_t il = 0; il < sh->n_layer; il++) {
         if (sh->kv_src[il] != il) continue;
         int64_t rows = n / sh->ratio[il];
@@ -307,7 +321,8 @@ int dsf_session_restore(dsf_session *s, const uint8_t *data, size_t len, char *e
     rdr r = {data + sizeof h, len - 8 - sizeof h};
     int bad = take_bytes(&r, s->kv.tokens, (size_t)n * sizeof(int32_t));
     for (int64_t il = 0; il < sh->n_layer && !bad; il++)
-        bad |= take_bytes(&r, s->kv.win[il], (size_t)(n * dh) * sizeof(float));
+        for (int64_t p = n - nw; p < n && !bad; p++)
+            bad |= take_bytes(&r, kv_win(&s->kv, il, p, dh), (size_t)dh * sizeof(float));
     for (int64_t il = 0; il < sh->n_layer && !bad; il++) {
         if (sh->kv_src[il] != il) continue;
         int64_t rows = n / sh->ratio[il];
@@ -318,6 +333,7 @@ int dsf_session_restore(dsf_session *s, const uint8_t *data, size_t len, char *e
     }
     DSF_ASSERT(!bad && r.left == 0);
     s->kv.n = n;
+    s->kv.win_lo = n - nw; /* older window rows are not in the snapshot: a rollback past them re-prefills */
     return 0;
 }
 

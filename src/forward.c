@@ -152,7 +152,11 @@ void forward_tokens(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, con
         dumpl(&f, il, "block_out", sc->X, T * hc * D);
         dumpl(&f, il, "next_pre_mix", sc->pre, T * hc);
     }
-    for (int64_t t = 0; t < T; t++) tkv[t]->n = sc->tpos[t] + 1;
+    for (int64_t t = 0; t < T; t++) {
+        dsf_kvstate *kv = tkv[t];
+        kv->n = sc->tpos[t] + 1;
+        if (kv->n - kv->wslots > kv->win_lo) kv->win_lo = kv->n - kv->wslots;
+    }
     if (!logits) return;
     /* final collapse with the last FFN pre (no hc_head), norm, head */
     const int64_t t0 = logit_row0;

@@ -15,9 +15,14 @@ static void *take(size_t n, size_t *bytes, int *fail) {
     return p;
 }
 
-int kv_init(dsf_kvstate *kv, const dsf_shape *s, int64_t max_ctx, size_t *bytes, char *err) {
+int kv_init(dsf_kvstate *kv, const dsf_shape *s, int64_t max_ctx, int64_t max_chunk, size_t *bytes, char *err) {
     memset(kv, 0, sizeof *kv);
     kv->max_ctx = max_ctx;
+    int64_t margin = DSF_ROLLBACK_MARGIN;
+    const char *km = dsf_knob("DSF_ROLLBACK_MARGIN"); /* tests shrink the ring to exercise it */
+    if (km && atoll(km) >= 0) margin = atoll(km);
+    kv->wslots = s->window + max_chunk + margin;
+    if (kv->wslots > max_ctx) kv->wslots = max_ctx;
     int fail = 0;
     const size_t L = (size_t)s->n_layer, F = sizeof(float);
     kv->tokens = take((size_t)max_ctx * sizeof(int32_t), bytes, &fail);
@@ -26,7 +31,7 @@ int kv_init(dsf_kvstate *kv, const dsf_shape *s, int64_t max_ctx, size_t *bytes,
     kv->ik = dsf_xcalloc(L, sizeof(float *));
     kv->carry = dsf_xcalloc(L, sizeof(float *));
     for (int64_t il = 0; il < s->n_layer; il++) {
-        kv->win[il] = take((size_t)max_ctx * (size_t)s->head_dim * F, bytes, &fail);
+        kv->win[il] = take((size_t)kv->wslots * (size_t)s->head_dim * F, bytes, &fail);
         if (s->kv_src[il] == il) {
             size_t rows = (size_t)(max_ctx / s->ratio[il]) + 1;
             kv->ckv[il] = take(rows * (size_t)s->head_dim * F, bytes, &fail);

@@ -4,8 +4,10 @@
  * exactly the same values (§5.2):
  *   - tokens[0..n): the token history (also the Engram history: compressed ids are looked
  *     up from it, and positions < 0 are "sequence start");
- *   - win[il][p]: every layer's window KV (post-norm, post-RoPE, QDQ'd in reference mode),
- *     kept for all positions so that a rollback to any earlier length is exact;
+ *   - win[il]: every layer's window KV (post-norm, post-RoPE, QDQ'd in reference mode) in a
+ *     ring of wslots = window + max_chunk + rollback margin rows (position p at slot
+ *     p % wslots); positions >= win_lo are intact. A rollback further back than the ring
+ *     re-prefills from the token history (exact: chunking never changes the result);
  *   - ckv[s][j], ik[s][j]: compressed rows and index keys of the KV source layers;
  *   - carry[s]: the ratio-2 compressor's pending token (a, g), valid while n is odd.
  * Scratch: buffers for one chunk of up to max_chunk tokens, allocated once. */
@@ -18,7 +20,9 @@ typedef struct {
     int64_t max_ctx;
     int64_t n;          /* tokens consumed */
     int32_t *tokens;    /* [max_ctx] */
-    float **win;        /* [n_layer] -> [max_ctx][head_dim] */
+    int64_t wslots;     /* window ring rows */
+    int64_t win_lo;     /* lowest position whose window row is intact */
+    float **win;        /* [n_layer] -> [wslots][head_dim] */
     float **ckv;        /* [n_layer] -> [max_ctx/ratio][head_dim] (KV sources only) */
     float **ik;         /* [n_layer] -> [max_ctx/ratio][idx_dim] (KV sources only) */
     float **carry;      /* [n_layer] -> [2][head_dim]: a then g (ratio-2 KV sources) */
@@ -79,8 +83,16 @@ struct dsf_session {
     size_t bytes;
 };
 
-/* kvcache.c */
-int kv_init(dsf_kvstate *kv, const dsf_shape *s, int64_t max_ctx, size_t *bytes, char *err);
+/* The window row of position p in layer il (p must be >= win_lo and not yet overwritten). */
+static inline float *kv_win(const dsf_kvstate *kv, int64_t il, int64_t p, int64_t dh) {
+    return kv->win[il] + (p % kv->wslots) * dh;
+}
+
+#define DSF_ROLLBACK_MARGIN 1024
+
+/* kvcache.c: max_chunk bounds the tokens of one forward (the ring must hold window +
+ * max_chunk - 1 rows so that a chunk never overwrites what its own queries read). */
+int kv_init(dsf_kvstate *kv, const dsf_shape *s, int64_t max_ctx, int64_t max_chunk, size_t *bytes, char *err);
 void kv_free(dsf_kvstate *kv, const dsf_shape *s);
 int scratch_init(dsf_scratch *sc, const dsf_shape *s, int64_t max_chunk, int64_t max_ctx, size_t *bytes);
 void scratch_free(dsf_scratch *sc);

@@ -466,3 +466,58 @@ TEST(golden_batch_eval_matches_sessions) {
     dsf_engine_close(e);
     free_golden(&g);
 }
+
+/* The window ring (window + chunk + rollback margin rows): with a tiny ring and tiny chunks
+ * every row gets overwritten many times over plain-long's 200 tokens; decode, rollback past
+ * the ring (re-prefill from the history), and snapshots must still give the golden rows. */
+TEST(golden_window_ring_small) {
+    golden g;
+    if (load_golden("plain-long", &g) < 0) SKIP("needs ../shared/" GDIR "plain-long.*");
+    setenv("DSF_CHUNK", "4", 1);
+    static const char *margins[] = {"0", "37"};
+    dsf_engine *e = open_model("tiny41.gguf", DSF_NUMERICS_PLAIN, t);
+    if (!e) {
+        free_golden(&g);
+        return;
+    }
+    int V = g.vocab, n = g.n;
+    char err[DSF_ERR_LEN];
+    float *lg = malloc((size_t)n * V * sizeof(float));
+    for (int m = 0; m < 2; m++) {
+        setenv("DSF_ROLLBACK_MARGIN", margins[m], 1);
+        static const int chunks[] = {1, 3, 4};
+        for (int c = 0; c < 3; c++) {
+            float *out = run(e, g.tokens, n, chunks[c], err);
+            CHECKF(out, "%s", err);
+            cmp_stats st = compare(out, g.gold, n, V, 1e-3);
+            CHECKF(st.bad_rows == 0 && st.top1_miss == 0, "margin %s chunk %d: max %.3g", margins[m], chunks[c], st.max_abs);
+            free(out);
+        }
+        static const int Ks[] = {199, 190, 150, 151, 7, 0};
+        for (size_t k = 0; k < sizeof Ks / sizeof Ks[0]; k++) {
+            dsf_session *s = dsf_session_new(e, n, err);
+            CHECK(dsf_session_eval(s, g.tokens, n, lg, true, err) == 0);
+            CHECK(dsf_session_rollback(s, Ks[k], err) == 0);
+            if (Ks[k] < n) CHECK(dsf_session_eval(s, g.tokens + Ks[k], n - Ks[k], lg + (size_t)Ks[k] * V, true, err) == 0);
+            cmp_stats st = compare(lg, g.gold, n, V, 1e-3);
+            CHECKF(st.bad_rows == 0, "margin %s rollback %d: max %.3g", margins[m], Ks[k], st.max_abs);
+            /* snapshot after the rollback, restore, roll back further (past the snapshot's rows) */
+            uint8_t *buf;
+            size_t len;
+            CHECK(dsf_session_rollback(s, 120, err) == 0);
+            CHECK(dsf_session_save(s, &buf, &len, err) == 0);
+            dsf_session_free(s);
+            s = dsf_session_new(e, n, err);
+            CHECKF(dsf_session_restore(s, buf, len, err) == 0, "%s", err);
+            free(buf);
+            CHECK(dsf_session_rollback(s, 101, err) == 0);
+            CHECK(dsf_session_eval(s, g.tokens + 101, n - 101, lg + (size_t)101 * V, true, err) == 0);
+            st = compare(lg, g.gold, n, V, 1e-3);
+            CHECKF(st.bad_rows == 0, "margin %s restore+rollback: max %.3g", margins[m], st.max_abs);
+            dsf_session_free(s);
+        }
+    }
+    free(lg);
+    dsf_engine_close(e);
+    free_golden(&g);
+}
