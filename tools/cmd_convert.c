@@ -1,0 +1,111 @@
+/* cmd_convert.c: `dsflash convert`, the Hugging Face checkpoint -> deepseek41 GGUF
+ * converter (src/convert.c), and `--vocab-only`.
+ *
+ * The output is written to OUT.tmp and renamed to OUT only on success: on any error, and on
+ * SIGINT/SIGTERM, the .tmp file is removed, so no file ever appears under the target name
+ * unless it is complete. */
+#include "cmd.h"
+#include "convert.h"
+#include "util.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char g_tmp[4096]; /* the .tmp path, removed by the signal handler */
+
+static void on_signal(int sig) {
+    if (g_tmp[0]) unlink(g_tmp); /* async-signal-safe */
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: dsflash convert HF_DIR OUT.gguf [--outtype bf16|f32] [--threads T] [--name NAME]\n"
+            "       dsflash convert --vocab-only TOKENIZER_DIR OUT.gguf\n\n"
+            "Converts a DeepSeek-V4.1-Flash Hugging Face checkpoint (config.json, tokenizer.json,\n"
+            "tokenizer_config.json, model.safetensors or model.safetensors.index.json + shards) into a\n"
+            "deepseek41 GGUF: FP8 weights dequantized to BF16 (F32 with --outtype f32), routed experts\n"
+            "MXFP4 bit-exact, Engram tables dequantized and concatenated, Engram constants computed.\n"
+            "  --outtype T    bf16 (default; also 'auto') or f32\n"
+            "  --threads T    threads for dequantization (default 1)\n"
+            "  --name NAME    general.name (default: the directory name, or its parent's for .../hf)\n"
+            "  --vocab-only   write only the tokenizer metadata of TOKENIZER_DIR\n"
+            "The file is written as OUT.gguf.tmp and renamed when complete.\n");
+}
+
+static int cmd_convert(int argc, char **argv) {
+    if (dsf_cmd_wants_help(argc, argv)) {
+        usage(stdout);
+        return 0;
+    }
+    convert_opts o = {.f32 = false, .threads = 1};
+    bool vocab_only = false;
+    const char *pos[2] = {NULL, NULL};
+    int npos = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--vocab-only")) vocab_only = true;
+        else if (!strcmp(a, "--outtype") && i + 1 < argc) {
+            const char *t = argv[++i];
+            if (!strcmp(t, "f32")) o.f32 = true;
+            else if (!strcmp(t, "bf16") || !strcmp(t, "auto")) o.f32 = false;
+            else {
+                fprintf(stderr, "dsflash convert: --outtype must be bf16 or f32, not '%s'\n", t);
+                return 2;
+            }
+        } else if (!strcmp(a, "--threads") && i + 1 < argc) {
+            char *end;
+            long t = strtol(argv[++i], &end, 10);
+            if (*end || t < 1 || t > 1024) {
+                fprintf(stderr, "dsflash convert: --threads must be a number in 1..1024\n");
+                return 2;
+            }
+            o.threads = (int)t;
+        } else if (!strcmp(a, "--name") && i + 1 < argc) o.name = argv[++i];
+        else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "dsflash convert: unknown option '%s' (see --help)\n", a);
+            return 2;
+        } else if (npos < 2) pos[npos++] = a;
+        else {
+            fprintf(stderr, "dsflash convert: too many arguments (see --help)\n");
+            return 2;
+        }
+    }
+    if (npos != 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (snprintf(g_tmp, sizeof g_tmp, "%s.tmp", pos[1]) >= (int)sizeof g_tmp) {
+        fprintf(stderr, "dsflash convert: output path too long\n");
+        return 2;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+
+    o.progress = isatty(STDERR_FILENO);
+    char err[DSF_ERR_LEN] = "";
+    int rc = vocab_only ? convert_vocab_only(pos[0], g_tmp, err) : convert_checkpoint(pos[0], g_tmp, &o, err);
+    if (rc == 0 && rename(g_tmp, pos[1]) != 0) {
+        snprintf(err, sizeof err, "cannot rename %s to %s", g_tmp, pos[1]);
+        rc = -1;
+    }
+    if (rc) {
+        unlink(g_tmp);
+        g_tmp[0] = 0;
+        fprintf(stderr, "dsflash convert: %s\n", err[0] ? err : "failed");
+        return 1;
+    }
+    g_tmp[0] = 0;
+    return 0;
+}
+
+DSF_COMMAND(convert, "convert a Hugging Face V4.1 checkpoint to a deepseek41 GGUF", cmd_convert)
