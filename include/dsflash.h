@@ -378,7 +378,9 @@ int dsf_gen_n_cached(const dsf_gen *g);
  * loop ends (the session holds the prompt and all but the last completion token). */
 int dsf_gen_decode(dsf_gen *g, const dsf_gen_params *p, dsf_gen_result *out, char *err);
 
-/* prefill + decode in one call (progress may be NULL). */
+/* prefill (default chunk) + decode in one call. progress (may be NULL) is called with p->ud;
+ * p->cancel is also polled between prefill chunks. A cancelled prefill returns 0 with
+ * finish = DSF_FINISH_CANCELLED and no completion; other prefill failures return -1. */
 int dsf_gen_run(dsf_gen *g, const int32_t *prompt, int n, const dsf_gen_params *p,
                 dsf_gen_progress_cb progress, dsf_gen_result *out, char *err);
 

@@ -1,0 +1,409 @@
+/* cmd_run.c: `dsflash run`: one prompt in, the streamed answer out. Also holds the front-end
+ * pieces `dsflash chat` shares (src/generate.h, "CLI front end"): common options, model
+ * loading, prompt rendering and the printer that shows reasoning apart from the answer.
+ * Owns only argument handling and terminal I/O; generation is src/generate.c. */
+#include "cmd.h"
+#include "dsflash.h"
+#include "generate.h"
+#include "util.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ==== common options =================================================================== */
+
+const char *const GEN_CLI_OPTIONS_HELP =
+    "  -m, --model FILE   deepseek41 GGUF (its tokenizer is used too)                [required]\n"
+    "  -n, --n-predict N  at most N generated tokens (default: until EOS or the context is full)\n"
+    "  --temp T           temperature, 0 = greedy                                       [0.6]\n"
+    "  --top-k K          keep the K most likely tokens, 0 = off                        [0]\n"
+    "  --top-p P          nucleus sampling, 1 = off                                     [0.95]\n"
+    "  --min-p P          drop tokens below P x the top probability, 0 = off            [0]\n"
+    "  --seed S           sampling seed (default: from the clock)\n"
+    "  --stop S           stop before the text S (repeatable, at most 16)\n"
+    "  --ignore-eos       keep generating through the end-of-sentence token\n"
+    "  --think            thinking mode: reasoning, then the answer                     [default]\n"
+    "  --no-think         chat mode: the answer only\n"
+    "  --effort E         reasoning effort: 1..100 or low|medium|high|max|minimal|xhigh [high = 75]\n"
+    "  --system S         system prompt\n"
+    "  --ctx N            context size in tokens (default: min(4096, training context))\n"
+    "  --threads T        worker threads (default: all cores)\n"
+    "  --numerics M       reference (official FP8/FP4 QDQ, default) | plain (fp32)\n";
+
+void gen_cli_defaults(gen_cli_opts *o, const char *cmd) {
+    memset(o, 0, sizeof *o);
+    o->cmd = cmd;
+    o->numerics = DSF_NUMERICS_REFERENCE;
+    dsf_sampler_params_default(&o->sp);
+    o->sp.temperature = 0.6f;
+    o->sp.top_p = 0.95f;
+    o->sp.stop = o->stops;
+    o->think = true;
+}
+
+static int opt_err(const gen_cli_opts *o, const char *fmt, const char *a) {
+    fprintf(stderr, "dsflash %s: ", o->cmd);
+    fprintf(stderr, fmt, a);
+    fputc('\n', stderr);
+    return -1;
+}
+
+static int parse_long(const char *s, long lo, long hi, long *out) {
+    errno = 0;
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_float(const char *s, float lo, float hi, float *out) {
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) return -1;
+    *out = (float)v;
+    return 0;
+}
+
+int gen_cli_check_effort(const char *s, char *err) {
+    static const char *const names[] = {"low", "medium", "high", "max", "minimal", "xhigh"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (!strcmp(s, names[i])) return 0;
+    long v;
+    if (parse_long(s, 1, 100, &v) == 0) return 0;
+    return dsf_seterr(err, "bad reasoning effort '%s' (expected 1..100 or low|medium|high|max|minimal|xhigh)", s);
+}
+
+int gen_cli_option(gen_cli_opts *o, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    static const char *const with_value[] = {"-m", "--model", "-n", "--n-predict", "--temp", "--top-k",
+                                             "--top-p", "--min-p", "--seed", "--stop", "--effort",
+                                             "--system", "--ctx", "--threads", "--numerics"};
+    bool takes = false;
+    for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
+        if (!strcmp(a, with_value[k])) takes = true;
+    if (!takes) {
+        if (!strcmp(a, "--think")) o->think = true;
+        else if (!strcmp(a, "--no-think")) o->think = false;
+        else if (!strcmp(a, "--ignore-eos")) o->sp.ignore_eos = true;
+        else return 0;
+        return 1;
+    }
+    if (*i + 1 >= argc) return opt_err(o, "option %s needs a value", a);
+    const char *v = argv[++*i];
+    long l;
+    float f;
+    if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+        o->model = v;
+    } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
+        if (parse_long(v, -1, 1L << 30, &l)) return opt_err(o, "bad -n '%s' (expected an integer >= -1)", v);
+        o->sp.max_tokens = l < 0 ? 0 : (int)l;
+        if (l == 0) return opt_err(o, "bad -n '%s' (0 tokens would generate nothing)", v);
+    } else if (!strcmp(a, "--temp")) {
+        if (parse_float(v, 0, 100, &f)) return opt_err(o, "bad --temp '%s' (expected 0..100)", v);
+        o->sp.temperature = f;
+    } else if (!strcmp(a, "--top-k")) {
+        if (parse_long(v, 0, 1L << 30, &l)) return opt_err(o, "bad --top-k '%s' (expected an integer >= 0)", v);
+        o->sp.top_k = (int)l;
+    } else if (!strcmp(a, "--top-p")) {
+        if (parse_float(v, 0, 1, &f)) return opt_err(o, "bad --top-p '%s' (expected 0..1)", v);
+        o->sp.top_p = f;
+    } else if (!strcmp(a, "--min-p")) {
+        if (parse_float(v, 0, 1, &f)) return opt_err(o, "bad --min-p '%s' (expected 0..1)", v);
+        o->sp.min_p = f;
+    } else if (!strcmp(a, "--seed")) {
+        errno = 0;
+        char *end;
+        unsigned long long s = strtoull(v, &end, 10);
+        if (errno || end == v || *end || v[0] == '-') return opt_err(o, "bad --seed '%s' (expected an unsigned integer)", v);
+        o->sp.seed = s;
+        o->seed_set = true;
+    } else if (!strcmp(a, "--stop")) {
+        if (o->sp.n_stop >= GEN_CLI_MAX_STOP) return opt_err(o, "too many --stop strings (at most %s)", "16");
+        if (!*v) return opt_err(o, "empty --stop string%s", "");
+        o->stops[o->sp.n_stop++] = v;
+    } else if (!strcmp(a, "--effort")) {
+        char err[DSF_ERR_LEN];
+        if (gen_cli_check_effort(v, err)) return opt_err(o, "%s", err);
+        snprintf(o->effort, sizeof o->effort, "%s", v);
+    } else if (!strcmp(a, "--system")) {
+        o->system = v;
+    } else if (!strcmp(a, "--ctx")) {
+        if (parse_long(v, 1, 1L << 24, &l)) return opt_err(o, "bad --ctx '%s' (expected 1..16777216)", v);
+        o->n_ctx = (int)l;
+    } else if (!strcmp(a, "--threads")) {
+        if (parse_long(v, 1, 4096, &l)) return opt_err(o, "bad --threads '%s' (expected 1..4096)", v);
+        o->n_threads = (int)l;
+    } else if (!strcmp(a, "--numerics")) {
+        if (!strcmp(v, "reference")) o->numerics = DSF_NUMERICS_REFERENCE;
+        else if (!strcmp(v, "plain")) o->numerics = DSF_NUMERICS_PLAIN;
+        else return opt_err(o, "bad --numerics '%s' (expected reference or plain)", v);
+    }
+    return 1;
+}
+
+/* ==== model and prompt ================================================================= */
+
+int gen_cli_load(const gen_cli_opts *o, gen_cli_model *m) {
+    memset(m, 0, sizeof *m);
+    char err[DSF_ERR_LEN] = "";
+    dsf_engine_params ep;
+    dsf_engine_params_default(&ep);
+    ep.numerics = o->numerics;
+    ep.n_threads = o->n_threads;
+    m->e = dsf_engine_open(o->model, &ep, err);
+    if (!m->e) goto fail;
+    m->tok = dsf_tokenizer_load(o->model, err);
+    if (!m->tok) goto fail;
+    int ctx = o->n_ctx;
+    if (ctx <= 0) {
+        int train = dsf_engine_n_ctx_train(m->e);
+        ctx = train > 0 && train < 4096 ? train : 4096;
+    }
+    m->s = dsf_session_new(m->e, ctx, err);
+    if (!m->s) goto fail;
+    m->g = dsf_gen_new(m->e, m->s, m->tok, err);
+    if (!m->g) goto fail;
+    return 0;
+fail:
+    fprintf(stderr, "dsflash %s: %s\n", o->cmd, err);
+    gen_cli_unload(m);
+    return -1;
+}
+
+void gen_cli_unload(gen_cli_model *m) {
+    dsf_gen_free(m->g);
+    dsf_session_free(m->s);
+    dsf_tokenizer_free(m->tok);
+    dsf_engine_close(m->e);
+    memset(m, 0, sizeof *m);
+}
+
+int gen_cli_prompt(const gen_cli_opts *o, const dsf_tokenizer *tok, const char *messages_json,
+                   int32_t **ids, int *n, bool *gen_reasoning, char *err) {
+    json_error_t je;
+    json_t *msgs = json_loads(messages_json, 0, &je);
+    if (!json_is_array(msgs)) {
+        json_decref(msgs);
+        return dsf_seterr(err, "internal: bad message list (%s)", je.text);
+    }
+    json_t *req = json_object();
+    json_object_set_new(req, "messages", msgs);
+    json_object_set_new(req, "thinking_mode", json_string(o->think ? "thinking" : "chat"));
+    if (o->effort[0]) {
+        long v;
+        if (parse_long(o->effort, 1, 100, &v) == 0) json_object_set_new(req, "reasoning_effort", json_integer(v));
+        else json_object_set_new(req, "reasoning_effort", json_string(o->effort));
+    }
+    char *text = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    if (!text) return dsf_seterr(err, "out of memory");
+    dsf_chat_prompt p;
+    int rc = dsf_chat_render_openai(text, strlen(text), &p, err);
+    free(text);
+    if (rc) return -1;
+    int32_t *v = NULL;
+    size_t nv = 0;
+    /* The rendered text holds the BOS and every marker as text: parse them as special tokens. */
+    rc = dsf_tokenize(tok, p.prompt, p.prompt_len, false, true, &v, &nv, err);
+    *gen_reasoning = p.gen_reasoning;
+    dsf_chat_prompt_free(&p);
+    if (rc) return -1;
+    if (nv > (size_t)1 << 30) {
+        free(v);
+        return dsf_seterr(err, "the prompt is too long (%zu tokens)", nv);
+    }
+    *ids = v;
+    *n = (int)nv;
+    return 0;
+}
+
+/* ==== printer ========================================================================== */
+
+#define DIM "\033[2m"
+#define RESET "\033[0m"
+
+void gen_cli_printer_init(gen_cli_printer *pr, FILE *out) {
+    memset(pr, 0, sizeof *pr);
+    pr->out = out;
+    pr->tty = isatty(fileno(out)) && !dsf_knob("NO_COLOR");
+    pr->last = '\n';
+}
+
+void gen_cli_printer_free(gen_cli_printer *pr) {
+    dsf_buf_free(&pr->reasoning);
+    dsf_buf_free(&pr->content);
+}
+
+static void put(gen_cli_printer *pr, const char *s, size_t n) {
+    if (!n) return;
+    fwrite(s, 1, n, pr->out);
+    fflush(pr->out);
+    pr->last = s[n - 1];
+}
+
+void gen_cli_on_dsml(void *ud, const dsf_dsml_event *ev) {
+    gen_cli_printer *pr = ud;
+    if (ev->type == DSF_DSML_REASONING && ev->len) {
+        if (pr->state != 1) {
+            if (pr->tty) fputs(DIM, pr->out);
+            else put(pr, "[thinking] ", 11);
+            pr->state = 1;
+        }
+        put(pr, ev->text, ev->len);
+        dsf_buf_append(&pr->reasoning, ev->text, ev->len);
+    } else if (ev->type == DSF_DSML_CONTENT && ev->len) {
+        if (pr->state == 1) {
+            if (pr->tty) fputs(RESET, pr->out);
+            put(pr, pr->last == '\n' ? "\n" : "\n\n", pr->last == '\n' ? 1 : 2);
+        }
+        pr->state = 2;
+        put(pr, ev->text, ev->len);
+        dsf_buf_append(&pr->content, ev->text, ev->len);
+    }
+}
+
+void gen_cli_on_text(void *ud, const char *s, size_t n) {
+    gen_cli_printer *pr = ud;
+    pr->state = 2;
+    put(pr, s, n);
+    dsf_buf_append(&pr->content, s, n);
+}
+
+void gen_cli_printer_end(gen_cli_printer *pr, const dsf_dsml_result *r) {
+    if (pr->state == 1 && pr->tty) fputs(RESET, pr->out);
+    if (pr->last != '\n') put(pr, "\n", 1);
+    for (int i = 0; r && i < r->n_calls; i++) {
+        json_t *o = json_object();
+        json_object_set_new(o, "name", json_string(r->calls[i].name ? r->calls[i].name : ""));
+        if (r->calls[i].ns) json_object_set_new(o, "namespace", json_string(r->calls[i].ns));
+        json_object_set_new(o, "arguments", json_string(r->calls[i].arguments ? r->calls[i].arguments : ""));
+        char *line = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
+        json_decref(o);
+        if (line) {
+            put(pr, line, strlen(line));
+            put(pr, "\n", 1);
+            free(line);
+        }
+    }
+    fflush(pr->out);
+}
+
+void gen_cli_print_stats(const char *cmd, const dsf_gen_result *r) {
+    fprintf(stderr,
+            "[%s] prompt %d tokens (%d cached, %.1f tok/s), completion %d tokens (%.2f tok/s), finish: %s\n",
+            cmd, r->n_prompt, r->n_cached, r->prefill_tps, r->n_completion, r->decode_tps,
+            dsf_finish_reason_str(r->finish));
+}
+
+/* ==== dsflash run ====================================================================== */
+
+static const char *RUN_USAGE =
+    "usage: dsflash run -m MODEL.gguf -p PROMPT [options]\n\n"
+    "Renders PROMPT as one user turn with the V4.1 chat encoder, generates and streams the\n"
+    "answer to stdout: the reasoning first (dim on a terminal, else prefixed \"[thinking] \" and\n"
+    "followed by a blank line), then the answer; tool calls as JSON lines. A stats line goes to\n"
+    "stderr.\n\n"
+    "  -p, --prompt TEXT  the user message                                            [required]\n"
+    "  --raw              no chat template: tokenize TEXT as-is (special tokens parsed), with BOS\n";
+
+static int cmd_run(int argc, char **argv) {
+    if (dsf_cmd_wants_help(argc, argv)) {
+        printf("%s%s", RUN_USAGE, GEN_CLI_OPTIONS_HELP);
+        return 0;
+    }
+    gen_cli_opts o;
+    gen_cli_defaults(&o, "run");
+    const char *prompt = NULL;
+    bool raw = false;
+    for (int i = 1; i < argc; i++) {
+        int r = gen_cli_option(&o, argc, argv, &i);
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        if (!strcmp(argv[i], "-p") || !strcmp(argv[i], "--prompt")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "dsflash run: option %s needs a value\n", argv[i]);
+                return 2;
+            }
+            prompt = argv[++i];
+        } else if (!strcmp(argv[i], "--raw")) {
+            raw = true;
+        } else {
+            fprintf(stderr, "dsflash run: unknown option '%s' (try --help)\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!o.model) {
+        fprintf(stderr, "dsflash run: no model (-m MODEL.gguf)\n");
+        return 2;
+    }
+    if (!prompt) {
+        fprintf(stderr, "dsflash run: no prompt (-p TEXT)\n");
+        return 2;
+    }
+    if (!o.seed_set) o.sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+
+    gen_cli_model m;
+    if (gen_cli_load(&o, &m)) return 1;
+    char err[DSF_ERR_LEN] = "";
+    int32_t *ids = NULL;
+    int n = 0, rc = 1;
+    bool gen_reasoning = false;
+    if (raw) {
+        size_t nv = 0;
+        bool bos = dsf_tokenizer_bos(m.tok) >= 0;
+        if (dsf_tokenize(m.tok, prompt, strlen(prompt), bos, true, &ids, &nv, err)) goto done;
+        if (nv == 0 || nv > (size_t)1 << 30) {
+            dsf_seterr(err, "the prompt gives %zu tokens", nv);
+            goto done;
+        }
+        n = (int)nv;
+    } else {
+        json_t *msgs = json_array();
+        if (o.system) json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", o.system));
+        json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", prompt));
+        char *mj = json_dumps(msgs, JSON_COMPACT);
+        json_decref(msgs);
+        if (!mj) {
+            dsf_seterr(err, "the prompt is not valid UTF-8");
+            goto done;
+        }
+        int prc = gen_cli_prompt(&o, m.tok, mj, &ids, &n, &gen_reasoning, err);
+        free(mj);
+        if (prc) goto done;
+    }
+
+    gen_cli_printer pr;
+    gen_cli_printer_init(&pr, stdout);
+    dsf_gen_params gp;
+    dsf_gen_params_default(&gp);
+    gp.sampler = o.sp;
+    gp.parse_dsml = !raw;
+    gp.dsml_thinking = gen_reasoning;
+    gp.on_dsml = gen_cli_on_dsml;
+    gp.on_text = raw ? gen_cli_on_text : NULL;
+    gp.ud = &pr;
+    dsf_gen_result res;
+    int grc = dsf_gen_run(m.g, ids, n, &gp, NULL, &res, err);
+    gen_cli_printer_end(&pr, res.has_dsml ? &res.dsml : NULL);
+    gen_cli_printer_free(&pr);
+    if (grc == 0) {
+        gen_cli_print_stats("run", &res);
+        rc = 0;
+    }
+    dsf_gen_result_free(&res);
+done:
+    if (rc) fprintf(stderr, "dsflash run: %s\n", err);
+    free(ids);
+    gen_cli_unload(&m);
+    return rc;
+}
+
+DSF_COMMAND(run, "generate a reply to one prompt (streams to stdout)", cmd_run)
