@@ -1,0 +1,145 @@
+/* cmd_serve.c: `dsflash serve`, the OpenAI-compatible HTTP server (src/server.c). Owns only
+ * argument handling, signals and the process lifetime. */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd.h"
+#include "server.h"
+
+static void usage(void) {
+    printf("usage: dsflash serve -m MODEL.gguf [options]\n\n"
+           "OpenAI-compatible HTTP server: POST /v1/chat/completions, POST /v1/completions,\n"
+           "GET /v1/models, GET /health, POST /tokenize, POST /detokenize.\n\n"
+           "  -m, --model FILE     deepseek41 GGUF (required)\n"
+           "  --host ADDR          IPv4 address to listen on (default 127.0.0.1)\n"
+           "  --port N             port (default 8080; 0 = any free port)\n"
+           "  --slots N            concurrent sequences, one session each (default 1)\n"
+           "  --ctx N              tokens per slot (default: min(training context, 4096))\n"
+           "  --api-key KEY        require 'Authorization: Bearer KEY' (not on /health)\n"
+           "  --threads T          engine worker threads (default: all cores)\n"
+           "  --alias NAME         model id in /v1/models and replies (default: file name)\n"
+           "  --max-body BYTES     request body limit (default 8388608); larger -> 413\n"
+           "  --max-queue N        requests waiting for a slot before 503 (default 256)\n"
+           "  --keepalive-ms MS    SSE ': keep-alive' comment period while waiting (default 5000)\n"
+           "  --prefill-chunk N    prompt tokens per forward; other slots run between chunks (default 256)\n"
+           "  --timeout S          close a connection idle for S seconds (default 600)\n"
+           "  --numerics MODE      reference (default) or plain\n"
+           "  --port-file FILE     write the bound port to FILE once listening\n"
+           "\nOne log line per request goes to stderr (DSF_LOG=0 silences it). SIGINT/SIGTERM stop.\n");
+}
+
+static int parse_int(const char *name, const char *v, long long lo, long long hi, long long *out) {
+    char *end = NULL;
+    errno = 0;
+    long long x = v ? strtoll(v, &end, 10) : 0;
+    if (!v || errno || end == v || *end || x < lo || x > hi) {
+        fprintf(stderr, "dsflash serve: %s needs an integer within %lld..%lld, got '%s'\n", name, lo, hi, v ? v : "");
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static int cmd_serve(int argc, char **argv) {
+    if (dsf_cmd_wants_help(argc, argv)) {
+        usage();
+        return 0;
+    }
+    srv_params p;
+    srv_params_default(&p);
+    const char *port_file = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long long x = 0;
+        int takes = 1;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) p.model_path = v;
+        else if (!strcmp(a, "--host")) p.host = v;
+        else if (!strcmp(a, "--api-key")) p.api_key = v;
+        else if (!strcmp(a, "--alias")) p.model_name = v;
+        else if (!strcmp(a, "--port-file")) port_file = v;
+        else if (!strcmp(a, "--numerics")) {
+            if (v && !strcmp(v, "plain")) p.numerics = DSF_NUMERICS_PLAIN;
+            else if (v && !strcmp(v, "reference")) p.numerics = DSF_NUMERICS_REFERENCE;
+            else {
+                fprintf(stderr, "dsflash serve: --numerics must be reference or plain\n");
+                return 2;
+            }
+        } else if (!strcmp(a, "--port")) {
+            if (parse_int(a, v, 0, 65535, &x)) return 2;
+            p.port = (int)x;
+        } else if (!strcmp(a, "--slots")) {
+            if (parse_int(a, v, 1, 256, &x)) return 2;
+            p.n_slots = (int)x;
+        } else if (!strcmp(a, "--ctx")) {
+            if (parse_int(a, v, 2, INT_MAX, &x)) return 2;
+            p.n_ctx = (int)x;
+        } else if (!strcmp(a, "--threads")) {
+            if (parse_int(a, v, 0, 4096, &x)) return 2;
+            p.n_threads = (int)x;
+        } else if (!strcmp(a, "--max-body")) {
+            if (parse_int(a, v, 1, 1LL << 34, &x)) return 2;
+            p.max_body = (size_t)x;
+        } else if (!strcmp(a, "--max-queue")) {
+            if (parse_int(a, v, 1, 1 << 20, &x)) return 2;
+            p.max_queue = (int)x;
+        } else if (!strcmp(a, "--keepalive-ms")) {
+            if (parse_int(a, v, 1, 3600000, &x)) return 2;
+            p.keepalive_ms = (int)x;
+        } else if (!strcmp(a, "--timeout")) {
+            if (parse_int(a, v, 1, 86400, &x)) return 2;
+            p.idle_timeout_s = (int)x;
+        } else if (!strcmp(a, "--prefill-chunk")) {
+            if (parse_int(a, v, 1, 1 << 20, &x)) return 2;
+            p.prefill_chunk = (int)x;
+        } else {
+            fprintf(stderr, "dsflash serve: unknown option '%s' (try --help)\n", a);
+            return 2;
+        }
+        if (takes && !v) {
+            fprintf(stderr, "dsflash serve: %s needs a value\n", a);
+            return 2;
+        }
+        i += takes;
+    }
+    if (!p.model_path) {
+        fprintf(stderr, "dsflash serve: no model (-m MODEL.gguf; try --help)\n");
+        return 2;
+    }
+
+    /* Every thread inherits this mask; the main thread waits for the signals synchronously. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    char err[DSF_ERR_LEN] = "";
+    srv_server *s = srv_start(&p, err);
+    if (!s) {
+        fprintf(stderr, "dsflash serve: %s\n", err);
+        return 1;
+    }
+    fprintf(stderr, "dsflash serve: listening on http://%s:%d (%d slot%s)\n", p.host, srv_port(s), p.n_slots,
+            p.n_slots == 1 ? "" : "s");
+    if (port_file) {
+        FILE *f = fopen(port_file, "w");
+        if (!f || fprintf(f, "%d\n", srv_port(s)) < 0 || fclose(f)) {
+            fprintf(stderr, "dsflash serve: cannot write %s\n", port_file);
+            srv_stop(s);
+            return 1;
+        }
+    }
+    int sig = 0;
+    sigwait(&set, &sig);
+    fprintf(stderr, "dsflash serve: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    srv_stop(s);
+    return 0;
+}
+
+DSF_COMMAND(serve, "OpenAI-compatible HTTP server (chat, completions, streaming, tools)", cmd_serve)
