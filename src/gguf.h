@@ -133,6 +133,8 @@ int gguf_writer_kv_u64(gguf_writer *w, const char *key, uint64_t v, char *err);
 int gguf_writer_kv_f32(gguf_writer *w, const char *key, float v, char *err);
 int gguf_writer_kv_bool(gguf_writer *w, const char *key, bool v, char *err);
 int gguf_writer_kv_str(gguf_writer *w, const char *key, const char *v, char *err);
+/* Any numeric scalar type (not STRING/ARRAY): vtype_size(vtype) raw little-endian bytes. */
+int gguf_writer_kv_scalar(gguf_writer *w, const char *key, uint32_t vtype, const void *le_value, char *err);
 /* Arrays: elements given as raw little-endian values of elem_type (not STRING). */
 int gguf_writer_kv_arr(gguf_writer *w, const char *key, uint32_t elem_type, const void *data,
                        uint64_t n, char *err);

@@ -170,14 +170,17 @@ int weights_bind(dsf_weights *w, const dsf_shape *s, const gguf_file *f, char *e
             const gguf_tensor *t = find(b, N("blk.%d.attn_output_a.weight", i), true);
             const int64_t gin = H * dh / s->o_groups, rows = s->o_groups * s->o_lora;
             if (!t) goto fail;
+            if (check_type(b, t) < 0) goto fail;
+            /* TENSOR_ALLOW_RESHAPE (gguf-layout §3.2, §7.3): only the element count is
+             * checked; the contiguous data is re-viewed as rows of gin elements. */
             int64_t nel = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
-            if (t->ne[0] != gin || nel != gin * rows) {
+            if (nel != gin * rows || gin % (int64_t)ggml_blck_size(t->type)) {
                 int64_t want[3] = {gin, s->o_lora, s->o_groups};
                 check_shape(b, t, want, 3);
                 goto fail;
             }
-            if (check_type(b, t) < 0) goto fail;
-            L->wo_a = (dsf_wmat){t->type, gin, rows, t->row_bytes, t->data};
+            L->wo_a = (dsf_wmat){t->type, gin, rows,
+                                 (uint64_t)(gin / ggml_blck_size(t->type)) * ggml_type_size(t->type), t->data};
         }
         if (s->kv_src[il] == il) {
             if (bind_mat(b, &L->comp_wkv, N("blk.%d.attn_compressor_kv.weight", i), D, dh, 1, true) < 0 ||
