@@ -86,3 +86,24 @@ uint64_t kern_peak_probe(const dsf_kernels *k, int64_t iters, int bf16, float *s
     peak_probe_fn fn = k && k->peak_probe ? k->peak_probe : kernels_ref.peak_probe;
     return fn(iters, bf16, sink);
 }
+
+void kern_matmul_xbf16(const dsf_kernels *k, const dsf_wmat *w, const uint16_t *x, int64_t T, float *y,
+                       int64_t ldy, int64_t r0, int64_t r1) {
+    matmul_xbf16_fn fn = (k && w->type < GGML_TYPE_COUNT) ? k->matmul_xbf16[w->type] : NULL;
+    if (!fn) fn = matmul_xbf16_any_ref;
+    fn(w, x, T, y, ldy, r0, r1);
+}
+
+bool kern_act_to_bf16(const float *x, uint16_t *xb, int64_t n) {
+    bool exact = true;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        /* round to nearest even; NaN stays a quiet NaN (quant.c's f32_to_bf16 rule) */
+        uint16_t h = (u & 0x7FFFFFFFu) > 0x7F800000u ? (uint16_t)((u >> 16) | 0x40)
+                                                     : (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1)) >> 16);
+        xb[i] = h;
+        exact &= (u & 0xFFFFu) == 0;
+    }
+    return exact;
+}

@@ -5,6 +5,7 @@
 #ifndef DSF_KERNELS_H
 #define DSF_KERNELS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -20,10 +21,21 @@ typedef struct {
 
 /* y[t*ldy + r] = sum_i W[r][i] * x[t*n_in + i]  for t in [0,T), r in [r0, r1).
  * x is fp32 (activation prep, e.g. FP8 QDQ, has already been applied); y is fp32.
- * Accuracy contract: within fp32 summation-order noise of the exact sum. */
+ * Accuracy contract: within fp32 summation-order noise of the exact sum.
+ * Batch invariance (fast tables): y[t][r] is bit-identical whatever T, the token's place in
+ * the batch and the row range, so decode and (chunked) prefill agree exactly as long as the
+ * same function (same family: matmul or matmul_xbf16, same table) is used for both. */
 typedef void (*matmul_fn)(const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy,
                           int64_t r0, int64_t r1);
 
+/* The same product with BF16 activations: x is [T][n_in] bf16 bits. The products of BF16 (or
+ * MXFP4) weights with BF16 activations are exact in fp32, so the result equals matmul on the
+ * widened activations up to fp32 summation order -- except that the BF16 dot instructions
+ * flush subnormals (inputs and partial sums below 2^-126) to zero. Meant for reference mode,
+ * where activations entering FP8/FP4 projections are FP8-QDQ'd and thus exact in BF16 (see
+ * kern_act_to_bf16); it lets prefill run at the BF16 dot peak. */
+typedef void (*matmul_xbf16_fn)(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, int64_t ldy,
+                                int64_t r0, int64_t r1);
 /* Benchmark probes (never on a model path; `dsflash bench --kernels` compares the kernels
  * with them). read_probe reads n bytes (n a multiple of 256, p 64-byte aligned) with the
  * widest loads and returns a checksum so that the reads cannot be elided. peak_probe runs
@@ -36,6 +48,7 @@ typedef uint64_t (*peak_probe_fn)(int64_t iters, int bf16, float *sink);
 typedef struct {
     const char *name;                 /* "ref", "avx2", "avx512" */
     matmul_fn matmul[GGML_TYPE_COUNT]; /* by weight type; NULL -> ref */
+    matmul_xbf16_fn matmul_xbf16[GGML_TYPE_COUNT]; /* BF16 activations; NULL -> ref */
     read_probe_fn read_probe;          /* NULL -> ref */
     peak_probe_fn peak_probe;          /* NULL -> ref */
 } dsf_kernels;
@@ -52,6 +65,14 @@ const dsf_kernels *kernels_by_name(const char *name);
 void kern_matmul(const dsf_kernels *k, const dsf_wmat *w, const float *x, int64_t T, float *y,
                  int64_t ldy, int64_t r0, int64_t r1);
 
+/* BF16-activation matmul through the table, with fallback to the scalar twin. */
+void kern_matmul_xbf16(const dsf_kernels *k, const dsf_wmat *w, const uint16_t *x, int64_t T, float *y,
+                       int64_t ldy, int64_t r0, int64_t r1);
+/* Rounds n fp32 activations to BF16 (round to nearest even). Returns true iff every value
+ * was already exact in BF16 (then kern_matmul_xbf16 computes the same exact products as
+ * kern_matmul; only the summation order, and the flushing of subnormals, differ). */
+bool kern_act_to_bf16(const float *x, uint16_t *xb, int64_t n);
+
 /* Probes through the table with fallback to the scalar versions. */
 double kern_read_probe(const dsf_kernels *k, const uint8_t *p, uint64_t n);
 uint64_t kern_peak_probe(const dsf_kernels *k, int64_t iters, int bf16, float *sink);
@@ -59,5 +80,8 @@ uint64_t kern_peak_probe(const dsf_kernels *k, int64_t iters, int bf16, float *s
 /* Scalar twin for any type dequant_row() supports. */
 void matmul_any_ref(const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy,
                     int64_t r0, int64_t r1);
+/* Scalar twin of matmul_xbf16 (exact products, double accumulation, no flushing). */
+void matmul_xbf16_any_ref(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, int64_t ldy,
+                          int64_t r0, int64_t r1);
 
 #endif

@@ -3,7 +3,8 @@
  *
  * Same method and numerics as kernels_avx512.c, with 8-lane vectors: weights widened exactly
  * to fp32, fp32 FMA against the fp32 activations (never rounded), groups of 32 weights, row x
- * token tiles, K and token chunks for T > 1. Only the register budget differs (16 ymm): the
+ * token tiles, K and token chunks, batch-invariant results (every output is computed by the
+ * same operations whatever T and the tile). Only the register budget differs (16 ymm): the
  * T > 1 tile is 2 rows x 4 tokens. */
 #include "kernels.h"
 
@@ -11,11 +12,11 @@
 #include <immintrin.h>
 #include <string.h>
 
-#define RB1 4    /* rows per tile, T == 1 */
+#define RB1 8    /* rows per tile, T == 1 (8 independent accumulator chains) */
 #define RBN 2    /* rows per tile, T > 1 */
 #define TB 4     /* tokens per tile */
-#define TC 64    /* tokens per chunk */
-#define KC 1024  /* reduction elements per chunk (T > 1) */
+#define TC 32    /* tokens per chunk */
+#define KC 4096  /* reduction elements per chunk */
 
 #define INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 16")
@@ -77,23 +78,23 @@ INLINE float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+/* One accumulator per row, the group's four vectors fused in order (the same operations as
+ * TILE_TN, for batch invariance); RB1 rows give RB1 independent FMA chains. */
 #define TILE_T1(NAME, DEC, GB)                                                                 \
     INLINE void NAME(const uint8_t *const *wr, const float *x, int64_t g0, int64_t g1,         \
                      float *out) {                                                             \
-        __m256 a0[RB1], a1[RB1];                                                               \
-        UNROLL for (int r = 0; r < RB1; r++) a0[r] = a1[r] = _mm256_setzero_ps();              \
+        __m256 a[RB1];                                                                         \
+        UNROLL for (int r = 0; r < RB1; r++) a[r] = _mm256_setzero_ps();                       \
         for (int64_t g = g0; g < g1; g++) {                                                    \
             const float *xg = x + g * 32;                                                      \
             UNROLL for (int r = 0; r < RB1; r++) {                                             \
                 __m256 w[4];                                                                   \
                 DEC(wr[r] + g * (GB), w);                                                      \
-                a0[r] = _mm256_fmadd_ps(w[0], _mm256_loadu_ps(xg), a0[r]);                     \
-                a1[r] = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(xg + 8), a1[r]);                 \
-                a0[r] = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xg + 16), a0[r]);                \
-                a1[r] = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xg + 24), a1[r]);                \
+                UNROLL for (int k = 0; k < 4; k++)                                             \
+                    a[r] = _mm256_fmadd_ps(w[k], _mm256_loadu_ps(xg + 8 * k), a[r]);           \
             }                                                                                  \
         }                                                                                      \
-        UNROLL for (int r = 0; r < RB1; r++) out[r] = hsum(_mm256_add_ps(a0[r], a1[r]));      \
+        UNROLL for (int r = 0; r < RB1; r++) out[r] = hsum(a[r]);                              \
     }
 
 #define TILE_TN(NAME, DEC, GB)                                                                 \
@@ -106,8 +107,8 @@ INLINE float hsum(__m256 v) {
             UNROLL for (int r = 0; r < RBN; r++) {                                             \
                 __m256 w[4];                                                                   \
                 DEC(wr[r] + g * (GB), w);                                                      \
-                UNROLL for (int k = 0; k < 4; k++)                                             \
-                    UNROLL for (int t = 0; t < TB; t++)                                        \
+                UNROLL for (int t = 0; t < TB; t++)                                            \
+                    UNROLL for (int k = 0; k < 4; k++)                                         \
                         a[r][t] = _mm256_fmadd_ps(w[k], _mm256_loadu_ps(x[t] + g * 32 + 8 * k), a[r][t]); \
             }                                                                                  \
         }                                                                                      \
@@ -120,19 +121,21 @@ INLINE float hsum(__m256 v) {
     TILE_TN(NAME##_tn, DEC, GB)                                                                \
     static void NAME(const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy,      \
                      int64_t r0, int64_t r1) {                                                 \
-        const int64_t ng = w->n_in / 32;                                                       \
+        const int64_t ng = w->n_in / 32, kcg = KC / 32;                                        \
         if (T == 1) {                                                                          \
             const uint8_t *wr[RB1];                                                            \
             for (int64_t r = r0; r < r1; r += RB1) {                                           \
-                float out[RB1];                                                                \
                 for (int i = 0; i < RB1; i++)                                                  \
                     wr[i] = w->data + (uint64_t)(r + i < r1 ? r + i : r1 - 1) * w->row_bytes;  \
-                NAME##_t1(wr, x, 0, ng, out);                                                  \
-                for (int i = 0; i < RB1 && r + i < r1; i++) y[r + i] = out[i];                 \
+                for (int64_t g0 = 0; g0 < ng; g0 += kcg) {                                     \
+                    float out[RB1];                                                            \
+                    NAME##_t1(wr, x, g0, g0 + kcg < ng ? g0 + kcg : ng, out);                  \
+                    for (int i = 0; i < RB1 && r + i < r1; i++)                                \
+                        y[r + i] = g0 == 0 ? out[i] : y[r + i] + out[i];                       \
+                }                                                                              \
             }                                                                                  \
             return;                                                                            \
         }                                                                                      \
-        const int64_t kcg = KC / 32;                                                           \
         const uint8_t *wr[RBN];                                                                \
         for (int64_t tc = 0; tc < T; tc += TC) {                                               \
             int64_t tc1 = tc + TC < T ? tc + TC : T;                                           \
@@ -179,14 +182,46 @@ GUARDED(mm_f16)
 GUARDED(mm_q8_0)
 GUARDED(mm_mxfp4)
 
+/* BF16 activations for weight types without a BF16-dot tile: widen a few tokens at a time
+ * into a stack buffer and run the fp32 kernel (same numbers, exact widening). */
+#define XWIDEN(NAME, FP32)                                                                     \
+    static void NAME(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, int64_t ldy,   \
+                     int64_t r0, int64_t r1) {                                                 \
+        if (r1 <= r0 || T <= 0) return;                                                        \
+        if (w->n_in > 16384 || w->n_in % 32 != 0) {                                            \
+            matmul_xbf16_any_ref(w, x, T, y, ldy, r0, r1);                                     \
+            return;                                                                            \
+        }                                                                                      \
+        float buf[16384];                                                                      \
+        int64_t per = 16384 / w->n_in;                                                         \
+        for (int64_t t0 = 0; t0 < T; t0 += per) {                                              \
+            int64_t nb = T - t0 < per ? T - t0 : per;                                          \
+            for (int64_t i = 0; i < nb * w->n_in; i++) {                                       \
+                uint32_t u = (uint32_t)x[t0 * w->n_in + i] << 16;                              \
+                memcpy(&buf[i], &u, 4);                                                        \
+            }                                                                                  \
+            FP32(w, buf, nb, y + t0 * ldy, ldy, r0, r1);                                       \
+        }                                                                                      \
+    }
+XWIDEN(xw_f32, mm_f32)
+XWIDEN(xw_f16, mm_f16)
+XWIDEN(xw_q8_0, mm_q8_0)
+XWIDEN(xw_bf16, mm_bf16)
+XWIDEN(xw_mxfp4, mm_mxfp4)
+
 /* ---- benchmark probes ---- */
 
+/* Four concurrent streams, as in kernels_avx512.c. */
 static double read_probe(const uint8_t *p, uint64_t n) {
     __m256i a[8];
     UNROLL for (int j = 0; j < 8; j++) a[j] = _mm256_setzero_si256();
-    for (uint64_t i = 0; i + 256 <= n; i += 256)
-        UNROLL for (int j = 0; j < 8; j++)
-            a[j] = _mm256_add_epi64(a[j], _mm256_load_si256((const __m256i *)(const void *)(p + i + 32 * j)));
+    uint64_t q = n / 4 / 64 * 64;
+    for (uint64_t i = 0; i < q; i += 64)
+        UNROLL for (int s = 0; s < 4; s++) {
+            a[2 * s] = _mm256_add_epi64(a[2 * s], _mm256_load_si256((const __m256i *)(const void *)(p + s * q + i)));
+            a[2 * s + 1] = _mm256_add_epi64(a[2 * s + 1], _mm256_load_si256((const __m256i *)(const void *)(p + s * q + i + 32)));
+        }
+    for (uint64_t i = 4 * q; i + 32 <= n; i += 32) a[0] = _mm256_add_epi64(a[0], _mm256_load_si256((const __m256i *)(const void *)(p + i)));
     for (int j = 1; j < 8; j++) a[0] = _mm256_add_epi64(a[0], a[j]);
     uint64_t v[4];
     memcpy(v, &a[0], sizeof v);
@@ -215,6 +250,13 @@ const dsf_kernels kernels_avx2 = {
     .name = "avx2",
     .read_probe = read_probe,
     .peak_probe = peak_probe,
+    .matmul_xbf16 = {
+        [GGML_TYPE_F32] = xw_f32,
+        [GGML_TYPE_BF16] = xw_bf16,
+        [GGML_TYPE_F16] = xw_f16,
+        [GGML_TYPE_Q8_0] = xw_q8_0,
+        [GGML_TYPE_MXFP4] = xw_mxfp4,
+    },
     .matmul = {
         [GGML_TYPE_F32] = mm_f32_any,
         [GGML_TYPE_BF16] = mm_bf16_any,

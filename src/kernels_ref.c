@@ -29,6 +29,28 @@ void matmul_any_ref(const dsf_wmat *w, const float *x, int64_t T, float *y, int6
     }
 }
 
+void matmul_xbf16_any_ref(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, int64_t ldy,
+                          int64_t r0, int64_t r1) {
+    float row[16384];
+    DSF_ASSERT(w->n_in <= 16384 || w->type == GGML_TYPE_F32);
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *src = w->data + (uint64_t)r * w->row_bytes;
+        const float *wr;
+        if (w->type == GGML_TYPE_F32) {
+            wr = (const float *)(const void *)src;
+        } else {
+            dequant_row(w->type, src, row, w->n_in);
+            wr = row;
+        }
+        for (int64_t t = 0; t < T; t++) {
+            const uint16_t *xt = x + t * w->n_in;
+            double acc = 0.0;
+            for (int64_t i = 0; i < w->n_in; i++) acc += (double)wr[i] * (double)bf16_to_f32(xt[i]);
+            y[t * ldy + r] = (float)acc;
+        }
+    }
+}
+
 static double read_probe_ref(const uint8_t *p, uint64_t n) {
     uint64_t acc[4] = {0, 0, 0, 0};
     for (uint64_t i = 0; i + 32 <= n; i += 32) {

@@ -218,3 +218,149 @@ TEST(kernels_fallback_untabled_type) {
     /* and odd row lengths of plain types go to the twin too */
     if (check_case(t, k, GGML_TYPE_F32, 40, 5, 2, 0, 5)) return;
 }
+
+/* BF16-activation kernels against their twin. x is rounded to BF16 first (kern_act_to_bf16),
+ * as reference mode's FP8-QDQ'd activations are exact in BF16. Same tolerance as above: the
+ * products are exact and only fp32 summation order differs (subnormal flushing cannot matter:
+ * weights and activations here are normal, and MXFP4 blocks with e < 2 take the exact path). */
+static int check_xbf16(test_ctx *t, const dsf_kernels *k, uint32_t type, int64_t n_in, int64_t n_out, int64_t T,
+                       int64_t r0, int64_t r1) {
+    dsf_wmat w = {.type = type, .n_in = n_in, .n_out = n_out};
+    uint8_t *data = make_weights(type, n_in, n_out, &w.row_bytes);
+    w.data = data;
+    float *x = malloc((size_t)(T * n_in) * sizeof *x);
+    uint16_t *xb = malloc((size_t)(T * n_in) * sizeof *xb);
+    for (int64_t i = 0; i < T * n_in; i++) x[i] = rnd_unit() * 2.0f;
+    kern_act_to_bf16(x, xb, T * n_in);
+    for (int64_t i = 0; i < T * n_in; i++) x[i] = bf16_to_f32(xb[i]);
+    int64_t ldy = n_out + 1;
+    float *y = malloc((size_t)(T * ldy) * sizeof *y), *yr = malloc((size_t)(T * ldy) * sizeof *yr);
+    for (int64_t i = 0; i < T * ldy; i++) y[i] = yr[i] = NAN;
+    kern_matmul_xbf16(k, &w, xb, T, y, ldy, r0, r1);
+    matmul_xbf16_any_ref(&w, xb, T, yr, ldy, r0, r1);
+    int rc = 0;
+    for (int64_t tt = 0; tt < T && !rc; tt++)
+        for (int64_t r = 0; r < ldy && !rc; r++) {
+            float a = y[tt * ldy + r], b = yr[tt * ldy + r];
+            if (r < r0 || r >= r1) {
+                if (!isnan(a)) { test_fail(t, __FILE__, __LINE__, "xbf16 wrote outside rows"); rc = -1; }
+                continue;
+            }
+            double tol = ((double)n_in / 16 + 64) * 0x1p-24 * abs_dot(&w, x, r, tt) + 1e-37;
+            if (!(fabs((double)a - (double)b) <= tol)) {
+                test_fail(t, __FILE__, __LINE__, "%s xbf16 %s n_in=%lld T=%lld rows [%lld,%lld): y[%lld][%lld] = %.9g, ref %.9g (tol %.3g)",
+                          k->name, ggml_type_name(type), (long long)n_in, (long long)T, (long long)r0, (long long)r1,
+                          (long long)tt, (long long)r, a, b, tol);
+                rc = -1;
+            }
+        }
+    free(data);
+    free(x);
+    free(xb);
+    free(y);
+    free(yr);
+    return rc;
+}
+
+TEST(kernels_xbf16_vs_ref) {
+    static const char *names[] = {"avx512", "avx2", "ref"};
+    static const uint32_t types[] = {GGML_TYPE_BF16, GGML_TYPE_MXFP4, GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0};
+    static const int64_t n_ins[] = {32, 96, 2048 + 96};
+    static const int64_t Ts[] = {1, 2, 3, 7, 9, 17, 70};
+    for (int n = 0; n < 3; n++) {
+        const dsf_kernels *k = kernels_by_name(names[n]);
+        if (!k) continue;
+        for (unsigned a = 0; a < sizeof types / sizeof *types; a++)
+            for (unsigned b = 0; b < 3; b++)
+                for (unsigned c = 0; c < sizeof Ts / sizeof *Ts; c++) {
+                    if (n_ins[b] > 1000 && Ts[c] > 17) continue; /* keep the test fast */
+                    if (check_xbf16(t, k, types[a], n_ins[b], 11, Ts[c], 0, 11)) return;
+                    if (check_xbf16(t, k, types[a], n_ins[b], 11, Ts[c], 3, 10)) return;
+                }
+    }
+}
+
+TEST(kernels_act_to_bf16) {
+    /* exactness flag and round-to-nearest-even (values from the BF16 definition, §1.5) */
+    /* BF16 ulp at 1 is 2^-7: 1 + 2^-8 and 1 + 3*2^-8 are ties (to even), 1 + 2^-8 + 2^-16 is above */
+    float x[5] = {1.0f, -2.5f, 0x1.01p0f, 0x1.03p0f, 0x1.0101p0f};
+    uint16_t h[5];
+    CHECK(kern_act_to_bf16(x, h, 2));
+    CHECK(h[0] == 0x3F80 && h[1] == 0xC020);
+    CHECK(!kern_act_to_bf16(x, h, 5));
+    CHECK(h[2] == 0x3F80);
+    CHECK(h[3] == 0x3F82);
+    CHECK(h[4] == 0x3F81);
+}
+
+TEST(kernels_bench_cli) {
+    /* `dsflash bench`: usage errors fail with one "dsflash bench:" line; -m on a synthesized tiny
+     * model runs end to end and ends with the machine-readable line (no timing is checked) */
+    char cmd[1400], out[8192];
+    snprintf(cmd, sizeof cmd, "%s bench 2>&1", test_bin());
+    int rc = test_run(cmd, out, sizeof out);
+    CHECKF(rc != 0 && strstr(out, "dsflash bench:"), "rc %d: %s", rc, out);
+    snprintf(cmd, sizeof cmd, "%s bench -m /nonexistent.gguf 2>&1", test_bin());
+    rc = test_run(cmd, out, sizeof out);
+    CHECKF(rc != 0 && strstr(out, "dsflash bench:"), "rc %d: %s", rc, out);
+    snprintf(cmd, sizeof cmd, "%s bench --kernels --threads 0 2>&1", test_bin());
+    CHECK(test_run(cmd, out, sizeof out) != 0);
+    snprintf(cmd, sizeof cmd, "%s bench --help", test_bin());
+    CHECK(test_run(cmd, out, sizeof out) == 0 && strstr(out, "--kernels"));
+    snprintf(cmd, sizeof cmd, "%s synth --preset tiny %s/bench-tiny.gguf 2>/dev/null && %s bench -m %s/bench-tiny.gguf "
+             "--prompt 6 --gen 3 --threads 2 --arena-mb 64 --csv %s/bench.csv 2>&1", test_bin(), test_tmpdir(),
+             test_bin(), test_tmpdir(), test_tmpdir());
+    rc = test_run(cmd, out, sizeof out);
+    CHECKF(rc == 0 && strstr(out, "decode_bw_fraction=") && strstr(out, "prefill_peak_fraction="), "rc %d: %s", rc, out);
+}
+
+/* Batch invariance: within a kernel family, y[t][r] must not depend on T, on the token's
+ * place in the batch or on the row range (reference mode's QDQ turns any last-bit difference
+ * between prefill and token-by-token decode into rounding flips that cascade; STYLE.md asks
+ * decode, chunked prefill and one prefill to agree). Checked bit for bit. */
+TEST(kernels_batch_invariant) {
+    static const char *names[] = {"avx512", "avx2"};
+    static const uint32_t types[] = {GGML_TYPE_F32, GGML_TYPE_BF16, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_MXFP4};
+    const int64_t n_in = 4096 + 2048 + 96, n_out = 11, T = 9; /* two K chunks plus a partial one */
+    for (int n = 0; n < 2; n++) {
+        const dsf_kernels *k = kernels_by_name(names[n]);
+        if (!k) continue;
+        for (unsigned a = 0; a < sizeof types / sizeof *types; a++) {
+            dsf_wmat w = {.type = types[a], .n_in = n_in, .n_out = n_out};
+            uint8_t *data = make_weights(types[a], n_in, n_out, &w.row_bytes);
+            w.data = data;
+            float *x = malloc((size_t)(T * n_in) * sizeof *x);
+            uint16_t *xb = malloc((size_t)(T * n_in) * sizeof *xb);
+            for (int64_t i = 0; i < T * n_in; i++) x[i] = rnd_unit();
+            kern_act_to_bf16(x, xb, T * n_in);
+            float yb[9 * 11], y1[11], yc[9 * 11];
+            for (int fam = 0; fam < 2; fam++) {
+                if (fam == 0) kern_matmul(k, &w, x, T, yb, n_out, 0, n_out);
+                else kern_matmul_xbf16(k, &w, xb, T, yb, n_out, 0, n_out);
+                /* chunked prefill: 5 + 4 tokens */
+                if (fam == 0) {
+                    kern_matmul(k, &w, x, 5, yc, n_out, 0, n_out);
+                    kern_matmul(k, &w, x + 5 * n_in, 4, yc + 5 * n_out, n_out, 0, n_out);
+                } else {
+                    kern_matmul_xbf16(k, &w, xb, 5, yc, n_out, 0, n_out);
+                    kern_matmul_xbf16(k, &w, xb + 5 * n_in, 4, yc + 5 * n_out, n_out, 0, n_out);
+                }
+                CHECKF(!memcmp(yb, yc, sizeof yb), "%s %s %s: chunked prefill differs from one prefill", names[n],
+                       fam ? "xbf16" : "fp32", ggml_type_name(types[a]));
+                for (int64_t tt = 0; tt < T; tt++) {
+                    /* token by token, rows split unevenly into [0,3) [3,10) [10,11) */
+                    const int64_t cut[4] = {0, 3, 10, 11};
+                    for (int c = 0; c < 3; c++) {
+                        if (fam == 0) kern_matmul(k, &w, x + tt * n_in, 1, y1, n_out, cut[c], cut[c + 1]);
+                        else kern_matmul_xbf16(k, &w, xb + tt * n_in, 1, y1, n_out, cut[c], cut[c + 1]);
+                    }
+                    CHECKF(!memcmp(y1, yb + tt * n_out, sizeof y1), "%s %s %s: token %lld decoded alone differs from the batch",
+                           names[n], fam ? "xbf16" : "fp32", ggml_type_name(types[a]), (long long)tt);
+                }
+            }
+            free(data);
+            free(x);
+            free(xb);
+        }
+    }
+}
