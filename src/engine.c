@@ -75,6 +75,7 @@ dsf_engine *dsf_engine_open(const char *path, const dsf_engine_params *p, char *
 fail_shape:
     shape_free(&e->shape);
 fail:
+    dsf_err_oneline(err); /* messages quote metadata strings from the file */
     gguf_close(g);
     free(e);
     return NULL;
@@ -224,13 +225,32 @@ int dsf_session_rollback(dsf_session *s, int n, char *err) {
 
 /* ---- snapshots ------------------------------------------------------------------------- */
 
+/* Identifies the weights, not only the header: two files with the same keys and tensor
+ * table but other weights must not accept each other's snapshots. Samples 3 x 64 bytes of
+ * every tensor (start, middle, end), so it touches a few pages per tensor, once. */
+static uint64_t data_id(dsf_engine *e) {
+    uint64_t id = __atomic_load_n(&e->data_id, __ATOMIC_ACQUIRE);
+    if (id) return id;
+    uint64_t h = FNV_INIT;
+    const gguf_file *g = e->gguf;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const gguf_tensor *t = &g->tensors[i];
+        uint64_t n = t->nbytes < 64 ? t->nbytes : 64;
+        uint64_t offs[3] = {0, t->nbytes / 2 - (t->nbytes / 2 < n ? t->nbytes / 2 : n / 2), t->nbytes - n};
+        for (int k = 0; k < 3; k++) h = fnv1a(h, t->data + offs[k], (size_t)n);
+    }
+    if (!h) h = 1;
+    __atomic_store_n(&e->data_id, h, __ATOMIC_RELEASE);
+    return h;
+}
+
 #define SNAP_MAGIC "DSFSNAP\0"
-#define SNAP_VERSION 2u
+#define SNAP_VERSION 3u
 
 typedef struct {
     char magic[8];
     uint32_t version, numerics;
-    uint64_t model_id, n, n_layer, head_dim, idx_dim;
+    uint64_t model_id, data_id, n, n_layer, head_dim, idx_dim;
 } snap_header;
 
 int dsf_session_save(const dsf_session *s, uint8_t **out, size_t *len, char *err) {
@@ -243,6 +263,7 @@ int dsf_session_save(const dsf_session *s, uint8_t **out, size_t *len, char *err
     h.version = SNAP_VERSION;
     h.numerics = (uint32_t)s->e->numerics;
     h.model_id = s->e->model_id;
+    h.data_id = data_id(s->e);
     h.n = (uint64_t)n;
     h.n_layer = (uint64_t)sh->n_layer;
     h.head_dim = (uint64_t)dh;
@@ -292,7 +313,7 @@ int dsf_session_restore(dsf_session *s, const uint8_t *data, size_t len, char *e
     uint64_t sum;
     memcpy(&sum, data + len - 8, 8);
     if (fnv1a(FNV_INIT, data, len - 8) != sum) return dsf_seterr(err, "snapshot checksum mismatch (corrupted)");
-    if (h.model_id != s->e->model_id || h.n_layer != (uint64_t)sh->n_layer || h.head_dim != (uint64_t)sh->head_dim ||
+    if (h.model_id != s->e->model_id || h.data_id != data_id(s->e) || h.n_layer != (uint64_t)sh->n_layer || h.head_dim != (uint64_t)sh->head_dim ||
         h.idx_dim != (uint64_t)sh->idx_dim)
         return dsf_seterr(err, "snapshot was made with a different model or shape");
     if (h.numerics != (uint32_t)s->e->numerics)

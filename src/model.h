@@ -109,7 +109,8 @@ struct dsf_engine {
     dsf_numerics numerics;
     const dsf_kernels *kern;
     dsf_pool *pool;
-    uint64_t model_id; /* hash of shape + tensor table, recorded in snapshots */
+    uint64_t model_id; /* hash of the header (keys + tensor table), recorded in snapshots */
+    uint64_t data_id;  /* hash of sampled tensor bytes; computed on the first snapshot (0 = not yet) */
     char *name;
 };
 

@@ -728,3 +728,33 @@ TEST(topology_snapshot_refuses_other_models) {
     dsf_engine_close(ed);
     dsf_engine_close(er);
 }
+
+/* A snapshot names the weights, not only the header: a model with the same keys and tensor
+ * table but other weights (another seed) refuses it. */
+TEST(topology_snapshot_refuses_same_header_other_weights) {
+    tm_params p1, p2;
+    tm_params_default(&p1);
+    p1.n_engram = 0;
+    p2 = p1;
+    p2.seed = p1.seed + 777;
+    char err[DSF_ERR_LEN];
+    const char *a = tm_path("snap-a"), *b = tm_path("snap-b");
+    CHECKF(tm_write(&p1, a, NULL, NULL, err) == 0 && tm_write(&p2, b, NULL, NULL, err) == 0, "%s", err);
+    dsf_engine *e1 = dsf_engine_open(a, NULL, err), *e2 = dsf_engine_open(b, NULL, err);
+    CHECKF(e1 && e2, "%s", err);
+    dsf_session *s1 = dsf_session_new(e1, 64, err), *s2 = dsf_session_new(e2, 64, err), *s3 = dsf_session_new(e1, 64, err);
+    int32_t tok[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    CHECK(dsf_session_eval(s1, tok, 10, NULL, false, err) == 0);
+    uint8_t *buf;
+    size_t len;
+    CHECK(dsf_session_save(s1, &buf, &len, err) == 0);
+    CHECKF(dsf_session_restore(s2, buf, len, err) < 0 && strstr(err, "different model"),
+           "a snapshot of another model (same header, other weights) was accepted");
+    CHECKF(dsf_session_restore(s3, buf, len, err) == 0, "%s", err); /* the same model still accepts it */
+    free(buf);
+    dsf_session_free(s1);
+    dsf_session_free(s2);
+    dsf_session_free(s3);
+    dsf_engine_close(e1);
+    dsf_engine_close(e2);
+}
