@@ -384,6 +384,47 @@ int dsf_gen_decode(dsf_gen *g, const dsf_gen_params *p, dsf_gen_result *out, cha
 int dsf_gen_run(dsf_gen *g, const int32_t *prompt, int n, const dsf_gen_params *p,
                 dsf_gen_progress_cb progress, dsf_gen_result *out, char *err);
 
+/* ---- step-wise use: the caller evaluates the tokens (e.g. several generators' decode steps
+ * in one dsf_batch_eval). dsf_gen_prefill and dsf_gen_decode are these steps in a loop:
+ *
+ *     left = dsf_gen_prefill_begin(g, prompt, n, chunk, err);      // -1: error
+ *     while (left > 0) left = dsf_gen_prefill_step(g, err);         // one chunk each
+ *     dsf_gen_begin(g, &params, err);
+ *     const float *lg = NULL;                                       // the prefill's logits
+ *     while (dsf_gen_next(g, lg, &tok, err) == DSF_FINISH_NONE) {
+ *         evaluate tok on the session into row (alone or batched); lg = row;
+ *         if that failed: dsf_gen_fail(g, why); break;
+ *     }
+ *     dsf_gen_end(g, &result, err);
+ */
+
+/* Starts a prefill: prefix reuse and rollback as in dsf_gen_prefill, no eval. Returns the
+ * number of tokens left to evaluate (>= 1), or -1 with err. prompt must stay valid until the
+ * prefill completes. */
+int dsf_gen_prefill_begin(dsf_gen *g, const int32_t *prompt, int n, int chunk, char *err);
+/* Evaluates the next chunk; returns the tokens still left (0: complete, the logits after the
+ * last prompt token are kept for dsf_gen_begin) or -1 with err (the prefill is abandoned).
+ * Abandon a prefill at any point by simply not stepping it further. */
+int dsf_gen_prefill_step(dsf_gen *g, char *err);
+/* Starts decoding after a complete prefill with the parameters p (copied; the stop strings
+ * and ud must outlive the generation). 0, or -1 with err (bad parameters, no prefill). */
+int dsf_gen_begin(dsf_gen *g, const dsf_gen_params *p, char *err);
+/* One step: polls p->cancel, samples from logits ([n_vocab] of the model; NULL only on the
+ * first step, meaning the prefill's logits), detokenizes, streams, matches stop strings and
+ * feeds the DSML parser. Returns DSF_FINISH_NONE with *tok_to_eval = the sampled token,
+ * which the caller must append to the session before the next step (passing the logits after
+ * it); otherwise the generation is over and the value says why (DSF_FINISH_STOP,
+ * DSF_FINISH_LENGTH, DSF_FINISH_CANCELLED; DSF_FINISH_ERROR with err; the upgrade of STOP
+ * to TOOL_CALLS is dsf_gen_end's) and *tok_to_eval = -1. Once over it keeps returning that. */
+dsf_finish_reason dsf_gen_next(dsf_gen *g, const float *logits, int32_t *tok_to_eval, char *err);
+/* The caller could not evaluate the token dsf_gen_next returned: the generation ends with
+ * DSF_FINISH_ERROR and msg (copied) becomes dsf_gen_end's error. No-op unless running. */
+void dsf_gen_fail(dsf_gen *g, const char *msg);
+/* Ends the generation begun by dsf_gen_begin (one still running counts as cancelled): flushes
+ * held-back text, finishes the DSML parse and fills *out as dsf_gen_decode does (same return
+ * value: -1 with err and finish DSF_FINISH_ERROR after a failed step). */
+int dsf_gen_end(dsf_gen *g, dsf_gen_result *out, char *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,13 +7,21 @@
  * Must not: know about HTTP, terminals or chat rendering (callers do that); allocate inside
  * the token loop (buffers come from dsf_gen_new), except for growing the collected text.
  * Invariant: g->ready is true exactly when g->logits holds the logits after the session's
- * last token, i.e. right after a successful prefill and before decode consumes them. */
+ * last token, i.e. right after a successful prefill and before decode consumes them.
+ *
+ * One code path: the decode loop is a step machine (dsf_gen_begin / dsf_gen_next /
+ * dsf_gen_end) that samples from logits the caller provides and returns the token to
+ * evaluate; dsf_gen_decode drives it with dsf_session_eval, the server's scheduler with
+ * dsf_batch_eval over several generators. Prefill likewise: dsf_gen_prefill is a loop over
+ * dsf_gen_prefill_step. */
 #include "generate.h"
 #include "util.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+typedef enum { GEN_IDLE = 0, GEN_RUNNING, GEN_FINISHED } gen_state;
 
 struct dsf_gen {
     dsf_engine *e;
@@ -29,7 +37,30 @@ struct dsf_gen {
     bool ready;
     int n_prompt, n_cached;
     double prefill_s;
+    /* step-wise prefill (dsf_gen_prefill_begin/step) */
+    bool pf_active;
+    const int32_t *pf_prompt;
+    int pf_n, pf_pos, pf_chunk;
+    /* the running generation (dsf_gen_begin .. dsf_gen_end) */
+    gen_state st;
+    dsf_gen_params p;       /* copy of the caller's parameters */
+    dsf_sampler_params sp;  /* p.sampler with eos_id resolved */
+    uint64_t rng;
+    bool logits_fresh;      /* g->logits may be consumed by the next dsf_gen_next(NULL) */
+    dsf_stop_matcher *stop;
+    dsf_detok *dt;
+    dsf_dsml_parser *dsml;
+    dsf_buf text;           /* visible text */
+    int stopped;            /* a stop string matched */
+    int stop_index;
+    int n_completion;
+    bool hit_eos, failed;
+    dsf_finish_reason fin;
+    double t0;
+    char errmsg[DSF_ERR_LEN];
 };
+
+static void gen_release(dsf_gen *g);
 
 /* ==== small helpers ==================================================================== */
 
@@ -101,6 +132,7 @@ dsf_gen *dsf_gen_new(dsf_engine *e, dsf_session *s, const dsf_tokenizer *tok, ch
 
 void dsf_gen_free(dsf_gen *g) {
     if (!g) return;
+    gen_release(g);
     free(g->logits);
     free(g->scratch);
     free(g);
@@ -110,13 +142,14 @@ int dsf_gen_n_cached(const dsf_gen *g) { return g ? g->n_cached : 0; }
 
 /* ==== prefill ========================================================================== */
 
-/* Returns 0 done, -1 error, 1 cancelled (by progress or cancel). */
-static int prefill(dsf_gen *g, const int32_t *prompt, int n, int chunk, dsf_gen_progress_cb progress,
-                   void *pud, int (*cancel)(void *), void *cud, char *err) {
+int dsf_gen_prefill_begin(dsf_gen *g, const int32_t *prompt, int n, int chunk, char *err) {
+    if (!g) return dsf_seterr(err, "dsf_gen_prefill_begin: no generator");
     g->ready = false;
+    g->pf_active = false;
     g->n_prompt = n > 0 ? n : 0;
     g->n_cached = 0;
     g->prefill_s = 0;
+    if (g->st == GEN_RUNNING) return dsf_seterr(err, "a generation is running: end it before the next prefill");
     if (!prompt || n < 1) return dsf_seterr(err, "the prompt is empty");
     int max_ctx = dsf_session_max_ctx(g->s);
     if (n > max_ctx)
@@ -125,7 +158,6 @@ static int prefill(dsf_gen *g, const int32_t *prompt, int n, int chunk, dsf_gen_
         if (prompt[i] < 0 || prompt[i] >= g->n_vocab_model)
             return dsf_seterr(err, "prompt token %d (id %d) is outside the vocabulary (%d)", i,
                               (int)prompt[i], g->n_vocab_model);
-    if (chunk <= 0) chunk = DSF_GEN_PREFILL_CHUNK;
 
     double t0 = dsf_now();
     const int32_t *have = dsf_session_tokens(g->s);
@@ -135,20 +167,50 @@ static int prefill(dsf_gen *g, const int32_t *prompt, int n, int chunk, dsf_gen_
     if (lcp == n) lcp = n - 1;
     if (lcp < n_have && dsf_session_rollback(g->s, lcp, err) < 0) return -1;
     g->n_cached = lcp;
+    g->pf_prompt = prompt;
+    g->pf_n = n;
+    g->pf_pos = lcp;
+    g->pf_chunk = chunk > 0 ? chunk : DSF_GEN_PREFILL_CHUNK;
+    g->pf_active = true;
+    g->prefill_s = dsf_now() - t0;
+    return n - lcp;
+}
 
-    int total = n - lcp;
-    for (int i = lcp; i < n;) {
-        if (progress && progress(pud, i - lcp, total)) return 1;
-        if (cancel && cancel(cud)) return 1;
-        int c = n - i < chunk ? n - i : chunk;
-        bool last = i + c == n;
-        if (dsf_session_eval(g->s, prompt + i, c, last ? g->logits : NULL, false, err) < 0)
-            return dsf_prefixerr(err, "prefill at position %d", i);
-        i += c;
+int dsf_gen_prefill_step(dsf_gen *g, char *err) {
+    if (!g) return dsf_seterr(err, "dsf_gen_prefill_step: no generator");
+    if (!g->pf_active) return dsf_seterr(err, "dsf_gen_prefill_step: no prefill in progress");
+    double t0 = dsf_now();
+    int i = g->pf_pos, n = g->pf_n;
+    int c = n - i < g->pf_chunk ? n - i : g->pf_chunk;
+    bool last = i + c == n;
+    if (dsf_session_eval(g->s, g->pf_prompt + i, c, last ? g->logits : NULL, false, err) < 0) {
+        g->pf_active = false;
+        return dsf_prefixerr(err, "prefill at position %d", i);
+    }
+    g->pf_pos = i + c;
+    g->prefill_s += dsf_now() - t0;
+    if (last) {
+        g->pf_active = false;
+        g->pf_prompt = NULL;
+        g->ready = true;
+    }
+    return n - g->pf_pos;
+}
+
+/* Returns 0 done, -1 error, 1 cancelled (by progress or cancel). */
+static int prefill(dsf_gen *g, const int32_t *prompt, int n, int chunk, dsf_gen_progress_cb progress,
+                   void *pud, int (*cancel)(void *), void *cud, char *err) {
+    int total = dsf_gen_prefill_begin(g, prompt, n, chunk, err);
+    if (total < 0) return -1;
+    for (int left = total; left > 0;) {
+        if ((progress && progress(pud, total - left, total)) || (cancel && cancel(cud))) {
+            g->pf_active = false;
+            return 1;
+        }
+        left = dsf_gen_prefill_step(g, err);
+        if (left < 0) return -1;
     }
     if (progress) progress(pud, total, total); /* done: a late cancel changes nothing */
-    g->prefill_s = dsf_now() - t0;
-    g->ready = true;
     return 0;
 }
 
@@ -160,41 +222,42 @@ int dsf_gen_prefill(dsf_gen *g, const int32_t *prompt, int n, int chunk, dsf_gen
     return rc;
 }
 
-/* ==== decode =========================================================================== */
+/* ==== decode: the step machine ========================================================= */
 
-typedef struct {
-    dsf_gen *g;
-    const dsf_gen_params *p;
-    dsf_stop_matcher *stop;
-    dsf_dsml_parser *dsml;
-    dsf_buf text;  /* visible text */
-    int stopped;   /* a stop string matched */
-    int stop_index;
-} loop;
+/* Frees the per-generation state (the text buffer is handed out by dsf_gen_end). */
+static void gen_release(dsf_gen *g) {
+    dsf_stop_matcher_free(g->stop);
+    dsf_detok_free(g->dt);
+    dsf_dsml_parser_free(g->dsml);
+    dsf_buf_free(&g->text);
+    g->stop = NULL;
+    g->dt = NULL;
+    g->dsml = NULL;
+    g->st = GEN_IDLE;
+}
 
 /* Sends detokenized text through the stop matcher; what is safe goes to the caller. */
-static void emit(loop *L, const char *s, size_t n, bool final) {
+static void emit_text(dsf_gen *g, const char *o, size_t on) {
+    if (!on) return;
+    dsf_buf_append(&g->text, o, on);
+    if (g->p.on_text) g->p.on_text(g->p.ud, o, on);
+    if (g->dsml) dsf_dsml_feed(g->dsml, o, on, g->p.on_dsml, g->p.ud);
+}
+
+static void emit(dsf_gen *g, const char *s, size_t n, bool final) {
     const char *o = NULL;
     size_t on = 0;
-    if (!L->stopped && n) {
+    if (!g->stopped && n) {
         int si = -1;
-        if (dsf_stop_matcher_push(L->stop, s, n, &o, &on, &si) == 1) {
-            L->stopped = 1;
-            L->stop_index = si;
+        if (dsf_stop_matcher_push(g->stop, s, n, &o, &on, &si) == 1) {
+            g->stopped = 1;
+            g->stop_index = si;
         }
-        if (on) {
-            dsf_buf_append(&L->text, o, on);
-            if (L->p->on_text) L->p->on_text(L->p->ud, o, on);
-            if (L->dsml) dsf_dsml_feed(L->dsml, o, on, L->p->on_dsml, L->p->ud);
-        }
+        emit_text(g, o, on);
     }
-    if (final && !L->stopped) {
-        dsf_stop_matcher_flush(L->stop, &o, &on);
-        if (on) {
-            dsf_buf_append(&L->text, o, on);
-            if (L->p->on_text) L->p->on_text(L->p->ud, o, on);
-            if (L->dsml) dsf_dsml_feed(L->dsml, o, on, L->p->on_dsml, L->p->ud);
-        }
+    if (final && !g->stopped) {
+        dsf_stop_matcher_flush(g->stop, &o, &on);
+        emit_text(g, o, on);
     }
 }
 
@@ -204,126 +267,160 @@ static const char *token_text(const dsf_tokenizer *tok, int32_t id, size_t *len)
     return s ? s : "";
 }
 
-int dsf_gen_decode(dsf_gen *g, const dsf_gen_params *p, dsf_gen_result *out, char *err) {
-    if (!out) return dsf_seterr(err, "dsf_gen_decode: no result");
-    memset(out, 0, sizeof *out);
-    out->stop_index = -1;
-    out->finish = DSF_FINISH_ERROR;
-    if (!g || !p) return dsf_seterr(err, "dsf_gen_decode: no generator or parameters");
-    out->n_prompt = g->n_prompt;
-    out->n_cached = g->n_cached;
-    out->prefill_s = g->prefill_s;
-    if (g->prefill_s > 0) out->prefill_tps = (g->n_prompt - g->n_cached) / g->prefill_s;
-    if (!g->ready) return dsf_seterr(err, "dsf_gen_decode: no successful prefill to continue from");
+int dsf_gen_begin(dsf_gen *g, const dsf_gen_params *p, char *err) {
+    if (!g || !p) return dsf_seterr(err, "dsf_gen_begin: no generator or parameters");
+    if (g->st == GEN_RUNNING) return dsf_seterr(err, "dsf_gen_begin: a generation is already running");
+    if (!g->ready) return dsf_seterr(err, "no successful prefill to continue from");
     if (p->top_logprobs < 0 || p->top_logprobs > DSF_GEN_MAX_LOGPROBS)
         return dsf_seterr(err, "top_logprobs must be within 0..%d, got %d", DSF_GEN_MAX_LOGPROBS,
                           p->top_logprobs);
     if (p->sampler.n_stop < 0 || (p->sampler.n_stop > 0 && !p->sampler.stop))
         return dsf_seterr(err, "bad stop string list");
+    gen_release(g); /* a finished generation that was never ended */
+    g->p = *p;
+    g->sp = p->sampler;
+    if (g->sp.eos_id < 0) g->sp.eos_id = g->eos;
+    g->rng = dsf_rng_init(g->sp.seed);
+    g->stop = dsf_stop_matcher_new(g->sp.stop, g->sp.n_stop);
+    g->dt = dsf_detok_new(g->tok, false);
+    if (p->parse_dsml) g->dsml = dsf_dsml_parser_new(p->dsml_thinking, false);
+    if (!g->stop || !g->dt || (p->parse_dsml && !g->dsml)) {
+        gen_release(g);
+        return dsf_seterr(err, "dsf_gen_begin: out of memory");
+    }
+    dsf_buf_reserve(&g->text, 256);
     g->ready = false;
+    g->logits_fresh = true;
+    g->stopped = 0;
+    g->stop_index = -1;
+    g->n_completion = 0;
+    g->hit_eos = g->failed = false;
+    g->fin = DSF_FINISH_NONE;
+    g->errmsg[0] = 0;
+    g->t0 = dsf_now();
+    g->st = GEN_RUNNING;
+    return 0;
+}
 
-    dsf_sampler_params sp = p->sampler;
-    if (sp.eos_id < 0) sp.eos_id = g->eos;
-    uint64_t rng = dsf_rng_init(sp.seed);
-    int max_ctx = dsf_session_max_ctx(g->s);
+static dsf_finish_reason gen_finish(dsf_gen *g, dsf_finish_reason why) {
+    g->fin = why;
+    g->st = GEN_FINISHED;
+    return why;
+}
 
-    loop L = {.g = g, .p = p, .stop_index = -1};
-    L.stop = dsf_stop_matcher_new(sp.stop, sp.n_stop);
-    dsf_detok *dt = dsf_detok_new(g->tok, false);
-    if (p->parse_dsml) L.dsml = dsf_dsml_parser_new(p->dsml_thinking, false);
-    if (!L.stop || !dt || (p->parse_dsml && !L.dsml)) {
-        dsf_stop_matcher_free(L.stop);
-        dsf_detok_free(dt);
-        dsf_dsml_parser_free(L.dsml);
-        return dsf_seterr(err, "dsf_gen_decode: out of memory");
+void dsf_gen_fail(dsf_gen *g, const char *msg) {
+    if (!g || g->st != GEN_RUNNING) return;
+    if (msg != g->errmsg) snprintf(g->errmsg, sizeof g->errmsg, "%s", msg && *msg ? msg : "generation failed");
+    g->failed = true;
+    gen_finish(g, DSF_FINISH_ERROR);
+}
+
+/* The step failed with g->errmsg: the generation ends with DSF_FINISH_ERROR. */
+static dsf_finish_reason gen_error(dsf_gen *g, char *err) {
+    if (err) snprintf(err, DSF_ERR_LEN, "%s", g->errmsg);
+    dsf_gen_fail(g, g->errmsg);
+    return DSF_FINISH_ERROR;
+}
+
+dsf_finish_reason dsf_gen_next(dsf_gen *g, const float *logits, int32_t *tok_to_eval, char *err) {
+    if (!g || !tok_to_eval) {
+        dsf_seterr(err, "dsf_gen_next: no generator or token output");
+        return DSF_FINISH_ERROR;
     }
-    dsf_buf_reserve(&L.text, 256);
-
-    dsf_finish_reason fin = DSF_FINISH_NONE;
-    bool hit_eos = false, failed = false;
-    double t0 = dsf_now();
-    for (;;) {
-        if (p->cancel && p->cancel(p->ud)) {
-            fin = DSF_FINISH_CANCELLED;
-            break;
-        }
-        int32_t id = dsf_sample_ws(g->logits, g->n_vocab, &sp, &rng, g->scratch);
-        if (id < 0) {
-            dsf_seterr(err, "no token can be sampled (every logit is -inf or NaN)");
-            failed = true;
-            break;
-        }
-        out->n_completion++;
-        bool is_eos = id == sp.eos_id;
-        const char *piece = "";
-        size_t plen = 0;
-        if (is_eos) {
-            dsf_detok_flush(dt, &piece, &plen);
-        } else if (dsf_detok_push(dt, id, &piece, &plen, err) < 0) {
-            failed = true;
-            break;
-        }
-        if (p->on_token) {
-            dsf_gen_token tk = {.id = id, .piece = piece, .piece_len = plen, .is_eos = is_eos};
-            if (p->logprobs) tk.logprob = dsf_logprob_of(g->logits, g->n_vocab, id);
-            if (p->top_logprobs > 0) {
-                tk.n_top = dsf_logprobs_top(g->logits, g->n_vocab, p->top_logprobs, g->top_ids, g->top_lp);
-                tk.top_ids = g->top_ids;
-                tk.top_logprobs = g->top_lp;
-            }
-            p->on_token(p->ud, &tk);
-        }
-        emit(&L, piece, plen, false);
-        if (L.stopped) {
-            fin = DSF_FINISH_STOP;
-            break;
-        }
-        if (is_eos) {
-            hit_eos = true;
-            fin = DSF_FINISH_STOP;
-            break;
-        }
-        if (sp.max_tokens > 0 && out->n_completion >= sp.max_tokens) {
-            fin = DSF_FINISH_LENGTH;
-            break;
-        }
-        if (dsf_session_n_past(g->s) >= max_ctx) {
-            fin = DSF_FINISH_LENGTH;
-            break;
-        }
-        if (dsf_session_eval(g->s, &id, 1, g->logits, false, err) < 0) {
-            dsf_prefixerr(err, "decode at position %d", dsf_session_n_past(g->s));
-            failed = true;
-            break;
-        }
+    *tok_to_eval = -1;
+    if (g->st == GEN_FINISHED) return g->fin;
+    if (g->st != GEN_RUNNING) {
+        dsf_seterr(err, "dsf_gen_next: no generation running (dsf_gen_begin)");
+        return DSF_FINISH_ERROR;
     }
-    out->decode_s = dsf_now() - t0;
+    if (!logits) {
+        if (!g->logits_fresh) {
+            dsf_seterr(g->errmsg, "dsf_gen_next: no logits given for the token evaluated last");
+            return gen_error(g, err);
+        }
+        logits = g->logits;
+    }
+    g->logits_fresh = false;
+    const dsf_gen_params *p = &g->p;
+    if (p->cancel && p->cancel(p->ud)) return gen_finish(g, DSF_FINISH_CANCELLED);
+    int32_t id = dsf_sample_ws(logits, g->n_vocab, &g->sp, &g->rng, g->scratch);
+    if (id < 0) {
+        dsf_seterr(g->errmsg, "no token can be sampled (every logit is -inf or NaN)");
+        return gen_error(g, err);
+    }
+    g->n_completion++;
+    bool is_eos = id == g->sp.eos_id;
+    const char *piece = "";
+    size_t plen = 0;
+    if (is_eos) {
+        dsf_detok_flush(g->dt, &piece, &plen);
+    } else if (dsf_detok_push(g->dt, id, &piece, &plen, g->errmsg) < 0) {
+        return gen_error(g, err);
+    }
+    if (p->on_token) {
+        dsf_gen_token tk = {.id = id, .piece = piece, .piece_len = plen, .is_eos = is_eos};
+        if (p->logprobs) tk.logprob = dsf_logprob_of(logits, g->n_vocab, id);
+        if (p->top_logprobs > 0) {
+            tk.n_top = dsf_logprobs_top(logits, g->n_vocab, p->top_logprobs, g->top_ids, g->top_lp);
+            tk.top_ids = g->top_ids;
+            tk.top_logprobs = g->top_lp;
+        }
+        p->on_token(p->ud, &tk);
+    }
+    emit(g, piece, plen, false);
+    if (g->stopped) return gen_finish(g, DSF_FINISH_STOP);
+    if (is_eos) {
+        g->hit_eos = true;
+        return gen_finish(g, DSF_FINISH_STOP);
+    }
+    if (g->sp.max_tokens > 0 && g->n_completion >= g->sp.max_tokens) return gen_finish(g, DSF_FINISH_LENGTH);
+    if (dsf_session_n_past(g->s) >= dsf_session_max_ctx(g->s)) return gen_finish(g, DSF_FINISH_LENGTH);
+    *tok_to_eval = id;
+    return DSF_FINISH_NONE;
+}
+
+int dsf_gen_end(dsf_gen *g, dsf_gen_result *out, char *err) {
+    if (!out) return dsf_seterr(err, "dsf_gen_end: no result");
+    memset(out, 0, sizeof *out);
+    out->stop_index = -1;
+    out->finish = DSF_FINISH_ERROR;
+    if (!g) return dsf_seterr(err, "dsf_gen_end: no generator");
+    if (g->st == GEN_IDLE) return dsf_seterr(err, "dsf_gen_end: no generation to end (dsf_gen_begin)");
+    if (g->st == GEN_RUNNING) gen_finish(g, DSF_FINISH_CANCELLED);
+    const dsf_gen_params *p = &g->p;
+    out->n_prompt = g->n_prompt;
+    out->n_cached = g->n_cached;
+    out->prefill_s = g->prefill_s;
+    if (g->prefill_s > 0) out->prefill_tps = (g->n_prompt - g->n_cached) / g->prefill_s;
+    out->n_completion = g->n_completion;
+    out->decode_s = dsf_now() - g->t0;
     if (out->decode_s > 0) out->decode_tps = out->n_completion / out->decode_s;
 
     /* Whatever the detokenizer and the stop matcher still hold is text too. */
-    if (!L.stopped) {
+    if (!g->stopped) {
         const char *rest;
         size_t rn;
-        dsf_detok_flush(dt, &rest, &rn);
-        emit(&L, rest, rn, true);
+        dsf_detok_flush(g->dt, &rest, &rn);
+        emit(g, rest, rn, true);
     }
-    out->stop_index = L.stop_index;
+    out->stop_index = g->stop_index;
 
-    if (L.dsml) {
+    dsf_finish_reason fin = g->fin;
+    if (g->dsml) {
         /* The parser expects the EOS string at the end of a finished turn (spec §3.2). */
         size_t en = 0;
-        const char *es = hit_eos ? token_text(g->tok, sp.eos_id, &en) : "";
-        if (en) dsf_dsml_feed(L.dsml, es, en, p->on_dsml, p->ud);
+        const char *es = g->hit_eos ? token_text(g->tok, g->sp.eos_id, &en) : "";
+        if (en) dsf_dsml_feed(g->dsml, es, en, p->on_dsml, p->ud);
         char perr[DSF_ERR_LEN];
         dsf_dsml_result tol;
         memset(&tol, 0, sizeof tol);
-        dsf_dsml_finish(L.dsml, p->on_dsml, p->ud, &tol, perr); /* tolerant: never fails */
+        dsf_dsml_finish(g->dsml, p->on_dsml, p->ud, &tol, perr); /* tolerant: never fails */
         dsf_dsml_result strict;
         memset(&strict, 0, sizeof strict);
         dsf_buf raw = {0};
-        dsf_buf_append(&raw, L.text.data ? L.text.data : (const uint8_t *)"", L.text.len);
+        dsf_buf_append(&raw, g->text.data ? g->text.data : (const uint8_t *)"", g->text.len);
         dsf_buf_append(&raw, es, en);
-        if (hit_eos && dsf_dsml_parse((const char *)raw.data, raw.len, p->dsml_thinking, true, &strict, perr) == 0) {
+        if (g->hit_eos && dsf_dsml_parse((const char *)raw.data, raw.len, p->dsml_thinking, true, &strict, perr) == 0) {
             dsf_dsml_result_free(&tol);
             out->dsml = strict;
             out->dsml_strict_ok = true;
@@ -335,18 +432,41 @@ int dsf_gen_decode(dsf_gen *g, const dsf_gen_params *p, dsf_gen_result *out, cha
         if (fin == DSF_FINISH_STOP && out->dsml.n_calls > 0) fin = DSF_FINISH_TOOL_CALLS;
     }
 
-    if (!L.text.data) dsf_buf_append(&L.text, "", 0); /* dsf_buf keeps data NUL-terminated */
-    out->text = (char *)L.text.data;
-    out->text_len = L.text.len;
-    dsf_stop_matcher_free(L.stop);
-    dsf_detok_free(dt);
-    dsf_dsml_parser_free(L.dsml);
-    if (failed) {
-        out->finish = DSF_FINISH_ERROR;
-        return -1;
+    if (!g->text.data) dsf_buf_append(&g->text, "", 0); /* dsf_buf keeps data NUL-terminated */
+    out->text = (char *)g->text.data;
+    out->text_len = g->text.len;
+    memset(&g->text, 0, sizeof g->text); /* handed out */
+    bool failed = g->failed;
+    if (failed) dsf_seterr(err, "%s", g->errmsg);
+    gen_release(g);
+    out->finish = failed ? DSF_FINISH_ERROR : fin;
+    return failed ? -1 : 0;
+}
+
+/* ==== the blocking loop ================================================================ */
+
+int dsf_gen_decode(dsf_gen *g, const dsf_gen_params *p, dsf_gen_result *out, char *err) {
+    if (!out) return dsf_seterr(err, "dsf_gen_decode: no result");
+    memset(out, 0, sizeof *out);
+    out->stop_index = -1;
+    out->finish = DSF_FINISH_ERROR;
+    if (!g || !p) return dsf_seterr(err, "dsf_gen_decode: no generator or parameters");
+    out->n_prompt = g->n_prompt;
+    out->n_cached = g->n_cached;
+    out->prefill_s = g->prefill_s;
+    if (g->prefill_s > 0) out->prefill_tps = (g->n_prompt - g->n_cached) / g->prefill_s;
+    if (dsf_gen_begin(g, p, err) < 0) return -1;
+    const float *lg = NULL; /* the first step samples from the prefill's logits */
+    int32_t id;
+    while (dsf_gen_next(g, lg, &id, err) == DSF_FINISH_NONE) {
+        if (dsf_session_eval(g->s, &id, 1, g->logits, false, err) < 0) {
+            dsf_prefixerr(err, "decode at position %d", dsf_session_n_past(g->s));
+            dsf_gen_fail(g, err);
+            break;
+        }
+        lg = g->logits;
     }
-    out->finish = fin;
-    return 0;
+    return dsf_gen_end(g, out, err);
 }
 
 int dsf_gen_run(dsf_gen *g, const int32_t *prompt, int n, const dsf_gen_params *p,

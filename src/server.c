@@ -6,14 +6,14 @@
  *     job; it then waits for the job (non-streaming) or streams its SSE bytes from the
  *     response's content reader (streaming), polling its socket so that a client that hangs
  *     up cancels the job.
- *   - one thread per slot. A slot owns one dsf_session + dsf_gen and runs one job at a time
- *     through the generation loop (src/generate.c).
- *   - the forward scheduler: a FIFO turnstile (ticket lock). A slot holds the turn while the
- *     generation loop evaluates, and yields it at every token and every prefill chunk (the
- *     loop's cancel and progress callbacks), so the engine runs exactly one forward at a time
- *     across the whole server and concurrent sequences advance in round-robin.
- *     Batching several slots' decode steps into one forward needs an engine batch eval and a
- *     step-wise generation API; neither exists yet, so each forward carries one sequence.
+ *   - one scheduler thread runs every forward. A slot owns one dsf_session + dsf_gen and is
+ *     idle, prefilling or decoding. Each scheduler round (1) starts the jobs newly assigned to
+ *     slots and ends the cancelled ones, (2) evaluates the pending token of every decoding
+ *     slot in one dsf_batch_eval (weights read once for all of them; at most SRV_MAX_BATCH per
+ *     forward) and hands each slot its logits row (generate.c's step API samples, streams and
+ *     decides whether to continue), (3) evaluates one --prefill-chunk of one prefilling slot
+ *     (round robin), so a long prompt delays the streams by one chunk per round at most.
+ *     Batching changes no result: dsf_batch_eval equals separate evals.
  *
  * Assignment: a queued job goes to the free slot whose session history shares the longest
  * prefix with its prompt (ties: least recently used), so follow-up requests reuse the KV
@@ -72,20 +72,38 @@ struct job {
     char *body;          /* JSON reply */
     /* for the log line */
     int n_prompt, n_cached, n_gen;
+    long long batch_sum; /* scheduler: sum of the batch sizes of this job's decode forwards */
+    int batch_n, batch_max;
     double tps;
     const char *outcome;
 };
+
+/* The generation callbacks' context (one per slot, for the job it runs). */
+typedef struct {
+    srv_server *s;
+    slot *sl;
+    job *j;
+} gen_ctx;
+
+typedef enum { SL_IDLE = 0, SL_PREFILL, SL_DECODE } slot_phase;
 
 struct slot {
     int id;
     srv_server *srv;
     dsf_session *s;
     dsf_gen *g;
-    job *j;              /* srv->mu */
+    job *j;              /* srv->mu: set by assign(), cleared when the scheduler lets go */
     double last_used;    /* srv->mu */
-    pthread_t th;
-    pthread_cond_t cv;
+    /* scheduler thread only: */
+    slot_phase phase;
+    job *cur;            /* the job started on this slot (NULL: none yet) */
+    gen_ctx ctx;
+    dsf_gen_params gp;
+    int32_t next_tok;    /* SL_DECODE: the token the next round evaluates */
 };
+
+/* Most decode steps in one forward (the logits buffer holds this many rows). */
+#define SRV_MAX_BATCH 32
 
 struct srv_server {
     srv_params p;
@@ -103,10 +121,19 @@ struct srv_server {
     slot *slots;
     int n_slots;
     atomic_int next_req;
-    /* the forward turnstile */
-    pthread_mutex_t turn_mu;
-    pthread_cond_t turn_cv;
-    unsigned long long ticket_next, ticket_serving;
+    /* the scheduler */
+    pthread_t sched;
+    bool sched_running;
+    pthread_cond_t sched_cv;  /* with mu: a job was assigned, or stopping */
+    int max_batch;
+    dsf_session **b_sess;     /* [max_batch] */
+    int32_t *b_tok;
+    slot **b_slot;
+    float *b_logits;          /* [max_batch][n_vocab] */
+    int n_vocab;
+    /* batching statistics (/health): decode forwards, tokens in them, largest batch */
+    atomic_ullong st_forwards, st_tokens;
+    atomic_int st_max_batch;
 };
 
 void srv_params_default(srv_params *p) {
@@ -120,32 +147,6 @@ void srv_params_default(srv_params *p) {
     p->prefill_chunk = 256;
     p->idle_timeout_s = 600;
     p->numerics = DSF_NUMERICS_REFERENCE;
-}
-
-/* ==== the forward turnstile ================================================================ */
-
-static void turn_acquire(srv_server *s) {
-    pthread_mutex_lock(&s->turn_mu);
-    unsigned long long me = s->ticket_next++;
-    while (s->ticket_serving != me) pthread_cond_wait(&s->turn_cv, &s->turn_mu);
-    pthread_mutex_unlock(&s->turn_mu);
-}
-
-static void turn_release(srv_server *s) {
-    pthread_mutex_lock(&s->turn_mu);
-    s->ticket_serving++;
-    pthread_cond_broadcast(&s->turn_cv);
-    pthread_mutex_unlock(&s->turn_mu);
-}
-
-/* Lets every slot that is waiting run one forward before this one continues. */
-static void turn_yield(srv_server *s) {
-    pthread_mutex_lock(&s->turn_mu);
-    bool others = s->ticket_next != s->ticket_serving + 1;
-    pthread_mutex_unlock(&s->turn_mu);
-    if (!others) return;
-    turn_release(s);
-    turn_acquire(s);
 }
 
 /* ==== jobs ================================================================================ */
@@ -201,24 +202,11 @@ static void attach_logprobs(srv_server *s, job *j, json_t *choice) {
     j->lp_sent = j->n_lp;
 }
 
-/* ==== generation callbacks (slot thread) ==================================================== */
-
-typedef struct {
-    srv_server *s;
-    slot *sl;
-    job *j;
-} gen_ctx;
+/* ==== generation callbacks (scheduler thread) ============================================ */
 
 static int cb_cancel(void *ud) {
     gen_ctx *c = ud;
-    turn_yield(c->s);
     return atomic_load(&c->j->cancelled) || c->s->stopping;
-}
-
-static int cb_progress(void *ud, int done, int total) {
-    (void)done;
-    (void)total;
-    return cb_cancel(ud);
 }
 
 static void cb_token(void *ud, const dsf_gen_token *t) {
@@ -273,7 +261,7 @@ static void cb_dsml(void *ud, const dsf_dsml_event *ev) {
     emit_chunk(c->s, j, ch);
 }
 
-/* ==== running one job (slot thread) ======================================================= */
+/* ==== running jobs (scheduler thread) ====================================================== */
 
 static void finish_stream(srv_server *s, job *j, const char *finish, const srv_usage *u, const char *errmsg) {
     dsf_buf b = {0};
@@ -301,53 +289,38 @@ static void finish_stream(srv_server *s, job *j, const char *finish, const srv_u
     dsf_buf_free(&b);
 }
 
-static void run_job(slot *sl, job *j) {
+/* Forward declaration: assign() is below. */
+static void assign(srv_server *s);
+
+/* The scheduler lets go of the slot's job: it is done; the slot takes the next one. */
+static void slot_release(slot *sl) {
     srv_server *s = sl->srv;
-    gen_ctx c = {.s = s, .sl = sl, .j = j};
-    char err[DSF_ERR_LEN] = "";
-    dsf_gen_params gp;
-    dsf_gen_params_default(&gp);
-    gp.sampler.temperature = j->req.temperature;
-    gp.sampler.top_k = j->req.top_k;
-    gp.sampler.top_p = j->req.top_p;
-    gp.sampler.min_p = j->req.min_p;
-    gp.sampler.seed = j->req.has_seed ? j->req.seed : j->rng;
-    gp.sampler.max_tokens = j->req.max_tokens;
-    gp.sampler.stop = (const char *const *)j->req.stop;
-    gp.sampler.n_stop = j->req.n_stop;
-    gp.sampler.ignore_eos = j->req.ignore_eos;
-    gp.logprobs = j->req.logprobs >= 0;
-    gp.top_logprobs = j->req.logprobs > 0 ? j->req.logprobs : 0;
-    gp.parse_dsml = j->req.kind == SRV_CHAT;
-    gp.dsml_thinking = j->req.gen_reasoning;
-    gp.on_text = cb_text;
-    gp.on_dsml = cb_dsml;
-    gp.on_token = cb_token;
-    gp.cancel = cb_cancel;
-    gp.ud = &c;
+    job *j = sl->cur;
+    sl->cur = NULL;
+    sl->phase = SL_IDLE;
+    pthread_mutex_lock(&s->mu);
+    sl->j = NULL;
+    sl->last_used = dsf_now();
+    j->done = true;
+    pthread_cond_broadcast(&j->cv);
+    assign(s);
+    pthread_mutex_unlock(&s->mu);
+    job_unref(s, j);
+}
 
-    dsf_gen_result res;
-    memset(&res, 0, sizeof res);
-    turn_acquire(s);
-    int rc = dsf_gen_prefill(sl->g, j->req.prompt, j->req.n_prompt, s->p.prefill_chunk, cb_progress, &c, err);
-    bool cancelled = false;
-    if (rc == 0) {
-        rc = dsf_gen_decode(sl->g, &gp, &res, err);
-        cancelled = res.finish == DSF_FINISH_CANCELLED;
-    } else {
-        cancelled = atomic_load(&j->cancelled) || s->stopping;
-        res.n_cached = dsf_gen_n_cached(sl->g);
-    }
-    turn_release(s);
-
+/* Builds the job's reply from the generation result (rc: dsf_gen_end's, or -1 when the
+ * prefill failed) and releases the slot. */
+static void job_complete(slot *sl, int rc, dsf_gen_result *res, bool cancelled, const char *err) {
+    srv_server *s = sl->srv;
+    job *j = sl->cur;
     j->n_prompt = j->req.n_prompt;
-    j->n_cached = res.n_cached;
-    j->tps = res.decode_tps;
-    srv_usage u = {.prompt_tokens = j->req.n_prompt, .completion_tokens = res.n_completion,
-                   .cached_tokens = res.n_cached};
-    const char *finish = res.finish == DSF_FINISH_LENGTH ? "length" : "stop";
-    bool tool_calls = res.has_dsml && res.dsml.n_calls > 0;
-    if (tool_calls && res.finish != DSF_FINISH_LENGTH) finish = "tool_calls";
+    j->n_cached = res->n_cached;
+    j->tps = res->decode_tps;
+    srv_usage u = {.prompt_tokens = j->req.n_prompt, .completion_tokens = res->n_completion,
+                   .cached_tokens = res->n_cached};
+    const char *finish = res->finish == DSF_FINISH_LENGTH ? "length" : "stop";
+    bool tool_calls = res->has_dsml && res->dsml.n_calls > 0;
+    if (tool_calls && res->finish != DSF_FINISH_LENGTH) finish = "tool_calls";
     if (cancelled) {
         j->outcome = "cancelled";
     } else if (rc) {
@@ -368,17 +341,115 @@ static void run_job(slot *sl, job *j) {
             json_t *reply;
             const srv_tokprob *lp = j->req.logprobs >= 0 ? j->lp : NULL;
             if (j->req.kind == SRV_CHAT) {
-                for (int i = 0; i < res.dsml.n_calls; i++) call_id(j, i);
-                reply = srv_chat_reply(&j->meta, &res.dsml, j->ids, finish, &u, lp, j->n_lp, s->tok,
+                for (int i = 0; i < res->dsml.n_calls; i++) call_id(j, i);
+                reply = srv_chat_reply(&j->meta, &res->dsml, j->ids, finish, &u, lp, j->n_lp, s->tok,
                                        j->req.parallel_tool_calls);
             } else {
-                reply = srv_completion_reply(&j->meta, res.text, res.text_len, finish, &u, lp, j->n_lp, s->tok);
+                reply = srv_completion_reply(&j->meta, res->text, res->text_len, finish, &u, lp, j->n_lp, s->tok);
             }
             j->body = json_dumps(reply, JSON_COMPACT);
             json_decref(reply);
         }
     }
-    dsf_gen_result_free(&res);
+    dsf_gen_result_free(res);
+    slot_release(sl);
+}
+
+/* A prefill that failed or was cancelled: no generation ran. */
+static void job_abort_prefill(slot *sl, const char *err) {
+    dsf_gen_result res;
+    memset(&res, 0, sizeof res);
+    res.n_cached = dsf_gen_n_cached(sl->g);
+    bool cancelled = atomic_load(&sl->cur->cancelled) || sl->srv->stopping;
+    job_complete(sl, -1, &res, cancelled, err);
+}
+
+/* Ends the slot's generation (a running one counts as cancelled) and completes the job. */
+static void job_end_generation(slot *sl) {
+    char err[DSF_ERR_LEN] = "";
+    dsf_gen_result res;
+    int rc = dsf_gen_end(sl->g, &res, err);
+    job_complete(sl, rc, &res, res.finish == DSF_FINISH_CANCELLED, err);
+}
+
+/* One generation step on the slot's logits (NULL: the prefill's); the slot then waits for
+ * the next decode round or its job is complete. */
+static void slot_step(slot *sl, const float *logits) {
+    char err[DSF_ERR_LEN] = "";
+    if (dsf_gen_next(sl->g, logits, &sl->next_tok, err) == DSF_FINISH_NONE) sl->phase = SL_DECODE;
+    else job_end_generation(sl);
+}
+
+/* Starts the job assigned to an idle slot: its generation parameters and its prefill. */
+static void job_start(slot *sl, job *j) {
+    srv_server *s = sl->srv;
+    char err[DSF_ERR_LEN] = "";
+    sl->cur = j;
+    sl->ctx = (gen_ctx){.s = s, .sl = sl, .j = j};
+    dsf_gen_params *gp = &sl->gp;
+    dsf_gen_params_default(gp);
+    gp->sampler.temperature = j->req.temperature;
+    gp->sampler.top_k = j->req.top_k;
+    gp->sampler.top_p = j->req.top_p;
+    gp->sampler.min_p = j->req.min_p;
+    gp->sampler.seed = j->req.has_seed ? j->req.seed : j->rng;
+    gp->sampler.max_tokens = j->req.max_tokens;
+    gp->sampler.stop = (const char *const *)j->req.stop;
+    gp->sampler.n_stop = j->req.n_stop;
+    gp->sampler.ignore_eos = j->req.ignore_eos;
+    gp->logprobs = j->req.logprobs >= 0;
+    gp->top_logprobs = j->req.logprobs > 0 ? j->req.logprobs : 0;
+    gp->parse_dsml = j->req.kind == SRV_CHAT;
+    gp->dsml_thinking = j->req.gen_reasoning;
+    gp->on_text = cb_text;
+    gp->on_dsml = cb_dsml;
+    gp->on_token = cb_token;
+    gp->cancel = cb_cancel;
+    gp->ud = &sl->ctx;
+    if (dsf_gen_prefill_begin(sl->g, j->req.prompt, j->req.n_prompt, s->p.prefill_chunk, err) < 0) {
+        job_abort_prefill(sl, err);
+        return;
+    }
+    sl->phase = SL_PREFILL;
+}
+
+/* One prefill chunk; when the prompt is complete, the generation starts with its first token. */
+static void slot_prefill_step(slot *sl) {
+    char err[DSF_ERR_LEN] = "";
+    int left = dsf_gen_prefill_step(sl->g, err);
+    if (left < 0) {
+        job_abort_prefill(sl, err);
+        return;
+    }
+    if (left > 0) return;
+    if (dsf_gen_begin(sl->g, &sl->gp, err) < 0) {
+        job_abort_prefill(sl, err);
+        return;
+    }
+    slot_step(sl, NULL);
+}
+
+/* One forward for the pending tokens of up to max_batch decoding slots. */
+static void decode_batch(srv_server *s, int n) {
+    char err[DSF_ERR_LEN] = "";
+    int rc = dsf_batch_eval(s->b_sess, s->b_tok, n, s->b_logits, err);
+    unsigned long long fw = atomic_fetch_add(&s->st_forwards, 1) + 1;
+    atomic_fetch_add(&s->st_tokens, (unsigned long long)n);
+    if (n > atomic_load(&s->st_max_batch)) atomic_store(&s->st_max_batch, n);
+    dsf_log(2, "serve: decode forward %llu batch %d", fw, n);
+    for (int k = 0; k < n; k++) {
+        slot *sl = s->b_slot[k];
+        job *j = sl->cur;
+        j->batch_sum += n;
+        j->batch_n++;
+        if (n > j->batch_max) j->batch_max = n;
+        if (rc < 0) {
+            dsf_gen_fail(sl->g, err);
+            job_end_generation(sl);
+        } else {
+            slot_step(sl, s->b_logits + (size_t)k * (size_t)s->n_vocab);
+        }
+    }
 }
 
 /* Under srv->mu: hands queued jobs to free slots (longest common prefix, then LRU). */
@@ -411,31 +482,68 @@ static void assign(srv_server *s) {
         j->next = NULL;
         j->slot_id = best->id;
         best->j = j;
-        pthread_cond_signal(&best->cv);
+        pthread_cond_signal(&s->sched_cv);
     }
 }
 
-static void *slot_main(void *arg) {
-    slot *sl = arg;
-    srv_server *s = sl->srv;
-    pthread_mutex_lock(&s->mu);
+static void *sched_main(void *arg) {
+    srv_server *s = arg;
+    job **assigned = dsf_xcalloc((size_t)s->n_slots, sizeof *assigned);
+    int rr = 0; /* the slot after the one that prefilled last */
     for (;;) {
-        while (!s->stopping && !sl->j) pthread_cond_wait(&sl->cv, &s->mu);
-        if (!sl->j) break;
-        job *j = sl->j;
-        pthread_mutex_unlock(&s->mu);
-        run_job(sl, j);
         pthread_mutex_lock(&s->mu);
-        sl->j = NULL;
-        sl->last_used = dsf_now();
-        j->done = true;
-        pthread_cond_broadcast(&j->cv);
-        assign(s);
+        bool any = false;
+        for (;;) {
+            for (int i = 0; i < s->n_slots; i++) any |= (assigned[i] = s->slots[i].j) != NULL;
+            if (any || s->stopping) break;
+            pthread_cond_wait(&s->sched_cv, &s->mu);
+        }
+        bool stopping = s->stopping;
         pthread_mutex_unlock(&s->mu);
-        job_unref(s, j);
-        pthread_mutex_lock(&s->mu);
+
+        /* (1) new jobs in, cancelled jobs out (all of them when stopping) */
+        for (int i = 0; i < s->n_slots; i++) {
+            slot *sl = &s->slots[i];
+            if (!sl->cur && assigned[i]) {
+                if (stopping) {
+                    sl->cur = assigned[i];
+                    sl->cur->outcome = "cancelled";
+                    slot_release(sl);
+                    continue;
+                }
+                job_start(sl, assigned[i]);
+            }
+            if (!sl->cur || (!stopping && !atomic_load(&sl->cur->cancelled))) continue;
+            if (sl->phase == SL_PREFILL) job_abort_prefill(sl, "cancelled");
+            else job_end_generation(sl);
+        }
+        if (stopping) break;
+
+        /* (2) one batched forward for every decoding slot */
+        int n = 0;
+        for (int i = 0; i < s->n_slots; i++) {
+            slot *sl = &s->slots[i];
+            if (sl->phase != SL_DECODE) continue;
+            s->b_sess[n] = sl->s;
+            s->b_tok[n] = sl->next_tok;
+            s->b_slot[n] = sl;
+            if (++n == s->max_batch) {
+                decode_batch(s, n);
+                n = 0;
+            }
+        }
+        if (n) decode_batch(s, n);
+
+        /* (3) one prefill chunk, slots taking turns */
+        for (int k = 0; k < s->n_slots; k++) {
+            slot *sl = &s->slots[(rr + k) % s->n_slots];
+            if (sl->phase != SL_PREFILL) continue;
+            rr = (sl->id + 1) % s->n_slots;
+            slot_prefill_step(sl);
+            break;
+        }
     }
-    pthread_mutex_unlock(&s->mu);
+    free(assigned);
     return NULL;
 }
 
@@ -455,6 +563,16 @@ static void log_line(srv_server *s, int req_no, const char *method, const char *
     (void)s;
     dsf_log(1, "serve: req %d %s %s slot %d prompt %d cached %d gen %d %.1f tok/s %.3f s status %d %s", req_no, method,
             url, slot_id, n_prompt, n_cached, n_gen, tps, dsf_now() - t0, status, outcome ? outcome : "");
+}
+
+/* The log line of a generation request, with its decode batch sizes (mean and largest). */
+static void log_job(srv_server *s, int req_no, const char *method, const char *url, const job *j, int status,
+                    const char *outcome, double t0) {
+    dsf_log(1, "serve: req %d %s %s slot %d prompt %d cached %d gen %d %.1f tok/s batch %.1f/%d %.3f s status %d %s",
+            req_no, method, url, j->slot_id, j->req.n_prompt, j->n_cached, j->n_gen, j->tps,
+            j->batch_n ? (double)j->batch_sum / j->batch_n : 0.0, j->batch_max, dsf_now() - t0, status,
+            outcome ? outcome : "");
+    (void)s;
 }
 
 static enum MHD_Result send_json(struct MHD_Connection *c, int status, const char *body) {
@@ -533,9 +651,8 @@ static void stream_log(stream_ctx *sc) {
     if (sc->logged) return;
     sc->logged = true;
     job *j = sc->j;
-    log_line(sc->s, sc->req_no, sc->method, sc->url, j->slot_id, j->req.n_prompt, j->n_cached, j->n_gen, j->tps,
-             atomic_load(&j->cancelled) ? 499 : j->status ? j->status : 200, j->outcome ? j->outcome : "cancelled",
-             j->t0);
+    log_job(sc->s, sc->req_no, sc->method, sc->url, j, atomic_load(&j->cancelled) ? 499 : j->status ? j->status : 200,
+            j->outcome ? j->outcome : "cancelled", j->t0);
 }
 
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -701,8 +818,7 @@ static enum MHD_Result handle_generate(srv_server *s, struct MHD_Connection *c, 
     } else {
         ret = send_json(c, j->status, j->body);
     }
-    log_line(s, cs->req_no, method, url, j->slot_id, j->req.n_prompt, j->n_cached, j->n_gen, j->tps, status,
-             j->outcome ? j->outcome : "cancelled", cs->t0);
+    log_job(s, cs->req_no, method, url, j, status, j->outcome ? j->outcome : "cancelled", cs->t0);
     job_unref(s, j);
     return ret;
 }
@@ -853,8 +969,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     if (path_is(url, "/health") || path_is(url, "/v1/health")) {
         if (!get) goto not_allowed;
+        unsigned long long fw = atomic_load(&s->st_forwards), tk = atomic_load(&s->st_tokens);
+        json_t *h = json_pack("{s:s,s:i,s:{s:I,s:I,s:i,s:f}}", "status", "ok", "slots", s->n_slots, "decode",
+                              "forwards", (json_int_t)fw, "tokens", (json_int_t)tk, "max_batch",
+                              atomic_load(&s->st_max_batch), "avg_batch", fw ? (double)tk / (double)fw : 0.0);
+        char *body = json_dumps(h, JSON_COMPACT);
+        json_decref(h);
+        enum MHD_Result r = send_json(c, 200, body);
+        free(body);
         log_line(s, cs->req_no, method, url, -1, 0, 0, 0, 0, 200, "ok", cs->t0);
-        return send_json(c, 200, "{\"status\":\"ok\"}");
+        return r;
     }
     if (path_is(url, "/v1/models")) {
         if (!get) goto not_allowed;
@@ -904,15 +1028,17 @@ static void free_server(srv_server *s) {
     for (int i = 0; s->slots && i < s->n_slots; i++) {
         dsf_gen_free(s->slots[i].g);
         dsf_session_free(s->slots[i].s);
-        pthread_cond_destroy(&s->slots[i].cv);
     }
+    free(s->b_sess);
+    free(s->b_tok);
+    free(s->b_slot);
+    free(s->b_logits);
     free(s->slots);
     dsf_tokenizer_free(s->tok);
     dsf_engine_close(s->e);
     free(s->model_name);
     pthread_mutex_destroy(&s->mu);
-    pthread_mutex_destroy(&s->turn_mu);
-    pthread_cond_destroy(&s->turn_cv);
+    pthread_cond_destroy(&s->sched_cv);
     free(s);
 }
 
@@ -929,8 +1055,7 @@ srv_server *srv_start(const srv_params *p, char *err) {
     /* libmicrohttpd closes a connection idle for the timeout: keep-alives must come sooner */
     if (s->p.keepalive_ms > s->p.idle_timeout_s * 500) s->p.keepalive_ms = s->p.idle_timeout_s * 500;
     pthread_mutex_init(&s->mu, NULL);
-    pthread_mutex_init(&s->turn_mu, NULL);
-    pthread_cond_init(&s->turn_cv, NULL);
+    pthread_cond_init(&s->sched_cv, NULL);
     s->created = (long long)time(NULL);
     if (p->model_name) {
         s->model_name = dsf_xstrdup(p->model_name);
@@ -955,11 +1080,20 @@ srv_server *srv_start(const srv_params *p, char *err) {
         slot *sl = &s->slots[i];
         sl->id = i;
         sl->srv = s;
-        pthread_cond_init(&sl->cv, NULL);
         sl->s = dsf_session_new(s->e, s->n_ctx, err);
         if (!sl->s) { dsf_prefixerr(err, "slot %d", i); goto fail; }
         sl->g = dsf_gen_new(s->e, sl->s, s->tok, err);
         if (!sl->g) { dsf_prefixerr(err, "slot %d", i); goto fail; }
+    }
+    s->n_vocab = dsf_engine_n_vocab(s->e);
+    s->max_batch = s->n_slots < SRV_MAX_BATCH ? s->n_slots : SRV_MAX_BATCH;
+    s->b_sess = dsf_xcalloc((size_t)s->max_batch, sizeof *s->b_sess);
+    s->b_tok = dsf_xcalloc((size_t)s->max_batch, sizeof *s->b_tok);
+    s->b_slot = dsf_xcalloc((size_t)s->max_batch, sizeof *s->b_slot);
+    s->b_logits = malloc((size_t)s->max_batch * (size_t)s->n_vocab * sizeof *s->b_logits);
+    if (!s->b_logits) {
+        dsf_seterr(err, "out of memory for %d x %d logits", s->max_batch, s->n_vocab);
+        goto fail;
     }
 
     struct sockaddr_in addr;
@@ -983,7 +1117,12 @@ srv_server *srv_start(const srv_params *p, char *err) {
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : p->port;
-    for (int i = 0; i < s->n_slots; i++) pthread_create(&s->slots[i].th, NULL, slot_main, &s->slots[i]);
+    int perr = pthread_create(&s->sched, NULL, sched_main, s);
+    if (perr) {
+        dsf_seterr(err, "cannot start the scheduler thread (%s)", strerror(perr));
+        goto fail;
+    }
+    s->sched_running = true;
     return s;
 fail:
     if (s->d) MHD_stop_daemon(s->d);
@@ -997,10 +1136,11 @@ void srv_stop(srv_server *s) {
     if (!s) return;
     pthread_mutex_lock(&s->mu);
     s->stopping = true;
-    for (int i = 0; i < s->n_slots; i++) pthread_cond_broadcast(&s->slots[i].cv);
+    pthread_cond_broadcast(&s->sched_cv);
     pthread_mutex_unlock(&s->mu);
-    /* Connection threads see `stopping`, cancel their jobs and finish. */
+    /* The scheduler ends every running job as cancelled and exits; connection threads see
+     * `stopping`, cancel their queued jobs and finish. */
     MHD_stop_daemon(s->d);
-    for (int i = 0; i < s->n_slots; i++) pthread_join(s->slots[i].th, NULL);
+    if (s->sched_running) pthread_join(s->sched, NULL);
     free_server(s);
 }

@@ -30,7 +30,9 @@ static void usage(void) {
            "  --timeout S          close a connection idle for S seconds (default 600)\n"
            "  --numerics MODE      reference (default) or plain\n"
            "  --port-file FILE     write the bound port to FILE once listening\n"
-           "\nOne log line per request goes to stderr (DSF_LOG=0 silences it). SIGINT/SIGTERM stop.\n");
+           "\nDecoding slots share one batched forward per token (weights read once for all).\n"
+           "One log line per request goes to stderr (DSF_LOG=0 silences it; DSF_LOG=2 adds one line\n"
+           "per decode forward with its batch size). SIGINT/SIGTERM stop.\n");
 }
 
 static int parse_int(const char *name, const char *v, long long lo, long long hi, long long *out) {
