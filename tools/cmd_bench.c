@@ -1,0 +1,555 @@
+/* cmd_bench.c: `dsflash bench --kernels`: the kernel micro-benchmark.
+ *
+ * Decode kernels are judged by weight bytes per second against the memory read bandwidth
+ * measured in the same run; prefill kernels by GFLOP/s against the measured dot peak
+ * (STYLE.md "SIMD"). The read bandwidth of this machine class is bimodal and switches every
+ * few seconds, so every kernel measurement is bracketed by two read probes (probe, kernel,
+ * probe, kernel, ...) and compared with the mean of its two neighbours.
+ *
+ * All weights live in one arena of random bytes (random, never constant: constant pages can
+ * be deduplicated or compress in caches and inflate bandwidth figures), larger than any L3;
+ * each kernel walks a set of matrices that covers the whole arena, so every pass reads from
+ * DRAM.
+ *
+ * `dsflash bench -m MODEL`: prefill + greedy decode through the public engine API, with the
+ * same probes interleaved (read probes between blocks of decode steps, peak probes around
+ * the prefill). */
+#include "cmd.h"
+#include "dsflash.h"
+#include "gguf.h"
+#include "kernels.h"
+#include "quant.h"
+#include "threads.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct {
+    const dsf_kernels *k;
+    const dsf_wmat *w;
+    const float *x;
+    const uint16_t *xb; /* non-NULL: BF16-activation kernel */
+    int64_t T;
+    float *y;
+} mm_job;
+
+static void mm_chunk(void *ctx, int64_t i0, int64_t i1, int tid) {
+    (void)tid;
+    mm_job *j = ctx;
+    if (j->xb) kern_matmul_xbf16(j->k, j->w, j->xb, j->T, j->y, j->w->n_out, i0, i1);
+    else kern_matmul(j->k, j->w, j->x, j->T, j->y, j->w->n_out, i0, i1);
+}
+
+typedef struct {
+    const dsf_kernels *k;
+    const uint8_t *p;
+    uint64_t n;
+    double sums[64];
+} probe_job;
+
+static void probe_chunk(void *ctx, int64_t i0, int64_t i1, int tid) {
+    probe_job *j = ctx;
+    /* 1 index = 1 MiB */
+    uint64_t a = (uint64_t)i0 << 20, b = (uint64_t)i1 << 20;
+    if (b > j->n) b = j->n;
+    j->sums[tid & 63] += kern_read_probe(j->k, j->p + a, b - a);
+}
+
+typedef struct {
+    const dsf_kernels *k;
+    int bf16;
+    int64_t iters;
+    uint64_t flops[64];
+    float sink[64];
+} peak_job;
+
+static void peak_chunk(void *ctx, int64_t i0, int64_t i1, int tid) {
+    peak_job *j = ctx;
+    for (int64_t i = i0; i < i1; i++) j->flops[tid & 63] += kern_peak_probe(j->k, j->iters, j->bf16, &j->sink[tid & 63]);
+}
+
+/* One pass of the read probe over the arena; returns GB/s (1e9 bytes/s). */
+static double probe_read(dsf_pool *pool, const dsf_kernels *k, const uint8_t *arena, uint64_t n) {
+    probe_job j = {.k = k, .p = arena, .n = n};
+    double t0 = dsf_now();
+    dsf_parallel_for(pool, (int64_t)(n >> 20), 16, probe_chunk, &j);
+    double dt = dsf_now() - t0;
+    return (double)n / dt / 1e9;
+}
+
+/* Returns GFLOP/s of the dot peak (0 if the table has no such instruction). */
+static double probe_peak(dsf_pool *pool, const dsf_kernels *k, int bf16) {
+    peak_job j = {.k = k, .bf16 = bf16, .iters = 400000};
+    int n = dsf_pool_size(pool);
+    double t0 = dsf_now();
+    dsf_parallel_for(pool, n, 1, peak_chunk, &j);
+    double dt = dsf_now() - t0;
+    uint64_t f = 0;
+    for (int i = 0; i < 64; i++) f += j.flops[i];
+    return (double)f / dt / 1e9;
+}
+
+typedef struct {
+    const char *label;
+    uint32_t type;
+    int64_t n_in, n_out, T;
+    int xbf16; /* BF16 activations (reference-mode prefill path) */
+} bench_case;
+
+static double median3(double a, double b, double c) {
+    if (a > b) { double t = a; a = b; b = t; }
+    if (b > c) { double t = b; b = c; c = t; }
+    return a > b ? a : b;
+}
+
+static void fill_random(uint8_t *p, uint64_t n, uint64_t seed) {
+    uint64_t s = seed | 1;
+    for (uint64_t i = 0; i + 8 <= n; i += 8) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        memcpy(p + i, &s, 8);
+    }
+}
+
+/* Makes the random bytes decode to finite, sane numbers for the type (so that no kernel runs
+ * on NaN/Inf or subnormal patterns, which some CPUs handle through slow paths). */
+static void sanitize(uint8_t *p, uint64_t n, uint32_t type) {
+    if (type == GGML_TYPE_BF16) {
+        for (uint64_t i = 0; i + 2 <= n; i += 2) p[i + 1] = (uint8_t)((p[i + 1] & 0x80) | 0x3C | (p[i + 1] & 1));
+    } else if (type == GGML_TYPE_F16) {
+        for (uint64_t i = 0; i + 2 <= n; i += 2) p[i + 1] = (uint8_t)((p[i + 1] & 0x83) | 0x30);
+    } else if (type == GGML_TYPE_F32) {
+        for (uint64_t i = 0; i + 4 <= n; i += 4) p[i + 3] = (uint8_t)((p[i + 3] & 0x80) | 0x3E);
+    }
+    /* Q8_0 scales: f16 bytes at the start of each 34-byte block; MXFP4 scale bytes: any
+     * value decodes finitely except e >= ~250 with big codes; both are handled per matrix. */
+}
+
+static void sanitize_blocks(uint8_t *p, uint64_t n, uint32_t type) {
+    if (type == GGML_TYPE_Q8_0)
+        for (uint64_t i = 0; i + 34 <= n; i += 34) p[i + 1] = (uint8_t)((p[i + 1] & 0x83) | 0x20);
+    else if (type == GGML_TYPE_MXFP4)
+        for (uint64_t i = 0; i + 17 <= n; i += 17) p[i] = (uint8_t)(120 + p[i] % 16);
+}
+
+static const char *git_commit(void) {
+    static char buf[64] = "unknown";
+    FILE *f = popen("git rev-parse --short HEAD 2>/dev/null", "r");
+    if (f) {
+        char line[64];
+        if (fgets(line, sizeof line, f)) {
+            line[strcspn(line, "\r\n")] = 0;
+            if (line[0]) snprintf(buf, sizeof buf, "%s", line);
+        }
+        pclose(f);
+    }
+    return buf;
+}
+
+static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int reps) {
+    const dsf_kernels *k = set ? kernels_by_name(set) : kernels_get();
+    if (!k) {
+        fprintf(stderr, "dsflash bench: kernel set '%s' is unknown or not supported by this CPU\n", set);
+        return 1;
+    }
+    uint64_t arena_n = arena_mb << 20;
+    uint8_t *arena = dsf_aligned_alloc(arena_n + 4096);
+    if (!arena) {
+        fprintf(stderr, "dsflash bench: cannot allocate %llu MiB\n", (unsigned long long)arena_mb);
+        return 1;
+    }
+    fill_random(arena, arena_n + 4096, 0x5EEDF00Dull);
+    dsf_pool *pool = dsf_pool_new(n_threads);
+
+    static const bench_case cases[] = {
+        {"mxfp4 expert gemv", GGML_TYPE_MXFP4, 5120, 2304, 1, 0},  /* ffn_gate/up_exps slice */
+        {"mxfp4 expert down", GGML_TYPE_MXFP4, 2304, 5120, 1, 0},  /* ffn_down_exps slice */
+        {"bf16 gemv", GGML_TYPE_BF16, 5120, 8192, 1, 0},           /* dense projections */
+        {"bf16 gemv lmhead", GGML_TYPE_BF16, 5120, 16384, 1, 0},
+        {"q8_0 gemv", GGML_TYPE_Q8_0, 5120, 8192, 1, 0},
+        {"f16 gemv", GGML_TYPE_F16, 5120, 8192, 1, 0},
+        {"f32 gemv", GGML_TYPE_F32, 5120, 4096, 1, 0},
+        {"bf16 gemm T=64", GGML_TYPE_BF16, 5120, 4096, 64, 0},  /* prefill, fp32 activations */
+        {"mxfp4 gemm T=64", GGML_TYPE_MXFP4, 5120, 2304, 64, 0},
+        {"bf16 gemm T=4", GGML_TYPE_BF16, 5120, 4096, 4, 0},
+        {"bf16 gemm xbf16", GGML_TYPE_BF16, 5120, 4096, 64, 1}, /* prefill, BF16 activations */
+        {"mxfp4 gemm xbf16", GGML_TYPE_MXFP4, 5120, 2304, 64, 1},
+        {"bf16 gemm xbf16 256", GGML_TYPE_BF16, 5120, 4096, 256, 1},
+    };
+    const int n_cases = (int)(sizeof cases / sizeof *cases);
+
+    float *x = dsf_aligned_alloc(256 * 16384 * sizeof(float));
+    float *y = dsf_aligned_alloc(256 * 16384 * sizeof(float));
+    uint16_t *xb = dsf_aligned_alloc(256 * 16384 * sizeof(uint16_t));
+    if (!x || !y || !xb) {
+        fprintf(stderr, "dsflash bench: out of memory\n");
+        return 1;
+    }
+    for (int i = 0; i < 256 * 16384; i++) x[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
+    kern_act_to_bf16(x, xb, 256 * 16384);
+
+    printf("dsflash bench --kernels: kernels %s, threads %d, arena %llu MiB, commit %s\n", k->name,
+           dsf_pool_size(pool), (unsigned long long)arena_mb, git_commit());
+    double bf16_peak = median3(probe_peak(pool, k, 1), probe_peak(pool, k, 1), probe_peak(pool, k, 1));
+    double fma_peak = median3(probe_peak(pool, k, 0), probe_peak(pool, k, 0), probe_peak(pool, k, 0));
+    probe_read(pool, k, arena, arena_n); /* warm-up: fault the pages in */
+    printf("dot peak: bf16 %.1f GFLOP/s, fp32 fma %.1f GFLOP/s\n", bf16_peak, fma_peak);
+    printf("%-20s %5s %16s %9s %9s %9s %8s\n", "kernel", "T", "shape", "GB/s", "GFLOP/s", "probe", "ratio");
+
+    /* Decode kernels (T = 1) are paired with read probes, prefill kernels (T > 1) with dot-peak
+     * probes: kernel, probe, kernel, probe...; each pass is compared with the mean of the probes
+     * run just before and just after it, and the pass with the median ratio is reported. */
+    double bw_sum = 0, frac_mx = 0, frac_bf = 0, pf_bf = 0, pf_xbf = 0;
+    int n_bw = 0;
+    for (int c = 0; c < n_cases; c++) {
+        const bench_case *bc = &cases[c];
+        const int decode = bc->T == 1;
+        uint64_t row_bytes = (uint64_t)bc->n_in / ggml_blck_size(bc->type) * ggml_type_size(bc->type);
+        uint64_t mat_bytes = row_bytes * (uint64_t)bc->n_out;
+        int64_t n_mat = (int64_t)(arena_n / mat_bytes);
+        if (n_mat < 1) n_mat = 1;
+        sanitize(arena, arena_n, bc->type);
+        for (int64_t m = 0; m < n_mat; m++) sanitize_blocks(arena + (uint64_t)m * mat_bytes, mat_bytes, bc->type);
+        /* decode passes read every matrix of the arena once; prefill runs one matrix (compute-bound) */
+        int64_t use = decode ? n_mat : 1;
+        double gbs[16], gflops[16], ref[16], fr[16];
+        int nr = reps < 16 ? reps : 16;
+        const int pk_bf16 = bf16_peak > 0;
+        double p_prev = decode ? probe_read(pool, k, arena, arena_n) : probe_peak(pool, k, pk_bf16);
+        for (int r = 0; r < nr; r++) {
+            double t0 = dsf_now();
+            for (int64_t m = 0; m < use; m++) {
+                dsf_wmat w = {.type = bc->type, .n_in = bc->n_in, .n_out = bc->n_out, .row_bytes = row_bytes,
+                              .data = arena + (uint64_t)m * mat_bytes};
+                mm_job j = {.k = k, .w = &w, .x = x, .xb = bc->xbf16 ? xb : NULL, .T = bc->T, .y = y};
+                dsf_parallel_for(pool, bc->n_out, 16, mm_chunk, &j);
+            }
+            double dt = dsf_now() - t0;
+            double p_next = decode ? probe_read(pool, k, arena, arena_n) : probe_peak(pool, k, pk_bf16);
+            gbs[r] = (double)mat_bytes * (double)use / dt / 1e9;
+            gflops[r] = 2.0 * (double)bc->n_in * (double)bc->n_out * (double)bc->T * (double)use / dt / 1e9;
+            ref[r] = 0.5 * (p_prev + p_next);
+            p_prev = p_next;
+            fr[r] = (decode ? gbs[r] : gflops[r]) / ref[r];
+        }
+        int idx[16] = {0};
+        for (int r = 0; r < nr; r++) idx[r] = r;
+        for (int i = 0; i < nr; i++)
+            for (int j = i + 1; j < nr; j++)
+                if (fr[idx[j]] < fr[idx[i]]) { int tmp = idx[i]; idx[i] = idx[j]; idx[j] = tmp; }
+        int med = idx[nr / 2];
+        char shape[48];
+        snprintf(shape, sizeof shape, "%lldx[%lldx%lld]", (long long)use, (long long)bc->n_out, (long long)bc->n_in);
+        printf("%-20s %5lld %16s %9.2f %9.1f %9.1f %7.1f%%  %s\n", bc->label, (long long)bc->T, shape, gbs[med],
+               gflops[med], ref[med], 100.0 * fr[med], decode ? "of read bw" : pk_bf16 ? "of bf16 peak" : "of fma peak");
+        if (decode) {
+            bw_sum += ref[med];
+            n_bw++;
+        }
+        if (c == 0) frac_mx = fr[med];
+        if (c == 2) frac_bf = fr[med];
+        if (c == 7) pf_bf = fr[med];
+        if (c == 10) pf_xbf = fr[med];
+        fflush(stdout);
+    }
+    printf("kernels=%s threads=%d read_bw=%.2f bf16_peak=%.1f fma_peak=%.1f mxfp4_bw_fraction=%.3f "
+           "bf16_bw_fraction=%.3f bf16_gemm_peak_fraction=%.3f bf16_gemm_xbf16_peak_fraction=%.3f\n",
+           k->name, dsf_pool_size(pool), n_bw ? bw_sum / n_bw : 0, bf16_peak, fma_peak, frac_mx, frac_bf, pf_bf,
+           pf_xbf);
+    dsf_pool_free(pool);
+    free(arena);
+    free(x);
+    free(y);
+    free(xb);
+    return 0;
+}
+
+/* ================================================================ end to end (-m MODEL) */
+
+/* Weight bytes and matmul FLOPs one decoded token touches, from the tensor shapes: every
+ * per-layer weight and the LM head in full, n_used / n_expert of each routed-expert tensor,
+ * one row of token_embd and one row per Engram column of per_layer_token_embd. (indexer.attn_k
+ * is counted every token although ratio-2 layers apply it every second token: < 0.01 %.) */
+static int model_token_cost(const char *path, double *bytes, double *flops, char *err) {
+    gguf_file *f = gguf_open(path, err);
+    if (!f) return -1;
+    uint32_t n_expert = 0, n_used = 0;
+    if (gguf_get_u32(f, "deepseek41.expert_count", &n_expert, err) != 0 ||
+        gguf_get_u32(f, "deepseek41.expert_used_count", &n_used, err) != 0 || !n_expert) {
+        gguf_close(f);
+        return dsf_seterr(err, "%s: no deepseek41 expert_count/expert_used_count", path);
+    }
+    const gguf_kv *cols = gguf_find_kv(f, "deepseek41.ple.head_vocab_sizes");
+    double b = 0, fl = 0;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        double elems = 1;
+        for (uint32_t d = 0; d < t->n_dims; d++) elems *= (double)t->ne[d];
+        double frac = 1;
+        int matmul = t->n_dims >= 2;
+        if (strstr(t->name, "_exps.weight")) frac = (double)n_used / n_expert;
+        if (!strcmp(t->name, "token_embd.weight")) { frac = 1.0 / (double)t->ne[1]; matmul = 0; }
+        if (!strcmp(t->name, "per_layer_token_embd.weight")) {
+            frac = (cols ? (double)cols->arr_n : 0) / (double)t->ne[1];
+            matmul = 0;
+        }
+        b += (double)t->nbytes * frac;
+        if (matmul) fl += 2.0 * elems * frac;
+    }
+    gguf_close(f);
+    *bytes = b;
+    *flops = fl;
+    return 0;
+}
+
+static long rss_kib(const char *field) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    long v = -1;
+    size_t n = strlen(field);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, field, n)) v = strtol(line + n, NULL, 10);
+    fclose(f);
+    return v;
+}
+
+static int cmp_dbl(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads, const char *csv, int plain,
+                       uint64_t arena_mb) {
+    char err[DSF_ERR_LEN] = "";
+    double tok_bytes = 0, tok_flops = 0;
+    if (model_token_cost(path, &tok_bytes, &tok_flops, err) < 0) {
+        fprintf(stderr, "dsflash bench: %s\n", err);
+        return 1;
+    }
+    dsf_engine_params ep;
+    dsf_engine_params_default(&ep);
+    ep.n_threads = n_threads;
+    ep.numerics = plain ? DSF_NUMERICS_PLAIN : DSF_NUMERICS_REFERENCE;
+    dsf_engine *e = dsf_engine_open(path, &ep, err);
+    if (!e) {
+        fprintf(stderr, "dsflash bench: %s\n", err);
+        return 1;
+    }
+    const dsf_kernels *k = kernels_get();
+    dsf_pool *pool = dsf_pool_new(n_threads);
+    uint64_t arena_n = arena_mb << 20;
+    uint8_t *arena = dsf_aligned_alloc(arena_n);
+    int n_vocab = dsf_engine_n_vocab(e);
+    float *logits = malloc((size_t)n_vocab * sizeof *logits);
+    int32_t *toks = malloc((size_t)(n_prompt + n_gen + 1) * sizeof *toks);
+    if (!arena || !logits || !toks) {
+        fprintf(stderr, "dsflash bench: out of memory\n");
+        return 1;
+    }
+    fill_random(arena, arena_n, 0xB0B0ull);
+    uint64_t s = 12345;
+    toks[0] = 0;
+    for (int i = 1; i < n_prompt; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        toks[i] = 3 + (int32_t)((s >> 33) % (uint64_t)(n_vocab > 4 ? n_vocab - 3 : 1));
+    }
+    /* warm-up: fault the weights in. A 32-token eval touches every dense tensor and, with
+     * near certainty, every routed expert (32 x top-k draws), so the measured steps do not pay
+     * first-touch page faults on the mapping. */
+    int n_warm = n_prompt < 32 ? n_prompt : 32;
+    dsf_session *ws = dsf_session_new(e, n_warm, err);
+    if (!ws || dsf_session_eval(ws, toks, n_warm, logits, false, err) < 0) {
+        fprintf(stderr, "dsflash bench: warm-up: %s\n", err);
+        return 1;
+    }
+    dsf_session_free(ws);
+    probe_read(pool, k, arena, arena_n);
+
+    dsf_session *ss = dsf_session_new(e, n_prompt + n_gen + 1, err);
+    if (!ss) {
+        fprintf(stderr, "dsflash bench: %s\n", err);
+        return 1;
+    }
+    /* prefill, bracketed by dot-peak probes */
+    const int pk_bf16 = kern_peak_probe(k, 1, 1, &(float){0}) > 0;
+    double pk0 = probe_peak(pool, k, pk_bf16);
+    double t0 = dsf_now();
+    if (dsf_session_eval(ss, toks, n_prompt, logits, false, err) < 0) {
+        fprintf(stderr, "dsflash bench: prefill: %s\n", err);
+        return 1;
+    }
+    double t_prefill = dsf_now() - t0;
+    double pk1 = probe_peak(pool, k, pk_bf16);
+    double prefill_tps = n_prompt / t_prefill, prefill_gflops = tok_flops * n_prompt / t_prefill / 1e9;
+    double peak = 0.5 * (pk0 + pk1);
+
+    /* decode: blocks of steps, each bracketed by read probes */
+    int block = n_gen >= 32 ? 4 : n_gen >= 8 ? 2 : 1;
+    int n_blocks = n_gen / block;
+    double *fr = malloc((size_t)(n_blocks + 1) * sizeof *fr), *bw = malloc((size_t)(n_blocks + 1) * sizeof *bw);
+    double p_prev = probe_read(pool, k, arena, arena_n), t_dec = 0;
+    int pos = n_prompt, steps = 0;
+    for (int bi = 0; bi < n_blocks; bi++) {
+        double tb = dsf_now();
+        for (int j = 0; j < block; j++) {
+            int best = 0;
+            for (int v = 1; v < n_vocab; v++)
+                if (logits[v] > logits[best]) best = v;
+            toks[pos] = best;
+            if (dsf_session_eval(ss, &toks[pos], 1, logits, false, err) < 0) {
+                fprintf(stderr, "dsflash bench: decode: %s\n", err);
+                return 1;
+            }
+            pos++;
+            steps++;
+        }
+        double dt = dsf_now() - tb;
+        t_dec += dt;
+        double p_next = probe_read(pool, k, arena, arena_n);
+        bw[bi] = 0.5 * (p_prev + p_next);
+        fr[bi] = tok_bytes * block / dt / 1e9 / bw[bi];
+        p_prev = p_next;
+    }
+    double decode_tps = steps / t_dec;
+    qsort(fr, (size_t)n_blocks, sizeof *fr, cmp_dbl);
+    qsort(bw, (size_t)n_blocks, sizeof *bw, cmp_dbl);
+    double frac = n_blocks ? fr[n_blocks / 2] : 0, bw_med = n_blocks ? bw[n_blocks / 2] : 0;
+    long rss = rss_kib("VmHWM:");
+
+    printf("dsflash bench: model %s\n", path);
+    printf("  kernels %s, threads %d, numerics %s, commit %s, peak RSS %.1f MiB\n", k->name, n_threads,
+           plain ? "plain" : "reference", git_commit(), rss / 1024.0);
+    printf("  weights read per decoded token: %.3f GB; matmul FLOPs per token: %.2f GFLOP\n", tok_bytes / 1e9,
+           tok_flops / 1e9);
+    printf("  prefill %d tokens: %.2f s, %.1f tok/s, %.1f GFLOP/s; measured BF16 dot peak %.1f GFLOP/s -> %.3f\n",
+           n_prompt, t_prefill, prefill_tps, prefill_gflops, peak, prefill_gflops / peak);
+    printf("  decode %d tokens (blocks of %d): %.2f tok/s, %.2f GB/s of weights; read bandwidth (median of "
+           "neighbouring probes) %.2f GB/s -> fraction %.3f (median over %d blocks)\n",
+           steps, block, decode_tps, tok_bytes * decode_tps / 1e9, bw_med, frac, n_blocks);
+    if (csv) {
+        FILE *cf = fopen(csv, "a");
+        if (!cf) {
+            fprintf(stderr, "dsflash bench: cannot open %s\n", csv);
+            return 1;
+        }
+        if (ftell(cf) == 0)
+            fprintf(cf, "model,commit,kernels,threads,numerics,prompt,gen,prefill_tps,prefill_gflops,peak_gflops,"
+                        "prefill_peak_fraction,decode_tps,bytes_per_token,read_bw,decode_bw_fraction,rss_mib\n");
+        fprintf(cf, "%s,%s,%s,%d,%s,%d,%d,%.3f,%.2f,%.2f,%.4f,%.4f,%.0f,%.3f,%.4f,%.1f\n", path, git_commit(), k->name,
+                n_threads, plain ? "plain" : "reference", n_prompt, steps, prefill_tps, prefill_gflops, peak,
+                prefill_gflops / peak, decode_tps, tok_bytes, bw_med, frac, rss / 1024.0);
+        fclose(cf);
+    }
+    printf("decode_bw_fraction=%.3f prefill_peak_fraction=%.3f decode_tps=%.3f prefill_tps=%.2f bytes_per_token=%.0f "
+           "read_bw=%.2f peak_gflops=%.1f threads=%d kernels=%s\n",
+           frac, prefill_gflops / peak, decode_tps, prefill_tps, tok_bytes, bw_med, peak, n_threads, k->name);
+    free(fr);
+    free(bw);
+    free(logits);
+    free(toks);
+    free(arena);
+    dsf_session_free(ss);
+    dsf_pool_free(pool);
+    dsf_engine_close(e);
+    return 0;
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: dsflash bench -m MODEL [--prompt N] [--gen N] [--threads N] [--csv FILE] [--plain]\n"
+               "       dsflash bench --kernels [--threads N] [--set ref|avx2|avx512] [--arena-mb MB] [--reps N]\n"
+               "\n"
+               "  -m MODEL      end to end: a prefill of --prompt tokens (default 512), then --gen greedy\n"
+               "                decode steps (default 64); reports tok/s, weight bytes per token, the read\n"
+               "                bandwidth probed between blocks of decode steps and the decode bandwidth\n"
+               "                fraction, prefill GFLOP/s against the BF16 dot peak probed around it\n"
+               "  --csv FILE    append one row of results (a header first if the file is new)\n"
+               "  --plain       numerics plain (fp32, no QDQ) instead of reference\n"
+               "  --kernels     kernel micro-benchmark: each matmul kernel's GB/s and GFLOP/s against a\n"
+               "                read-bandwidth probe run between kernel passes and the dot-product peak\n"
+               "  --threads N   worker threads (default: online CPUs)\n"
+               "  --set NAME    kernel table (default: the one DSF_KERNELS / the CPU selects)\n"
+               "  --arena-mb MB weight arena / probe buffer, larger than the last-level cache (default 1024)\n"
+               "  --reps N      passes per kernel, each bracketed by probes (default 5, max 16)\n"
+               "\n"
+               "The last line is machine-readable (key=value).\n");
+}
+
+static int cmd_bench(int argc, char **argv) {
+    if (dsf_cmd_wants_help(argc, argv)) {
+        usage(stdout);
+        return 0;
+    }
+    int kernels = 0, reps = 5, n_prompt = 512, n_gen = 64, plain = 0;
+    const char *model = NULL, *csv = NULL;
+    long threads = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *set = NULL;
+    uint64_t arena_mb = 1024;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char *end;
+        if (!strcmp(a, "--kernels")) {
+            kernels = 1;
+        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v) {
+            model = v;
+            i++;
+        } else if (!strcmp(a, "--csv") && v) {
+            csv = v;
+            i++;
+        } else if (!strcmp(a, "--plain")) {
+            plain = 1;
+        } else if ((!strcmp(a, "--prompt") || !strcmp(a, "--gen")) && v) {
+            long n = strtol(v, &end, 10);
+            if (*end || n < (a[2] == 'p' ? 2 : 1) || n > 1000000) {
+                fprintf(stderr, "dsflash bench: %s wants a positive count, got '%s'\n", a, v);
+                return 2;
+            }
+            if (a[2] == 'p') n_prompt = (int)n;
+            else n_gen = (int)n;
+            i++;
+        } else if (!strcmp(a, "--threads") && v) {
+            threads = strtol(v, &end, 10);
+            if (*end || threads < 1 || threads > 64) {
+                fprintf(stderr, "dsflash bench: --threads wants 1..64, got '%s'\n", v);
+                return 2;
+            }
+            i++;
+        } else if (!strcmp(a, "--set") && v) {
+            set = v;
+            i++;
+        } else if (!strcmp(a, "--arena-mb") && v) {
+            long m = strtol(v, &end, 10);
+            if (*end || m < 64 || m > 65536) {
+                fprintf(stderr, "dsflash bench: --arena-mb wants 64..65536, got '%s'\n", v);
+                return 2;
+            }
+            arena_mb = (uint64_t)m;
+            i++;
+        } else if (!strcmp(a, "--reps") && v) {
+            reps = (int)strtol(v, &end, 10);
+            if (*end || reps < 1 || reps > 16) {
+                fprintf(stderr, "dsflash bench: --reps wants 1..16, got '%s'\n", v);
+                return 2;
+            }
+            i++;
+        } else {
+            fprintf(stderr, "dsflash bench: unknown or incomplete option '%s' (try --help)\n", a);
+            return 2;
+        }
+    }
+    if (threads < 1) threads = 1;
+    if (kernels == !!model) {
+        fprintf(stderr, "dsflash bench: give either -m MODEL or --kernels (try --help)\n");
+        return 2;
+    }
+    if (model) return bench_model(model, n_prompt, n_gen, (int)threads, csv, plain, arena_mb);
+    return bench_kernels((int)threads, set, arena_mb, reps);
+}
+
+DSF_COMMAND(bench, "benchmarks: end to end (-m MODEL) and kernel micro-benchmark (--kernels)", cmd_bench)
