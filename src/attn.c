@@ -4,6 +4,7 @@
  * over window + selected compressed rows + sink (§4.4.8), and the grouped output projection
  * (§4.4.9). Every query sees exactly the rows it would see in decode (§5.2). */
 #include "fwd.h"
+#include "kernels_attn.h"
 #include "ops.h"
 #include "quant.h"
 #include "util.h"
@@ -13,6 +14,20 @@
 
 static const float *rope_table(const fwd *f, int64_t il) {
     return f->sh->ratio[il] > 0 ? f->e->rope.freq_compress : f->e->rope.freq_main;
+}
+
+#define ROPE_MAX 1024 /* n_rot of a per-position cos/sin table on the stack */
+
+/* RoPE of n rows (stride apart) of one position: one cos/sin table serves every row. */
+static void rope_rows(float *x, int64_t n, int64_t stride, int64_t nrot, const float *freq, int64_t pos,
+                      int inverse) {
+    float cs[ROPE_MAX];
+    if (nrot > ROPE_MAX) {
+        for (int64_t i = 0; i < n; i++) op_rope(x + i * stride, nrot, freq, pos, inverse);
+        return;
+    }
+    ka_rope_table(cs, nrot, freq, pos);
+    for (int64_t i = 0; i < n; i++) ka_rope_apply(x + i * stride, nrot, cs, inverse);
 }
 
 /* ---- compressor (KV source layers) ------------------------------------------------------ */
@@ -100,6 +115,22 @@ static void compressor(const fwd *f, int64_t il, const float *u) {
 
 /* ---- lightning indexer, top-k, candidate blocks ------------------------------------------ */
 
+/* One query's index scores over a row range (each row written by exactly one chunk). */
+typedef struct {
+    const dsf_akernels *k;
+    float *scores;
+    const float *q, *w, *ik;
+    int64_t ih, id;
+    const uint8_t *cmask;
+    int64_t B;
+} index_job;
+
+static void index_range(void *ctx, int64_t j0, int64_t j1, int tid) {
+    (void)tid;
+    const index_job *j = ctx;
+    ka_index(j->k, j->scores, j->q, j->w, j->ik, j0, j1, j->ih, j->id, j->cmask, j->B);
+}
+
 static void indexer(const fwd *f, int64_t il, const float *u) {
     const dsf_shape *sh = f->sh;
     const dsf_layer *L = &f->w->layers[il];
@@ -122,11 +153,9 @@ static void indexer(const fwd *f, int64_t il, const float *u) {
         fwd_mm(f, &L->idx_proj, u, T, sc->iw, ih);
         const float wscale = (float)(1.0 / sqrt((double)id) / sqrt((double)ih));
         for (int64_t t = 0; t < T; t++) {
-            for (int64_t h = 0; h < ih; h++) {
-                float *q = sc->iq + (t * ih + h) * id;
-                op_rope(q + id - nrot, nrot, freq, f->tpos[t], 0);
-                if (f->ref) qdq_fp4_e8m0(q, id);
-            }
+            rope_rows(sc->iq + t * ih * id + id - nrot, ih, id, nrot, freq, f->tpos[t], 0);
+            if (f->ref)
+                for (int64_t h = 0; h < ih; h++) qdq_fp4_e8m0(sc->iq + (t * ih + h) * id, id);
             for (int64_t h = 0; h < ih; h++) sc->iw[t * ih + h] *= wscale;
         }
     }
@@ -158,22 +187,11 @@ static void indexer(const fwd *f, int64_t il, const float *u) {
                 if (b < nb) sc->cmask[b] = 1;
             }
         }
-        const float *q = sc->iq + t * ih * id, *w = sc->iw + t * ih;
-        for (int64_t j = 0; j < C; j++) {
-            if (restricted && !sc->cmask[j / B]) {
-                sc->scores[j] = -INFINITY;
-                continue;
-            }
-            const float *kj = ik + j * id;
-            float s = 0.0f;
-            for (int64_t h = 0; h < ih; h++) {
-                const float *qh = q + h * id;
-                float d = 0.0f;
-                for (int64_t x = 0; x < id; x++) d += qh[x] * kj[x];
-                s += w[h] * (d > 0.0f ? d : 0.0f);
-            }
-            sc->scores[j] = s;
-        }
+        /* scores[j] = sum_h w_h relu(q_h . ik_j), -inf outside the candidates; rows threaded */
+        index_job ij = {akernels_get(), sc->scores, sc->iq + t * ih * id, sc->iw + t * ih, ik, ih, id,
+                        restricted ? sc->cmask : NULL, B ? B : 1};
+        int64_t grain = 65536 / (ih * id) + 1; /* >= ~64K multiply-adds per chunk */
+        dsf_parallel_for(f->e->pool, C, grain, index_range, &ij);
         if (is_cand_src) {
             /* two-level candidates (spec §4.4.6): block max, newest block pinned */
             for (int64_t b = 0; b < nb; b++) {
@@ -203,61 +221,147 @@ static void indexer(const fwd *f, int64_t il, const float *u) {
 
 /* ---- attention core ------------------------------------------------------------------- */
 
+#define ATT_MAX_KEYS 2048 /* keys of one query on the threaded path (stack arrays) */
+#define ATT_HEADS 4       /* heads per work item (the kernels reuse each key row across them) */
+
+typedef struct {
+    const fwd *f;
+    const dsf_akernels *k;
+    int64_t il;
+    const float *freq;
+    float scale;
+} core_job;
+
+/* Per token: the q LoRA norm. */
+static void qnorm_range(void *ctx, int64_t t0, int64_t t1, int tid) {
+    (void)tid;
+    const core_job *j = ctx;
+    const dsf_shape *sh = j->f->sh;
+    dsf_scratch *sc = j->f->sc;
+    const int64_t ql = sh->q_lora;
+    for (int64_t t = t0; t < t1; t++)
+        ka_rmsnorm(j->k, sc->qr + t * ql, sc->qa + t * ql, j->f->w->layers[j->il].q_norm, ql, sh->eps);
+}
+
+/* Per token: RoPE of the query heads; the window KV row (norm, RoPE, FP8 QDQ) at position p. */
+static void qkv_range(void *ctx, int64_t t0, int64_t t1, int tid) {
+    (void)tid;
+    const core_job *j = ctx;
+    const fwd *f = j->f;
+    const dsf_shape *sh = f->sh;
+    const dsf_layer *L = &f->w->layers[j->il];
+    dsf_scratch *sc = f->sc;
+    const int64_t H = sh->n_head, dh = sh->head_dim, nrot = sh->n_rot;
+    for (int64_t t = t0; t < t1; t++) {
+        const int64_t p = f->tpos[t];
+        rope_rows(sc->q + t * H * dh + dh - nrot, H, dh, nrot, j->freq, p, 0);
+        float *kv = kv_win(f->tkv[t], j->il, p, dh);
+        ka_rmsnorm(j->k, kv, sc->kvw + t * dh, L->kv_norm, dh, sh->eps);
+        rope_rows(kv + dh - nrot, 1, dh, nrot, j->freq, p, 0);
+        if (f->ref) qdq_fp8_e8m0(kv, dh); /* all dims, RoPE tail included (spec §4.4.2) */
+    }
+}
+
+/* The keys query t sees, in the joint softmax's order: its window rows w0..p, then the
+ * selected compressed rows. Returns their count (<= window + idx_topk). */
+static int64_t query_keys(const fwd *f, int64_t il, int64_t t, const float **keys) {
+    const dsf_shape *sh = f->sh;
+    const dsf_kvstate *tk = f->tkv[t];
+    const int64_t dh = sh->head_dim, W = sh->window, r = sh->ratio[il];
+    const int64_t p = f->tpos[t], w0 = p - W + 1 > 0 ? p - W + 1 : 0;
+    const int64_t nw = p - w0 + 1, ns = r > 0 ? f->sc->n_sel[t] : 0;
+    const float *ckv = r > 0 ? tk->ckv[sh->kv_src[il]] : NULL;
+    const int32_t *sel = f->sc->sel + t * sh->idx_topk;
+    for (int64_t k = 0; k < nw; k++) keys[k] = kv_win(tk, il, w0 + k, dh);
+    for (int64_t k = 0; k < ns; k++) keys[nw + k] = ckv + (int64_t)sel[k] * dh;
+    return nw + ns;
+}
+
+/* Items i = g*T + t: heads [4g, 4g+4) of token t. Group-major order gives every chunk the same
+ * share of each token (early tokens see fewer keys), and each item writes only its output
+ * rows o[t][h], so the result does not depend on the split. */
+static void core_range(void *ctx, int64_t i0, int64_t i1, int tid) {
+    (void)tid;
+    const core_job *j = ctx;
+    const fwd *f = j->f;
+    const dsf_shape *sh = f->sh;
+    dsf_scratch *sc = f->sc;
+    const int64_t T = f->T, H = sh->n_head, dh = sh->head_dim, nrot = sh->n_rot;
+    const float *sinks = f->w->layers[j->il].attn_sinks;
+    const float *keys[ATT_MAX_KEYS];
+    float att[ATT_HEADS * ATT_MAX_KEYS];
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t t = i % T, h = i / T * ATT_HEADS, n = H - h < ATT_HEADS ? H - h : ATT_HEADS;
+        const int64_t nk = query_keys(f, j->il, t, keys);
+        /* one joint softmax over window + selected rows; the sink is a raw logit in the
+         * denominator only (kernels_attn.h) */
+        ka_attn(j->k, sc->o + (t * H + h) * dh, sc->q + (t * H + h) * dh, n, dh, keys, nk, j->scale, sinks + h, att);
+        rope_rows(sc->o + (t * H + h) * dh + dh - nrot, n, dh, nrot, j->freq, f->tpos[t], 1);
+    }
+}
+
+/* The same for one token, serially with the session's scratch: shapes whose key count
+ * exceeds the threaded path's stack arrays. */
+static void core_token_scalar(const fwd *f, int64_t il, int64_t t, float scale) {
+    const dsf_shape *sh = f->sh;
+    const dsf_layer *L = &f->w->layers[il];
+    dsf_scratch *sc = f->sc;
+    const int64_t H = sh->n_head, dh = sh->head_dim, nrot = sh->n_rot, W = sh->window, r = sh->ratio[il];
+    const dsf_kvstate *tk = f->tkv[t];
+    const float *ckv = r > 0 ? f->tkv[t]->ckv[sh->kv_src[il]] : NULL;
+    const int64_t p = f->tpos[t], w0 = p - W + 1 > 0 ? p - W + 1 : 0;
+    const int64_t nw = p - w0 + 1, ns = r > 0 ? sc->n_sel[t] : 0, nk = nw + ns;
+    for (int64_t h = 0; h < H; h++) {
+        const float *q = sc->q + (t * H + h) * dh;
+        float m = L->attn_sinks[h];
+        for (int64_t k = 0; k < nk; k++) {
+            const float *key = k < nw ? kv_win(tk, il, w0 + k, dh) : ckv + (int64_t)sc->sel[t * sh->idx_topk + k - nw] * dh;
+            float d = 0.0f;
+            for (int64_t x = 0; x < dh; x++) d += q[x] * key[x];
+            sc->att[k] = d * scale;
+            m = fmaxf(m, sc->att[k]);
+        }
+        /* one joint softmax; the sink is a raw logit in the denominator only */
+        float den = expf(L->attn_sinks[h] - m);
+        float *o = sc->o + (t * H + h) * dh;
+        memset(o, 0, (size_t)dh * sizeof(float));
+        for (int64_t k = 0; k < nk; k++) {
+            const float *key = k < nw ? kv_win(tk, il, w0 + k, dh) : ckv + (int64_t)sc->sel[t * sh->idx_topk + k - nw] * dh;
+            float pk = expf(sc->att[k] - m);
+            den += pk;
+            for (int64_t x = 0; x < dh; x++) o[x] += pk * key[x];
+        }
+        for (int64_t x = 0; x < dh; x++) o[x] /= den;
+        op_rope(o + dh - nrot, nrot, rope_table(f, il), p, 1);
+    }
+}
+
 void attn_forward(const fwd *f, int64_t il, const float *u, float *out) {
     const dsf_shape *sh = f->sh;
     const dsf_layer *L = &f->w->layers[il];
     dsf_scratch *sc = f->sc;
-    const int64_t T = f->T, H = sh->n_head, dh = sh->head_dim, nrot = sh->n_rot, W = sh->window;
+    const int64_t T = f->T, H = sh->n_head, dh = sh->head_dim, W = sh->window;
     const int64_t ql = sh->q_lora, r = sh->ratio[il];
     const float *freq = rope_table(f, il);
 
     const float *uq = fwd_act(f, u, T, sh->n_embd, sc->uq);
     fwd_mm(f, &L->wq_a, uq, T, sc->qa, ql);
-    for (int64_t t = 0; t < T; t++) op_rmsnorm(sc->qr + t * ql, sc->qa + t * ql, L->q_norm, ql, sh->eps);
+    core_job cj = {f, akernels_get(), il, freq, (float)(1.0 / sqrt((double)dh))};
+    dsf_parallel_for(f->e->pool, T, 16384 / ql + 1, qnorm_range, &cj);
     const float *qrq = fwd_act(f, sc->qr, T, ql, sc->qrq);
     fwd_mm(f, &L->wq_b, qrq, T, sc->q, H * dh);
     fwd_mm(f, &L->wkv, uq, T, sc->kvw, dh);
-    for (int64_t t = 0; t < T; t++) {
-        const int64_t p = f->tpos[t];
-        for (int64_t h = 0; h < H; h++) op_rope(sc->q + (t * H + h) * dh + dh - nrot, nrot, freq, p, 0);
-        float *kv = kv_win(f->tkv[t], il, p, dh);
-        op_rmsnorm(kv, sc->kvw + t * dh, L->kv_norm, dh, sh->eps);
-        op_rope(kv + dh - nrot, nrot, freq, p, 0);
-        if (f->ref) qdq_fp8_e8m0(kv, dh); /* all dims, RoPE tail included (spec §4.4.2) */
-    }
+    dsf_parallel_for(f->e->pool, T, 8, qkv_range, &cj);
     if (r > 0) {
         if (sh->kv_src[il] == il) compressor(f, il, u);
         if (sh->topk_src[il] == il) indexer(f, il, u);
     }
-    const float scale = (float)(1.0 / sqrt((double)dh));
-    for (int64_t t = 0; t < T; t++) {
-        const dsf_kvstate *tk = f->tkv[t];
-        const float *ckv = r > 0 ? f->tkv[t]->ckv[sh->kv_src[il]] : NULL;
-        const int64_t p = f->tpos[t], w0 = p - W + 1 > 0 ? p - W + 1 : 0;
-        const int64_t nw = p - w0 + 1, ns = r > 0 ? sc->n_sel[t] : 0, nk = nw + ns;
-        for (int64_t h = 0; h < H; h++) {
-            const float *q = sc->q + (t * H + h) * dh;
-            float m = L->attn_sinks[h];
-            for (int64_t k = 0; k < nk; k++) {
-                const float *key = k < nw ? kv_win(tk, il, w0 + k, dh) : ckv + (int64_t)sc->sel[t * sh->idx_topk + k - nw] * dh;
-                float d = 0.0f;
-                for (int64_t x = 0; x < dh; x++) d += q[x] * key[x];
-                sc->att[k] = d * scale;
-                m = fmaxf(m, sc->att[k]);
-            }
-            /* one joint softmax; the sink is a raw logit in the denominator only */
-            float den = expf(L->attn_sinks[h] - m);
-            float *o = sc->o + (t * H + h) * dh;
-            memset(o, 0, (size_t)dh * sizeof(float));
-            for (int64_t k = 0; k < nk; k++) {
-                const float *key = k < nw ? kv_win(tk, il, w0 + k, dh) : ckv + (int64_t)sc->sel[t * sh->idx_topk + k - nw] * dh;
-                float pk = expf(sc->att[k] - m);
-                den += pk;
-                for (int64_t x = 0; x < dh; x++) o[x] += pk * key[x];
-            }
-            for (int64_t x = 0; x < dh; x++) o[x] /= den;
-            op_rope(o + dh - nrot, nrot, freq, p, 1);
-        }
+    if (W + sh->idx_topk <= ATT_MAX_KEYS) {
+        /* items: head groups x tokens; >= ~64K multiply-adds per chunk */
+        int64_t grain = 65536 / (ATT_HEADS * dh * (W + (r > 0 ? sh->idx_topk : 0))) + 1;
+        dsf_parallel_for(f->e->pool, (H + ATT_HEADS - 1) / ATT_HEADS * T, grain, core_range, &cj);
+    } else {
+        for (int64_t t = 0; t < T; t++) core_token_scalar(f, il, t, cj.scale);
     }
     /* grouped wo_a (a BF16 product in the reference: no activation quant), then wo_b */
     const int64_t og = sh->o_groups, olr = sh->o_lora, gin = H * dh / og;

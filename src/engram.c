@@ -34,25 +34,22 @@ void engram_hash(const dsf_shape *sh, int64_t e, const int32_t *tokens, int64_t 
     }
 }
 
-void engram_forward(const fwd *f, int64_t il) {
-    const dsf_shape *sh = f->sh;
-    const dsf_layer *L = &f->w->layers[il];
-    dsf_scratch *sc = f->sc;
-    const int64_t e = sh->engram_of[il], T = f->T, D = sh->n_embd, hc = sh->hc;
-    const int64_t cols = sh->ple_cols, pd = sh->ple_dim, nin = cols * pd;
-    const gguf_tensor *ple = f->w->ple;
-    for (int64_t t = 0; t < T; t++) {
-        int64_t *rows = sc->rows + t * cols;
-        engram_hash(sh, e, f->tkv[t]->tokens, f->tpos[t], rows);
-        for (int64_t c = 0; c < cols; c++)
-            dequant_row(ple->type, ple->data + (uint64_t)rows[c] * ple->row_bytes, sc->erow + t * nin + c * pd, pd);
-    }
-    if (T == f->T) fwd_dump(f, "engram_rows", sc->rows, (size_t)(T * cols) * sizeof(int64_t));
-    const float *xin = fwd_act(f, sc->erow, T, nin, sc->erow); /* in place: rows are not reused */
-    const int64_t nout = (hc + 1) * D;
-    fwd_mm(f, &L->engram_kv, xin, T, sc->ekv, nout);
+/* The gated add of each token's Engram value into its hc copies, threaded over tokens (each
+ * token's stream rows are written by exactly one chunk). */
+typedef struct {
+    const fwd *f;
+    const dsf_layer *L;
+} gate_job;
+
+static void gate_range(void *ctx, int64_t t0, int64_t t1, int tid) {
+    (void)tid;
+    const gate_job *j = ctx;
+    const dsf_shape *sh = j->f->sh;
+    const dsf_layer *L = j->L;
+    dsf_scratch *sc = j->f->sc;
+    const int64_t D = sh->n_embd, hc = sh->hc, nout = (hc + 1) * D;
     const float dscale = (float)(1.0 / sqrt((double)D));
-    for (int64_t t = 0; t < T; t++) {
+    for (int64_t t = t0; t < t1; t++) {
         const float *kv = sc->ekv + t * nout, *val = kv + hc * D;
         for (int64_t c = 0; c < hc; c++) {
             float *x = sc->X + (t * hc + c) * D;
@@ -71,4 +68,25 @@ void engram_forward(const fwd *f, int64_t il) {
             for (int64_t d = 0; d < D; d++) x[d] += g * val[d];
         }
     }
+}
+
+void engram_forward(const fwd *f, int64_t il) {
+    const dsf_shape *sh = f->sh;
+    const dsf_layer *L = &f->w->layers[il];
+    dsf_scratch *sc = f->sc;
+    const int64_t e = sh->engram_of[il], T = f->T, D = sh->n_embd, hc = sh->hc;
+    const int64_t cols = sh->ple_cols, pd = sh->ple_dim, nin = cols * pd;
+    const gguf_tensor *ple = f->w->ple;
+    for (int64_t t = 0; t < T; t++) {
+        int64_t *rows = sc->rows + t * cols;
+        engram_hash(sh, e, f->tkv[t]->tokens, f->tpos[t], rows);
+        for (int64_t c = 0; c < cols; c++)
+            dequant_row(ple->type, ple->data + (uint64_t)rows[c] * ple->row_bytes, sc->erow + t * nin + c * pd, pd);
+    }
+    if (T == f->T) fwd_dump(f, "engram_rows", sc->rows, (size_t)(T * cols) * sizeof(int64_t));
+    const float *xin = fwd_act(f, sc->erow, T, nin, sc->erow); /* in place: rows are not reused */
+    const int64_t nout = (hc + 1) * D;
+    fwd_mm(f, &L->engram_kv, xin, T, sc->ekv, nout);
+    gate_job j = {f, L};
+    dsf_parallel_for(f->e->pool, T, 16384 / (hc * D) + 1, gate_range, &j);
 }

@@ -3,6 +3,7 @@
  * hc mixes, collapse with the previous sublayer's pre, attention, expand, hc mixes, collapse
  * with the attention's pre, MoE, expand; final collapse with the last FFN pre, norm, head. */
 #include "fwd.h"
+#include "kernels_attn.h"
 #include "ops.h"
 #include "quant.h"
 #include "util.h"
@@ -35,10 +36,29 @@ void fwd_mm(const fwd *f, const dsf_wmat *w, const float *x, int64_t T, float *y
     dsf_parallel_for(f->e->pool, w->n_out, grain < 1 ? 1 : grain, mm_range, &j);
 }
 
+typedef struct {
+    const float *x;
+    float *xq;
+    int64_t n;
+} act_job;
+
+static void act_range(void *ctx, int64_t t0, int64_t t1, int tid) {
+    (void)tid;
+    const act_job *j = ctx;
+    float *dst = j->xq + t0 * j->n;
+    if (j->xq != j->x) memcpy(dst, j->x + t0 * j->n, (size_t)((t1 - t0) * j->n) * sizeof(float));
+    qdq_fp8_e8m0(dst, (t1 - t0) * j->n);
+}
+
 const float *fwd_act(const fwd *f, const float *x, int64_t T, int64_t n, float *xq) {
     if (!f->ref) return x;
-    if (xq != x) memcpy(xq, x, (size_t)(T * n) * sizeof(float));
-    qdq_fp8_e8m0(xq, T * n);
+    act_job j = {x, xq, n};
+    if (n % 32) { /* QDQ groups of 32 straddle rows: one pass over the whole chunk */
+        act_range(&j, 0, T, 0);
+        return xq;
+    }
+    /* threaded over tokens: whole rows of whole groups, so the split changes nothing */
+    dsf_parallel_for(f->e->pool, T, 16384 / n + 1, act_range, &j);
     return xq;
 }
 
@@ -55,52 +75,91 @@ void fwd_dump(const fwd *f, const char *name, const void *data, size_t bytes) {
 
 /* ---- hyper-connections (spec §4.3) ---------------------------------------------------- */
 
+/* The per-token loops below run on the worker pool over token ranges: each token's outputs
+ * are written by exactly one chunk, so results do not depend on the thread count. */
+typedef struct {
+    const fwd *f;
+    const dsf_akernels *k;
+    const float *scale, *base, *X, *fo, *w;
+    const float *ipre, *ipost, *icomb; /* inputs of collapse / expand */
+    float *pre, *post, *comb, *out;
+} tok_job;
+
+/* Tokens per chunk: at least ~16K elements of work. */
+static int64_t tok_grain(int64_t per_token) { return 16384 / (per_token > 0 ? per_token : 1) + 1; }
+
+static void mixes_range(void *ctx, int64_t t0, int64_t t1, int tid) {
+    (void)tid;
+    const tok_job *j = ctx;
+    const dsf_shape *sh = j->f->sh;
+    const int64_t hc = sh->hc, n = hc * sh->n_embd, mix = (2 + hc) * hc;
+    const float *scale = j->scale, *base = j->base;
+    float A[16 * 16];
+    for (int64_t t = t0; t < t1; t++) {
+        double ss = ka_sumsq(j->k, j->X + t * n, n);
+        float rho = (float)(1.0 / sqrt(ss / (double)n + (double)sh->eps)); /* rms_norm_eps, not hc_eps */
+        const float *m = j->f->sc->mix + t * mix;
+        for (int64_t c = 0; c < hc; c++) {
+            j->pre[t * hc + c] = op_sigmoid(m[c] * rho * scale[0] + base[c]) + sh->hc_eps;
+            j->post[t * hc + c] = 2.0f * op_sigmoid(m[hc + c] * rho * scale[1] + base[hc + c]);
+        }
+        for (int64_t i = 0; i < hc * hc; i++) A[i] = m[2 * hc + i] * rho * scale[2] + base[2 * hc + i];
+        op_sinkhorn(j->comb + t * hc * hc, A, hc, sh->hc_iters, sh->hc_eps);
+    }
+}
+
 /* pre[T][hc], post[T][hc], comb[T][hc][hc] from the stream X[T][hc][D]. */
 static void hc_mixes(const fwd *f, const dsf_wmat *fn, const float *scale, const float *base, const float *X,
                      float *pre, float *post, float *comb) {
     const dsf_shape *sh = f->sh;
-    dsf_scratch *sc = f->sc;
-    const int64_t T = f->T, hc = sh->hc, n = hc * sh->n_embd, mix = (2 + hc) * hc;
-    fwd_mm(f, fn, X, T, sc->mix, mix);
-    float A[16 * 16];
-    for (int64_t t = 0; t < T; t++) {
-        const float *x = X + t * n;
-        double ss = 0.0;
-        for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
-        float rho = (float)(1.0 / sqrt(ss / (double)n + (double)sh->eps)); /* rms_norm_eps, not hc_eps */
-        const float *m = sc->mix + t * mix;
-        for (int64_t c = 0; c < hc; c++) {
-            pre[t * hc + c] = op_sigmoid(m[c] * rho * scale[0] + base[c]) + sh->hc_eps;
-            post[t * hc + c] = 2.0f * op_sigmoid(m[hc + c] * rho * scale[1] + base[hc + c]);
-        }
-        for (int64_t i = 0; i < hc * hc; i++) A[i] = m[2 * hc + i] * rho * scale[2] + base[2 * hc + i];
-        op_sinkhorn(comb + t * hc * hc, A, hc, sh->hc_iters, sh->hc_eps);
-    }
+    const int64_t T = f->T, hc = sh->hc, mix = (2 + hc) * hc;
+    fwd_mm(f, fn, X, T, f->sc->mix, mix);
+    tok_job j = {.f = f, .k = akernels_get(), .scale = scale, .base = base, .X = X, .pre = pre, .post = post, .comb = comb};
+    dsf_parallel_for(f->e->pool, T, tok_grain(hc * sh->n_embd), mixes_range, &j);
+}
+
+static void collapse_range(void *ctx, int64_t t0, int64_t t1, int tid) {
+    (void)tid;
+    const tok_job *j = ctx;
+    const int64_t hc = j->f->sh->hc, D = j->f->sh->n_embd;
+    for (int64_t t = t0; t < t1; t++) ka_hc_collapse(j->k, j->out + t * D, j->X + t * hc * D, j->ipre + t * hc, hc, D);
 }
 
 /* out[T][D] = sum_c pre[c] X[c] */
 static void hc_collapse(const fwd *f, const float *X, const float *pre, float *out) {
-    const int64_t hc = f->sh->hc, D = f->sh->n_embd;
-    for (int64_t t = 0; t < f->T; t++)
-        for (int64_t d = 0; d < D; d++) {
-            float s = 0.0f;
-            for (int64_t c = 0; c < hc; c++) s += pre[t * hc + c] * X[(t * hc + c) * D + d];
-            out[t * D + d] = s;
-        }
+    tok_job j = {.f = f, .k = akernels_get(), .X = X, .ipre = pre, .out = out};
+    dsf_parallel_for(f->e->pool, f->T, tok_grain(f->sh->hc * f->sh->n_embd), collapse_range, &j);
 }
 
-/* Y[j] = post[j] fo + sum_i comb[i][j] R[i]   (i = source copy, j = destination) */
+static void expand_range(void *ctx, int64_t t0, int64_t t1, int tid) {
+    (void)tid;
+    const tok_job *j = ctx;
+    const int64_t hc = j->f->sh->hc, D = j->f->sh->n_embd;
+    for (int64_t t = t0; t < t1; t++)
+        ka_hc_expand(j->k, j->out + t * hc * D, j->fo + t * D, j->X + t * hc * D, j->ipost + t * hc,
+                     j->icomb + t * hc * hc, hc, D);
+}
+
+/* Y[j] = post[j] fo + sum_i comb[i][j] R[i]   (i = source copy, j = destination);
+ * the reference's order: the residual mix summed over i first, then the sublayer term added
+ * (fp32 rounding feeds the FP8 decisions downstream; kernels_attn.h keeps it bit for bit) */
 static void hc_expand(const fwd *f, const float *fo, const float *R, const float *post, const float *comb, float *Y) {
-    const int64_t hc = f->sh->hc, D = f->sh->n_embd;
-    for (int64_t t = 0; t < f->T; t++)
-        for (int64_t j = 0; j < hc; j++)
-            for (int64_t d = 0; d < D; d++) {
-                /* the reference's order: the residual mix summed over i first, then the
-                 * sublayer term added (fp32 rounding feeds the FP8 decisions downstream) */
-                float s = 0.0f;
-                for (int64_t i = 0; i < hc; i++) s += comb[(t * hc + i) * hc + j] * R[(t * hc + i) * D + d];
-                Y[(t * hc + j) * D + d] = post[t * hc + j] * fo[t * D + d] + s;
-            }
+    tok_job j = {.f = f, .k = akernels_get(), .fo = fo, .X = R, .ipost = post, .icomb = comb, .out = Y};
+    dsf_parallel_for(f->e->pool, f->T, tok_grain(f->sh->hc * f->sh->hc * f->sh->n_embd), expand_range, &j);
+}
+
+static void norm_range(void *ctx, int64_t t0, int64_t t1, int tid) {
+    (void)tid;
+    const tok_job *j = ctx;
+    const int64_t D = j->f->sh->n_embd;
+    for (int64_t t = t0; t < t1; t++) ka_rmsnorm(j->k, j->out + t * D, j->X + t * D, j->w, D, j->f->sh->eps);
+}
+
+/* y[t] = rmsnorm(x[t]) * w for the tokens [t0, T) of the chunk (rows of n_embd). */
+static void norm_rows(const fwd *f, float *y, const float *x, const float *w, int64_t t0) {
+    const int64_t D = f->sh->n_embd;
+    tok_job j = {.f = f, .k = akernels_get(), .X = x + t0 * D, .w = w, .out = y};
+    dsf_parallel_for(f->e->pool, f->T - t0, tok_grain(D), norm_range, &j);
 }
 
 static void dumpl(const fwd *f, int64_t il, const char *what, const float *p, int64_t n) {
@@ -135,7 +194,7 @@ void forward_tokens(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, con
         }
         hc_mixes(&f, &L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, sc->X, sc->a_pre, sc->post, sc->comb);
         hc_collapse(&f, sc->X, sc->pre, sc->h);
-        for (int64_t t = 0; t < T; t++) op_rmsnorm(sc->u + t * D, sc->h + t * D, L->attn_norm, D, sh->eps);
+        norm_rows(&f, sc->u, sc->h, L->attn_norm, 0);
         dumpl(&f, il, "attn_in", sc->u, T * D);
         attn_forward(&f, il, sc->u, sc->out);
         dumpl(&f, il, "attn_out", sc->out, T * D);
@@ -143,7 +202,7 @@ void forward_tokens(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, con
         hc_mixes(&f, &L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, sc->X1, sc->f_pre, sc->post, sc->comb);
         /* spec §4.3: the FFN collapses with the ATTENTION's pre */
         hc_collapse(&f, sc->X1, sc->a_pre, sc->h);
-        for (int64_t t = 0; t < T; t++) op_rmsnorm(sc->u + t * D, sc->h + t * D, L->ffn_norm, D, sh->eps);
+        norm_rows(&f, sc->u, sc->h, L->ffn_norm, 0);
         dumpl(&f, il, "ffn_in", sc->u, T * D);
         moe_forward(&f, il, sc->u, sc->out);
         dumpl(&f, il, "ffn_out", sc->out, T * D);
@@ -161,7 +220,7 @@ void forward_tokens(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, con
     /* final collapse with the last FFN pre (no hc_head), norm, head */
     const int64_t t0 = logit_row0;
     hc_collapse(&f, sc->X, sc->pre, sc->h);
-    for (int64_t t = t0; t < T; t++) op_rmsnorm(sc->fin + (t - t0) * D, sc->h + t * D, w->output_norm, D, sh->eps);
+    norm_rows(&f, sc->fin, sc->h, w->output_norm, t0);
     fwd_mm(&f, &w->output, sc->fin, T - t0, logits, sh->n_vocab);
 }
 

@@ -74,7 +74,9 @@ int scratch_init(dsf_scratch *sc, const dsf_shape *s, int64_t T, int64_t max_ctx
     const size_t ctb = (size_t)(s->cand_src >= 0 ? s->cand_topk_blocks : 1);
     const size_t nblk = (size_t)(s->cand_src >= 0 ? max_ctx / s->cand_block + 2 : 1);
     const size_t E = (size_t)s->n_expert, EK = (size_t)s->n_expert_used, t = (size_t)T;
-    const size_t natt = (size_t)s->window + K > E ? (size_t)s->window + K : E;
+    /* a token sees at most min(window, max_ctx) window rows (the window comes from the file) */
+    const size_t wrows = (size_t)(s->window < max_ctx ? s->window : max_ctx);
+    const size_t natt = wrows + K > E ? wrows + K : E;
     size_t nheap = K;
     if (ctb > nheap) nheap = ctb;
     if (EK > nheap) nheap = EK;

@@ -5,22 +5,37 @@
  * id, then the shared expert. Tokens are grouped by expert so that each expert's weights
  * are read once per chunk. */
 #include "fwd.h"
+#include "kernels_attn.h"
 #include "ops.h"
 #include "quant.h"
 
 #include <math.h>
 #include <string.h>
 
-/* z = silu(min(g, lim)) * clamp(u, -lim, lim) * wt  (lim <= 0: no clamp) */
-static void swiglu(float *z, const float *g, const float *u, int64_t n, float lim, float wt) {
-    for (int64_t i = 0; i < n; i++) {
-        float gg = g[i], uu = u[i];
-        if (lim > 0.0f) {
-            gg = fminf(gg, lim);
-            uu = fminf(fmaxf(uu, -lim), lim);
-        }
-        z[i] = wt * (op_silu(gg) * uu);
-    }
+/* Row jobs of one expert call, threaded over its n gathered rows (each row written by one
+ * chunk; an expert's rows belong to distinct tokens, so their acc rows are distinct). */
+typedef struct {
+    const dsf_akernels *k;
+    dsf_scratch *sc;
+    const int32_t *etok;
+    const float *ewt;
+    int64_t ff, D;
+    float lim;
+} rows_job;
+
+/* z = silu(min(g, lim)) * clamp(u, -lim, lim) * wt  (lim <= 0: no clamp), in place in eg */
+static void swiglu_range(void *ctx, int64_t k0, int64_t k1, int tid) {
+    (void)tid;
+    const rows_job *j = ctx;
+    for (int64_t k = k0; k < k1; k++)
+        ka_swiglu(j->k, j->sc->eg + k * j->ff, j->sc->eg + k * j->ff, j->sc->eu + k * j->ff, j->ff, j->lim,
+                  j->ewt ? j->ewt[k] : 1.0f);
+}
+
+static void acc_range(void *ctx, int64_t k0, int64_t k1, int tid) {
+    (void)tid;
+    const rows_job *j = ctx;
+    for (int64_t k = k0; k < k1; k++) ka_add(j->k, j->sc->acc + (int64_t)j->etok[k] * j->D, j->sc->ey + k * j->D, j->D);
 }
 
 /* One expert FFN on n gathered token rows ex [n][D]; adds into acc rows etok[]. */
@@ -32,15 +47,11 @@ static void expert(const fwd *f, const dsf_wmat *wg, const dsf_wmat *wu, const d
     const float *xq = fwd_act(f, sc->ex, n, D, sc->exq);
     fwd_mm(f, wg, xq, n, sc->eg, ff);
     fwd_mm(f, wu, xq, n, sc->eu, ff);
-    for (int64_t k = 0; k < n; k++)
-        swiglu(sc->eg + k * ff, sc->eg + k * ff, sc->eu + k * ff, ff, lim, ewt ? ewt[k] : 1.0f);
+    rows_job j = {akernels_get(), sc, etok, ewt, ff, D, lim};
+    dsf_parallel_for(f->e->pool, n, 16384 / ff + 1, swiglu_range, &j);
     const float *zq = fwd_act(f, sc->eg, n, ff, sc->eu);
     fwd_mm(f, wd, zq, n, sc->ey, D);
-    for (int64_t k = 0; k < n; k++) {
-        float *a = sc->acc + (int64_t)etok[k] * D;
-        const float *y = sc->ey + k * D;
-        for (int64_t d = 0; d < D; d++) a[d] += y[d];
-    }
+    dsf_parallel_for(f->e->pool, n, 16384 / D + 1, acc_range, &j);
 }
 
 void moe_forward(const fwd *f, int64_t il, const float *v, float *out) {
