@@ -149,7 +149,7 @@ static void indexer(const fwd *f, int64_t il, const float *u) {
     int need_scores = C_last > K || (is_cand_src && (C_last + B - 1) / B > sh->cand_topk_blocks);
     if (need_scores) {
         const float *qrq = fwd_act(f, sc->qr, T, sh->q_lora, sc->qrq);
-        fwd_mm(f, &L->idx_q_b, qrq, T, sc->iq, ih * id);
+        fwd_mm_act(f, &L->idx_q_b, qrq, T, sc->iq, ih * id);
         fwd_mm(f, &L->idx_proj, u, T, sc->iw, ih);
         const float wscale = (float)(1.0 / sqrt((double)id) / sqrt((double)ih));
         for (int64_t t = 0; t < T; t++) {
@@ -345,12 +345,12 @@ void attn_forward(const fwd *f, int64_t il, const float *u, float *out) {
     const float *freq = rope_table(f, il);
 
     const float *uq = fwd_act(f, u, T, sh->n_embd, sc->uq);
-    fwd_mm(f, &L->wq_a, uq, T, sc->qa, ql);
+    fwd_mm_act(f, &L->wq_a, uq, T, sc->qa, ql);
     core_job cj = {f, akernels_get(), il, freq, (float)(1.0 / sqrt((double)dh))};
     dsf_parallel_for(f->e->pool, T, 16384 / ql + 1, qnorm_range, &cj);
     const float *qrq = fwd_act(f, sc->qr, T, ql, sc->qrq);
-    fwd_mm(f, &L->wq_b, qrq, T, sc->q, H * dh);
-    fwd_mm(f, &L->wkv, uq, T, sc->kvw, dh);
+    fwd_mm_act(f, &L->wq_b, qrq, T, sc->q, H * dh);
+    fwd_mm_act(f, &L->wkv, uq, T, sc->kvw, dh);
     dsf_parallel_for(f->e->pool, T, 8, qkv_range, &cj);
     if (r > 0) {
         if (sh->kv_src[il] == il) compressor(f, il, u);
@@ -374,5 +374,5 @@ void attn_forward(const fwd *f, int64_t il, const float *u, float *out) {
         fwd_mm(f, &wg, sc->q, T, sc->ya + g * olr, og * olr);
     }
     const float *yaq = fwd_act(f, sc->ya, T, og * olr, sc->yaq);
-    fwd_mm(f, &L->wo_b, yaq, T, out, sh->n_embd);
+    fwd_mm_act(f, &L->wo_b, yaq, T, out, sh->n_embd);
 }

@@ -86,7 +86,7 @@ void engram_forward(const fwd *f, int64_t il) {
     if (T == f->T) fwd_dump(f, "engram_rows", sc->rows, (size_t)(T * cols) * sizeof(int64_t));
     const float *xin = fwd_act(f, sc->erow, T, nin, sc->erow); /* in place: rows are not reused */
     const int64_t nout = (hc + 1) * D;
-    fwd_mm(f, &L->engram_kv, xin, T, sc->ekv, nout);
+    fwd_mm_act(f, &L->engram_kv, xin, T, sc->ekv, nout);
     gate_job j = {f, L};
     dsf_parallel_for(f->e->pool, T, 16384 / (hc * D) + 1, gate_range, &j);
 }

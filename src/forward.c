@@ -50,6 +50,32 @@ static void act_range(void *ctx, int64_t t0, int64_t t1, int tid) {
     qdq_fp8_e8m0(dst, (t1 - t0) * j->n);
 }
 
+typedef struct {
+    const dsf_kernels *k;
+    const dsf_wmat *w;
+    const uint16_t *x;
+    int64_t T, ldy;
+    float *y;
+} mmb_job;
+
+static void mmb_range(void *ctx, int64_t i0, int64_t i1, int tid) {
+    (void)tid;
+    const mmb_job *j = ctx;
+    kern_matmul_xbf16(j->k, j->w, j->x, j->T, j->y, j->ldy, i0, i1);
+}
+
+void fwd_mm_act(const fwd *f, const dsf_wmat *w, const float *xq, int64_t T, float *y, int64_t ldy) {
+    if (T <= 0) return;
+    /* QDQ'd values are exact in BF16; anything else (non-finite input) keeps the fp32 path */
+    if (!f->ref || !kern_act_to_bf16(xq, f->sc->xb, T * w->n_in)) {
+        fwd_mm(f, w, xq, T, y, ldy);
+        return;
+    }
+    mmb_job j = {f->e->kern, w, f->sc->xb, T, ldy, y};
+    int64_t grain = w->n_out / (4 * dsf_pool_size(f->e->pool));
+    dsf_parallel_for(f->e->pool, w->n_out, grain < 1 ? 1 : grain, mmb_range, &j);
+}
+
 const float *fwd_act(const fwd *f, const float *x, int64_t T, int64_t n, float *xq) {
     if (!f->ref) return x;
     act_job j = {x, xq, n};

@@ -21,6 +21,11 @@ typedef struct {
 
 /* y[T][ldy] (rows of w) = w . x[T][w->n_in], threaded over rows. */
 void fwd_mm(const fwd *f, const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy);
+/* y = w . xq for an activation that fwd_act prepared. Reference mode: xq is FP8-QDQ'd (e4m3
+ * times a power of two), exact in BF16, so the BF16 dot-product kernels compute the official
+ * products exactly (kern_matmul_xbf16); plain mode: the fp32 family. A projection always uses
+ * the same family, so prefill and decode agree bit for bit (the kernels are batch-invariant). */
+void fwd_mm_act(const fwd *f, const dsf_wmat *w, const float *xq, int64_t T, float *y, int64_t ldy);
 /* Activation prep for an FP8/FP4 projection: in reference mode copies x[T][n] to xq and
  * applies QDQ_FP8 (groups of 32 along n) and returns xq; in plain mode returns x. */
 const float *fwd_act(const fwd *f, const float *x, int64_t T, int64_t n, float *xq);

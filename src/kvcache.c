@@ -133,6 +133,12 @@ int scratch_init(dsf_scratch *sc, const dsf_shape *s, int64_t T, int64_t max_ctx
     TAKE(erow, t * (ein ? ein : 1) * F);
     TAKE(ekv, t * (hc + 1) * D * F);
     TAKE(fin, t * D * F);
+    {
+        size_t mx = D;
+        const size_t ins[] = {ql, oo, ff, ein, (size_t)s->q_lora};
+        for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++) if (ins[i] > mx) mx = ins[i];
+        TAKE(xb, t * mx * sizeof(uint16_t));
+    }
     TAKE(tkv, t * sizeof(dsf_kvstate *));
     TAKE(tpos, t * sizeof(int64_t));
     TAKE(tjrow, t * sizeof(int64_t));
@@ -151,7 +157,7 @@ void scratch_free(dsf_scratch *sc) {
                  sc->cg, sc->lat, sc->ikt, sc->iq, sc->iw, sc->scores, sc->blk, sc->sel, sc->n_sel, sc->cand,
                  sc->n_cand, sc->heap, sc->cmask, sc->att, sc->keys, sc->rlog, sc->esel, sc->ewt, sc->etok,
                  sc->ewtok, sc->ex, sc->exq, sc->eg, sc->eu, sc->ey, sc->acc, sc->rows, sc->erow, sc->ekv,
-                 sc->fin, sc->tkv, sc->tpos, sc->tjrow, sc->tjkv};
+                 sc->fin, sc->xb, sc->tkv, sc->tpos, sc->tjrow, sc->tjkv};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
     memset(sc, 0, sizeof *sc);
 }

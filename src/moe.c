@@ -45,12 +45,12 @@ static void expert(const fwd *f, const dsf_wmat *wg, const dsf_wmat *wu, const d
     dsf_scratch *sc = f->sc;
     const int64_t D = sh->n_embd, ff = wg->n_out;
     const float *xq = fwd_act(f, sc->ex, n, D, sc->exq);
-    fwd_mm(f, wg, xq, n, sc->eg, ff);
-    fwd_mm(f, wu, xq, n, sc->eu, ff);
+    fwd_mm_act(f, wg, xq, n, sc->eg, ff);
+    fwd_mm_act(f, wu, xq, n, sc->eu, ff);
     rows_job j = {akernels_get(), sc, etok, ewt, ff, D, lim};
     dsf_parallel_for(f->e->pool, n, 16384 / ff + 1, swiglu_range, &j);
     const float *zq = fwd_act(f, sc->eg, n, ff, sc->eu);
-    fwd_mm(f, wd, zq, n, sc->ey, D);
+    fwd_mm_act(f, wd, zq, n, sc->ey, D);
     dsf_parallel_for(f->e->pool, n, 16384 / D + 1, acc_range, &j);
 }
 

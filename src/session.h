@@ -70,6 +70,7 @@ typedef struct {
     float *erow;                 /* [T][cols*ple_dim] */
     float *ekv;                  /* [T][(hc+1)*D] */
     float *fin;                  /* [T][D] final norm */
+    uint16_t *xb;                /* [T][max projection input] BF16 activations */
     dsf_kvstate **tkv;           /* [T] */
     int64_t *tpos;               /* [T] */
     int64_t *tjrow;              /* [T] compressed row emitted by each latent */
