@@ -136,7 +136,7 @@ static void indexer(const fwd *f, int64_t il, const float *u) {
     const dsf_layer *L = &f->w->layers[il];
     dsf_scratch *sc = f->sc;
     const int64_t T = f->T, ih = sh->idx_heads, id = sh->idx_dim, nrot = sh->n_rot, r = sh->ratio[il];
-    const int64_t src = sh->kv_src[il], K = sh->idx_topk;
+    const int64_t src = sh->kv_src[il], K = sc->ksel;
     const int is_cand_src = il == sh->cand_src;
     const int restricted = sh->cand_src >= 0 && il > sh->cand_src;
     const int64_t B = sh->cand_block;
@@ -146,7 +146,7 @@ static void indexer(const fwd *f, int64_t il, const float *u) {
     int64_t C_last = 0;
     for (int64_t t = 0; t < T; t++)
         if ((f->tpos[t] + 1) / r > C_last) C_last = (f->tpos[t] + 1) / r;
-    int need_scores = C_last > K || (is_cand_src && (C_last + B - 1) / B > sh->cand_topk_blocks);
+    int need_scores = C_last > K || (is_cand_src && (C_last + B - 1) / B > sc->kcand);
     if (need_scores) {
         const float *qrq = fwd_act(f, sc->qr, T, sh->q_lora, sc->qrq);
         fwd_mm_act(f, &L->idx_q_b, qrq, T, sc->iq, ih * id);
@@ -169,12 +169,12 @@ static void indexer(const fwd *f, int64_t il, const float *u) {
             continue;
         }
         const int64_t nb = (C + B - 1) / (B ? B : 1);
-        const int scores_needed = C > K || (is_cand_src && nb > sh->cand_topk_blocks);
+        const int scores_needed = C > K || (is_cand_src && nb > sc->kcand);
         if (!scores_needed) {
             for (int64_t j = 0; j < C; j++) sel[j] = (int32_t)j;
             sc->n_sel[t] = C;
             if (is_cand_src) { /* every block is a candidate */
-                for (int64_t b = 0; b < nb; b++) sc->cand[t * sh->cand_topk_blocks + b] = (int32_t)b;
+                for (int64_t b = 0; b < nb; b++) sc->cand[t * sc->kcand + b] = (int32_t)b;
                 sc->n_cand[t] = nb;
             }
             continue;
@@ -183,7 +183,7 @@ static void indexer(const fwd *f, int64_t il, const float *u) {
         if (restricted) {
             memset(sc->cmask, 0, (size_t)nb);
             for (int64_t c = 0; c < sc->n_cand[t]; c++) {
-                int64_t b = sc->cand[t * sh->cand_topk_blocks + c];
+                int64_t b = sc->cand[t * sc->kcand + c];
                 if (b < nb) sc->cmask[b] = 1;
             }
         }
@@ -200,8 +200,8 @@ static void indexer(const fwd *f, int64_t il, const float *u) {
                 sc->blk[b] = m;
             }
             sc->blk[(C - 1) / B] = INFINITY;
-            int32_t *cand = sc->cand + t * sh->cand_topk_blocks;
-            int64_t nc = op_topk(sc->blk, nb, sh->cand_topk_blocks, cand, sc->heap);
+            int32_t *cand = sc->cand + t * sc->kcand;
+            int64_t nc = op_topk(sc->blk, nb, sc->kcand, cand, sc->heap);
             int64_t m = 0;
             for (int64_t c = 0; c < nc; c++)
                 if (sc->blk[cand[c]] > -INFINITY) cand[m++] = cand[c];
@@ -271,7 +271,7 @@ static int64_t query_keys(const fwd *f, int64_t il, int64_t t, const float **key
     const int64_t p = f->tpos[t], w0 = p - W + 1 > 0 ? p - W + 1 : 0;
     const int64_t nw = p - w0 + 1, ns = r > 0 ? f->sc->n_sel[t] : 0;
     const float *ckv = r > 0 ? tk->ckv[sh->kv_src[il]] : NULL;
-    const int32_t *sel = f->sc->sel + t * sh->idx_topk;
+    const int32_t *sel = f->sc->sel + t * f->sc->ksel;
     for (int64_t k = 0; k < nw; k++) keys[k] = kv_win(tk, il, w0 + k, dh);
     for (int64_t k = 0; k < ns; k++) keys[nw + k] = ckv + (int64_t)sel[k] * dh;
     return nw + ns;
@@ -315,7 +315,7 @@ static void core_token_scalar(const fwd *f, int64_t il, int64_t t, float scale) 
         const float *q = sc->q + (t * H + h) * dh;
         float m = L->attn_sinks[h];
         for (int64_t k = 0; k < nk; k++) {
-            const float *key = k < nw ? kv_win(tk, il, w0 + k, dh) : ckv + (int64_t)sc->sel[t * sh->idx_topk + k - nw] * dh;
+            const float *key = k < nw ? kv_win(tk, il, w0 + k, dh) : ckv + (int64_t)sc->sel[t * sc->ksel + k - nw] * dh;
             float d = 0.0f;
             for (int64_t x = 0; x < dh; x++) d += q[x] * key[x];
             sc->att[k] = d * scale;
@@ -326,7 +326,7 @@ static void core_token_scalar(const fwd *f, int64_t il, int64_t t, float scale) 
         float *o = sc->o + (t * H + h) * dh;
         memset(o, 0, (size_t)dh * sizeof(float));
         for (int64_t k = 0; k < nk; k++) {
-            const float *key = k < nw ? kv_win(tk, il, w0 + k, dh) : ckv + (int64_t)sc->sel[t * sh->idx_topk + k - nw] * dh;
+            const float *key = k < nw ? kv_win(tk, il, w0 + k, dh) : ckv + (int64_t)sc->sel[t * sc->ksel + k - nw] * dh;
             float pk = expf(sc->att[k] - m);
             den += pk;
             for (int64_t x = 0; x < dh; x++) o[x] += pk * key[x];
@@ -356,9 +356,9 @@ void attn_forward(const fwd *f, int64_t il, const float *u, float *out) {
         if (sh->kv_src[il] == il) compressor(f, il, u);
         if (sh->topk_src[il] == il) indexer(f, il, u);
     }
-    if (W + sh->idx_topk <= ATT_MAX_KEYS) {
+    if (W + sc->ksel <= ATT_MAX_KEYS) {
         /* items: head groups x tokens; >= ~64K multiply-adds per chunk */
-        int64_t grain = 65536 / (ATT_HEADS * dh * (W + (r > 0 ? sh->idx_topk : 0))) + 1;
+        int64_t grain = 65536 / (ATT_HEADS * dh * (W + (r > 0 ? sc->ksel : 0))) + 1;
         dsf_parallel_for(f->e->pool, (H + ATT_HEADS - 1) / ATT_HEADS * T, grain, core_range, &cj);
     } else {
         for (int64_t t = 0; t < T; t++) core_token_scalar(f, il, t, cj.scale);

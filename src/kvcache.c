@@ -70,9 +70,12 @@ int scratch_init(dsf_scratch *sc, const dsf_shape *s, int64_t T, int64_t max_ctx
     const size_t D = (size_t)s->n_embd, hc = (size_t)s->hc, H = (size_t)s->n_head, dh = (size_t)s->head_dim;
     const size_t ql = (size_t)s->q_lora, oo = (size_t)(s->o_groups * s->o_lora), mix = (2 + hc) * hc;
     const size_t ff = (size_t)(s->n_ff_exp * (s->n_expert_shared > 1 ? s->n_expert_shared : 1));
-    const size_t ih = (size_t)s->idx_heads, id = (size_t)s->idx_dim, K = (size_t)s->idx_topk;
-    const size_t ctb = (size_t)(s->cand_src >= 0 ? s->cand_topk_blocks : 1);
+    /* selections never exceed the rows a context can hold: cap the file's sizes by it */
+    sc->ksel = s->idx_topk < max_ctx ? s->idx_topk : max_ctx;
     const size_t nblk = (size_t)(s->cand_src >= 0 ? max_ctx / s->cand_block + 2 : 1);
+    sc->kcand = s->cand_src >= 0 ? (s->cand_topk_blocks < (int64_t)nblk ? s->cand_topk_blocks : (int64_t)nblk) : 1;
+    const size_t ih = (size_t)s->idx_heads, id = (size_t)s->idx_dim, K = (size_t)sc->ksel;
+    const size_t ctb = (size_t)sc->kcand;
     const size_t E = (size_t)s->n_expert, EK = (size_t)s->n_expert_used, t = (size_t)T;
     /* a token sees at most min(window, max_ctx) window rows (the window comes from the file) */
     const size_t wrows = (size_t)(s->window < max_ctx ? s->window : max_ctx);

@@ -30,6 +30,8 @@ typedef struct {
 
 typedef struct {
     int64_t max_chunk;
+    int64_t ksel, kcand;         /* idx_topk and cand_topk_blocks capped by what max_ctx can
+                                  * reach (the file's values are untrusted sizes) */
     float *X, *X1;               /* [T][hc][D] */
     float *pre, *a_pre, *f_pre;  /* [T][hc] */
     float *post, *comb;          /* [T][hc], [T][hc][hc] */
