@@ -17,6 +17,11 @@ int dsf_seterr(char *err, const char *fmt, ...) {
     return -1;
 }
 
+void dsf_err_oneline(char *err) {
+    for (char *q = err; q && *q; q++)
+        if ((unsigned char)*q < 0x20 || *q == 0x7F) *q = '?';
+}
+
 int dsf_prefixerr(char *err, const char *fmt, ...) {
     if (err) {
         char pre[DSF_ERR_LEN / 2], old[DSF_ERR_LEN / 2];

@@ -25,6 +25,9 @@
 int dsf_seterr(char *err, const char *fmt, ...) DSF_PRINTF(2, 3);
 /* Prefixes an existing message in err with "prefix: ". Returns -1. */
 int dsf_prefixerr(char *err, const char *fmt, ...) DSF_PRINTF(2, 3);
+/* Keeps a message that quotes input (a tensor, token or file name) on one line: control bytes
+ * in err become '?'. err may be NULL. */
+void dsf_err_oneline(char *err);
 
 _Noreturn void dsf_panic(const char *file, int line, const char *what);
 #define DSF_ASSERT(c) do { if (!(c)) dsf_panic(__FILE__, __LINE__, #c); } while (0)
