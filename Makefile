@@ -4,7 +4,7 @@ CC      ?= cc
 BUILD   ?= build
 OPT     ?= -O2 -g
 WARN    := -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes -Wmissing-prototypes
-CSTD    := -std=c11 -D_GNU_SOURCE
+CSTD    := -std=c11 -D_GNU_SOURCE -ffp-contract=off
 CFLAGS  ?= $(OPT)
 ALLCFLAGS = $(CSTD) $(WARN) $(CFLAGS) -Iinclude -Isrc -pthread -MMD -MP $(EXTRA_CFLAGS)
 LIBS    := -lpcre2-8 -ljansson -lutf8proc -lmicrohttpd -lm -lpthread
@@ -74,16 +74,38 @@ check:
 bench: $(BUILD)/dsflash
 	./$(BUILD)/dsflash bench --kernels
 
-# libFuzzer harness for the GGUF reader (clang + libclang-rt): FUZZ_TIME seconds (default 60).
-FUZZ_TIME ?= 60
-FUZZ_SRC  := src/gguf.c src/quant.c src/util.c
-fuzz:
-	@mkdir -p build-fuzz/corpus
-	clang $(CSTD) $(WARN) -O1 -g -Iinclude -Isrc -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	    tests/fuzz/fuzz_gguf.c $(FUZZ_SRC) -lm -o build-fuzz/fuzz_gguf
-	cp tests/fuzz/*.gguf build-fuzz/corpus/
-	if [ -f ../shared/testdata/tiny41/tiny41.gguf ]; then head -c 65536 ../shared/testdata/tiny41/tiny41.gguf > build-fuzz/corpus/tiny41-head; fi
-	./build-fuzz/fuzz_gguf -max_total_time=$(FUZZ_TIME) -max_len=70000 -rss_limit_mb=2048 build-fuzz/corpus
+# libFuzzer harnesses (clang + libclang-rt), one per parser: tests/fuzz/fuzz_NAME.c -> build-fuzz/fuzz_NAME,
+# linked against the library built with fuzzer coverage + ASan/UBSan in build-fuzz/obj. Each runs for
+# FUZZ_TIME seconds (default 30) on its corpus build-fuzz/corpus/fuzz_NAME (seeded from tests/fuzz/seeds/
+# fuzz_NAME and ../shared when present; dictionary tests/fuzz/fuzz_NAME.dict if any); a crash leaves crash-* here and stops. FUZZ_ONLY=NAME runs one.
+FUZZ_TIME   ?= 30
+FUZZ_ONLY   ?=
+FUZZ_SAN    := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_ALL    := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_SRC    := $(if $(FUZZ_ONLY),$(filter tests/fuzz/fuzz_$(FUZZ_ONLY).c,$(FUZZ_ALL)),$(FUZZ_ALL))
+FUZZ_BINS   := $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
+FUZZ_SHARED := ../shared
+.PHONY: fuzz-build fuzz-lib
+fuzz-lib:
+	$(MAKE) CC=clang BUILD=build-fuzz/obj OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link $(FUZZ_SAN)" \
+	    build-fuzz/obj/libdsflash.a
+build-fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h fuzz-lib
+	clang $(CSTD) $(WARN) -O1 -g -Iinclude -Isrc -fsanitize=fuzzer $(FUZZ_SAN) $< build-fuzz/obj/libdsflash.a $(LIBS) -o $@
+fuzz-build: $(FUZZ_BINS)
+fuzz: fuzz-build
+	@set -e; for b in $(FUZZ_BINS); do n=$${b##*/}; c=build-fuzz/corpus/$$n; mkdir -p $$c; \
+	  if [ -d tests/fuzz/seeds/$$n ]; then cp tests/fuzz/seeds/$$n/* $$c/; fi; \
+	  if [ $$n = fuzz_gguf ]; then cp tests/fuzz/*.gguf $$c/; \
+	    if [ -f $(FUZZ_SHARED)/testdata/tiny41/tiny41.gguf ]; then head -c 65536 $(FUZZ_SHARED)/testdata/tiny41/tiny41.gguf > $$c/tiny41-head; fi; fi; \
+	  if [ $$n = fuzz_vocab ] && [ -f $(FUZZ_SHARED)/testdata/tiny41/hf/tokenizer.json ]; then \
+	    { printf '\000'; cat $(FUZZ_SHARED)/testdata/tiny41/hf/tokenizer.json; } > $$c/tiny41-tokenizer-json; fi; \
+	  d=; if [ -f tests/fuzz/$$n.dict ]; then d=-dict=tests/fuzz/$$n.dict; fi; \
+	  echo "== $$n: $(FUZZ_TIME) s, log build-fuzz/$$n.log"; \
+	  if ./$$b $$d -max_total_time=$(FUZZ_TIME) -max_len=70000 -rss_limit_mb=2048 -timeout=20 -print_final_stats=1 \
+	       -artifact_prefix=build-fuzz/$$n- $$c > build-fuzz/$$n.log 2>&1; then \
+	    grep -E "^(Done|stat::number_of_executed_units)" build-fuzz/$$n.log || true; \
+	  else tail -n 40 build-fuzz/$$n.log; echo "$$n: FAILED, input saved as build-fuzz/$$n-*"; exit 1; fi; \
+	done
 
 clean:
 	rm -rf build build-clang build-asan build-fuzz

@@ -122,8 +122,8 @@ static void mixes_range(void *ctx, int64_t t0, int64_t t1, int tid) {
     const float *scale = j->scale, *base = j->base;
     float A[16 * 16];
     for (int64_t t = t0; t < t1; t++) {
-        double ss = ka_sumsq(j->k, j->X + t * n, n);
-        float rho = (float)(1.0 / sqrt(ss / (double)n + (double)sh->eps)); /* rms_norm_eps, not hc_eps */
+        /* rms_norm_eps, not hc_eps; the reference's fp32 rounding (op_meansq) */
+        float rho = 1.0f / sqrtf(op_meansq(j->X + t * n, n) + sh->eps);
         const float *m = j->f->sc->mix + t * mix;
         for (int64_t c = 0; c < hc; c++) {
             j->pre[t * hc + c] = op_sigmoid(m[c] * rho * scale[0] + base[c]) + sh->hc_eps;

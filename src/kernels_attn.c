@@ -166,10 +166,8 @@ void ka_add(const dsf_akernels *k, float *a, const float *y, int64_t n) {
 }
 
 void ka_rmsnorm(const dsf_akernels *k, float *y, const float *x, const float *w, int64_t n, float eps) {
-    /* op_rmsnorm's formula; only the double sum may be evaluated in another order */
-    double ss = ka_sumsq(k, x, n);
-    float r = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
-    for (int64_t i = 0; i < n; i++) y[i] = (w ? w[i] : 1.0f) * (x[i] * r);
+    (void)k; /* op_rmsnorm rounds exactly as the reference does; no faster order is allowed */
+    op_rmsnorm(y, x, w, n, eps);
 }
 
 /* ---- RoPE with a per-position table ----------------------------------------------------- */

@@ -5,7 +5,10 @@
 
 #include <stdint.h>
 
-/* y = w * x * rsqrt(mean(x^2) + eps), fp32; y may alias x. w may be NULL (no weight). */
+/* mean(x^2) in fp32 in the reference's (torch CPU) summation order. */
+float op_meansq(const float *x, int64_t n);
+/* y = (x * (1 / sqrt(mean(x^2) + eps))) * w, fp32 as the reference rounds it; y may alias x.
+ * w may be NULL (no weight). */
 void op_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps);
 float op_sigmoid(float x);
 float op_silu(float x);
