@@ -455,8 +455,10 @@ static void tools_step(dsf_dsml_parser *p, bool final);
 
 /* Routes reasoning/content text in pend; returns when more input is needed. */
 static void route_text(dsf_dsml_parser *p, bool final) {
-    static const char *const m_reason[] = {S_THINK_CLOSE, "\n\n<｜DSML｜", "<｜DSML｜", S_EOS};
-    static const char *const m_content[] = {"\n\n<｜DSML｜", "<｜DSML｜", S_EOS};
+    /* "\n<｜DSML｜" too: up to two newlines before a tag are dropped with it, so a lone "\n"
+     * must be held until the tag is known (else the split changes the content). */
+    static const char *const m_reason[] = {S_THINK_CLOSE, "\n\n<｜DSML｜", "\n<｜DSML｜", "<｜DSML｜", S_EOS};
+    static const char *const m_content[] = {"\n\n<｜DSML｜", "\n<｜DSML｜", "<｜DSML｜", S_EOS};
     size_t from = 0; /* bytes of pend before `from` are known not to start a marker */
     while (p->state == R_REASONING || p->state == R_CONTENT) {
         bool reasoning = p->state == R_REASONING;
@@ -480,7 +482,7 @@ static void route_text(dsf_dsml_parser *p, bool final) {
         if (pd && (!first || pd < first)) { first = pd; kind = 2; }
         if (pe && (!first || pe < first)) { first = pe; kind = 3; }
         if (!first) {
-            size_t keep = final ? 0 : held_suffix(t, n, reasoning ? m_reason : m_content, reasoning ? 4 : 3);
+            size_t keep = final ? 0 : held_suffix(t, n, reasoning ? m_reason : m_content, reasoning ? 5 : 4);
             emit_text(p, reasoning, t, n - keep);
             pend_consume(p, n - keep);
             return;
@@ -803,7 +805,8 @@ static void sanitize(dsf_dsml_parser *p, const unsigned char *s, size_t n) {
 
 void dsf_dsml_feed(dsf_dsml_parser *p, const char *text, size_t len, dsf_dsml_cb cb, void *ud) {
     if (p->state == R_DONE) { /* after EOS only the official parser looks at the text */
-        dsf_buf_append(&p->raw, text, len);
+        sanitize(p, (const unsigned char *)text, len); /* as it would have been in one feed */
+        p->pend.len = 0;
         return;
     }
     p->cb = cb;

@@ -423,8 +423,10 @@ static int parse_tensors(cursor *c, gguf_file *f, uint64_t n_tensors) {
         snprintf(c->what, sizeof c->what, "tensor '%s'", shown);
         if (t->offset < expect) {
             const gguf_tensor *o = &f->tensors[find_holder(f, i, t->offset)];
+            char other[96];
+            show(other, sizeof other, o->name, strlen(o->name));
             return fail(c, "data [offset %llu, %llu bytes] overlaps tensor '%s' [offset %llu, %llu bytes]",
-                        (unsigned long long)t->offset, (unsigned long long)t->nbytes, o->name,
+                        (unsigned long long)t->offset, (unsigned long long)t->nbytes, other,
                         (unsigned long long)o->offset, (unsigned long long)o->nbytes);
         }
         if (t->offset != expect)

@@ -261,6 +261,7 @@ st_checkpoint *st_open_file(const char *path, char *err) {
     c->shards[0].path = dsf_xstrdup(path);
     c->shards[0].fd = -1;
     if (load_shard(c, 0, err) || finish_index(c, err)) {
+        dsf_err_oneline(err); /* names in messages come from the file */
         st_close(c);
         return NULL;
     }
@@ -287,6 +288,7 @@ st_checkpoint *st_open_dir(const char *dir, char *err) {
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
         dsf_seterr(err, "%s: bad JSON: %s (line %d)", path, jerr.text, jerr.line);
+        dsf_err_oneline(err);
         return NULL;
     }
     json_t *wm = json_object_get(root, "weight_map");
@@ -347,6 +349,7 @@ st_checkpoint *st_open_dir(const char *dir, char *err) {
     json_decref(root);
     return c;
 fail:
+    dsf_err_oneline(err);
     free(files);
     json_decref(root);
     st_close(c);

@@ -265,12 +265,12 @@ dsf_stop_matcher *dsf_stop_matcher_new(const char *const *stop, int n_stop) {
     int n = n_stop > 0 ? n_stop : 0;
     m->stop = dsf_xcalloc((size_t)(n ? n : 1), sizeof *m->stop);
     m->len = dsf_xcalloc((size_t)(n ? n : 1), sizeof *m->len);
+    /* Empty strings are kept (length 0, never matched) so that stop_index is the caller's. */
     for (int i = 0; i < n; i++) {
-        if (!stop[i] || !stop[i][0]) continue;
-        m->stop[m->n] = dsf_xstrdup(stop[i]);
-        m->len[m->n] = strlen(stop[i]);
-        m->n++;
+        m->stop[i] = dsf_xstrdup(stop[i] ? stop[i] : "");
+        m->len[i] = strlen(m->stop[i]);
     }
+    m->n = n;
     m->which = -1;
     return m;
 }
@@ -309,7 +309,7 @@ int dsf_stop_matcher_push(dsf_stop_matcher *m, const char *text, size_t len, con
     size_t best = SIZE_MAX;
     int which = -1;
     for (int i = 0; i < m->n; i++) {
-        const char *f = n ? memmem(s, n, m->stop[i], m->len[i]) : NULL;
+        const char *f = n && m->len[i] ? memmem(s, n, m->stop[i], m->len[i]) : NULL;
         if (f && (size_t)(f - s) < best) {
             best = (size_t)(f - s);
             which = i;
@@ -326,6 +326,7 @@ int dsf_stop_matcher_push(dsf_stop_matcher *m, const char *text, size_t len, con
     /* hold back the longest tail that is a proper prefix of some stop string */
     size_t hold = 0;
     for (int i = 0; i < m->n; i++) {
+        if (!m->len[i]) continue;
         size_t kmax = m->len[i] - 1 < n ? m->len[i] - 1 : n;
         for (size_t k = kmax; k > hold; k--)
             if (memcmp(s + n - k, m->stop[i], k) == 0) {

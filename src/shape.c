@@ -476,6 +476,7 @@ int shape_load(dsf_shape *s, const gguf_file *f, char *err) {
         else if ((og * olr) % 32) why = "output_group_count * output_lora_rank must be a multiple of 32";
         else if (s->idx_dim % 32 || ih == 0) why = "attention.indexer.key_length must be a multiple of 32 and head_count > 0";
         else if (hc == 0 || hc > 16) why = "hyper_connection.count must be in 1..16";
+        else if (iters > 1000) why = "hyper_connection.sinkhorn_iterations must be <= 1000 (V4.1: 20)"; /* runs per token */
         else if (window == 0) why = "attention.sliding_window must be > 0";
         else if (s->n_engram && (s->ple_dim * s->ple_cols) % 32) why = "Engram input width must be a multiple of 32";
         if (why) {

@@ -393,6 +393,16 @@ dsf_tokenizer *tokenizer_build(const tokenizer_spec *sp, char *err) {
                            a < 0 ? "the left part" : b < 0 ? "the right part" : "the result");
                 goto fail;
             }
+            /* BPE works on byte-level text: a merge into an added or unused token (whose
+             * bytes are its literal text, or nothing) would decode to other bytes than it
+             * encoded (the real vocabularies have none) */
+            if (tok->types[ab] != TOKEN_TYPE_NORMAL && tok->types[ab] != TOKEN_TYPE_BYTE) {
+                dsf_buf_free(&cat);
+                dsf_seterr(err, "tokenizer.ggml.merges[%llu] '%.*s': the result is a token of type %d, not a "
+                           "normal (byte-level) token", (unsigned long long)r, (int)(ml > 64 ? 64 : ml), m,
+                           tok->types[ab]);
+                goto fail;
+            }
             uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
             uint64_t h = mix64(key) & tok->mhash_mask;
             while (tok->mhash[h].key != UINT64_MAX && tok->mhash[h].key != key)
@@ -456,6 +466,7 @@ dsf_tokenizer *tokenizer_build(const tokenizer_spec *sp, char *err) {
     return tok;
 
 fail:
+    dsf_err_oneline(err); /* token and merge texts in messages come from the file */
     dsf_tokenizer_free(tok);
     return NULL;
 }

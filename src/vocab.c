@@ -400,6 +400,7 @@ int vocab_write_gguf(gguf_writer *w, const char *hf_dir, int64_t vocab_size, cha
     rc = 0;
 
 done:
+    if (rc) dsf_err_oneline(err); /* token texts in messages come from the file */
     if (tokens)
         for (int64_t i = 0; i < n; i++) free(tokens[i]);
     free(tokens);

@@ -877,11 +877,12 @@ static void *bg_main(void *arg) {
 
 /* Guards SSE keep-alive comments: a streaming request that waits (queued behind a long one on
  * the only slot) gets ': keep-alive' comments, and the SDK-style decoder still reads the whole
- * stream (comments ignored). Relies on the first request taking longer than 20 ms (400 tokens). */
+ * stream (comments ignored). Relies on the first request outlasting the 100 ms head start plus
+ * 20 ms (1200 tokens: 400 finished within 100 ms in the clang build). */
 TEST(server_e2e_keepalive) {
     NEED_SHARED(model, "testdata/tiny41/tiny41.gguf");
     START(s, model, "--slots 1 --keepalive-ms 20");
-    bg_req a = {.port = s.port, .body = CHAT_HELLO ",\"max_tokens\":400,\"ignore_eos\":true}"};
+    bg_req a = {.port = s.port, .body = CHAT_HELLO ",\"max_tokens\":1200,\"ignore_eos\":true}"};
     pthread_t th;
     CHECK(pthread_create(&th, NULL, bg_main, &a) == 0);
     sleep_ms(100);

@@ -162,8 +162,10 @@ static int cmd_logits(int argc, char **argv) {
     int rc = parse_tokens(tfile ? text : toks, &tok, &n, err);
     free(text);
     if (rc < 0) return fail("%s%s", err, "");
-    if (rollback > n) return fail("--rollback-to is beyond the token count%s%s", "", "");
-    if (snap > n) return fail("--snapshot-at is beyond the token count%s%s", "", "");
+    if (rollback > n || snap > n) {
+        free(tok);
+        return fail("%s is beyond the token count%s", rollback > n ? "--rollback-to" : "--snapshot-at", "");
+    }
     if (!chunk) chunk = n;
     ep.n_threads = threads;
     dsf_engine *e = dsf_engine_open(model, &ep, err);
