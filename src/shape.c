@@ -484,6 +484,32 @@ int shape_load(dsf_shape *s, const gguf_file *f, char *err) {
             goto fail;
         }
     }
+    /* Float settings: finite and in range, or the forward would silently produce NaN. */
+    {
+        const struct { const char *key; float v; int positive; } fl[] = {
+            {"attention.layer_norm_rms_epsilon", s->eps, 1},
+            {"rope.freq_base", s->rope_base, 1},
+            {"attention.compress_rope_freq_base", s->compress_rope_base, 1},
+            {"rope.scaling.factor", s->yarn_factor, 1},
+            {"rope.scaling.yarn_beta_fast", s->yarn_beta_fast, 1},
+            {"rope.scaling.yarn_beta_slow", s->yarn_beta_slow, 1},
+            {"expert_weights_scale", s->expert_weights_scale, 0},
+            {"hyper_connection.epsilon", s->hc_eps, 0},
+        };
+        for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) {
+            float v = fl[i].v;
+            if (!isfinite(v) || (fl[i].positive ? !(v > 0.0f) : v < 0.0f) || fabsf(v) > 1e30f) {
+                dsf_seterr(err, "%s = %g is out of range (want a finite %s value)", k(fl[i].key), (double)v,
+                           fl[i].positive ? "positive" : "non-negative");
+                goto fail;
+            }
+        }
+        for (uint32_t il = 0; il < n_layer; il++)
+            if (!isfinite(s->swiglu_exp[il]) || !isfinite(s->swiglu_shexp[il])) {
+                dsf_seterr(err, "%s / %s: layer %u is not finite", k("swiglu_clamp_exp"), k("swiglu_clamp_shexp"), il);
+                goto fail;
+            }
+    }
     return 0;
 fail:
     shape_free(s);

@@ -521,3 +521,45 @@ TEST(golden_window_ring_small) {
     dsf_engine_close(e);
     free_golden(&g);
 }
+
+/* Float settings must be finite and in range: a patched expert_weights_scale of -1.3e38 or
+ * a NaN eps used to load and give NaN logits (found by fuzz_model). */
+TEST(golden_refuses_out_of_range_floats) {
+    const char *model = test_shared("testdata/tiny41/tiny41.gguf");
+    if (!model) SKIP("needs ../shared/testdata/tiny41/tiny41.gguf");
+    FILE *f = fopen(model, "rb");
+    CHECK(f);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *buf = malloc((size_t)size);
+    CHECK(fread(buf, 1, (size_t)size, f) == (size_t)size);
+    fclose(f);
+    static const struct { const char *key; float v; } cases[] = {
+        {"deepseek41.expert_weights_scale", -1.27606e38f},
+        {"deepseek41.attention.layer_norm_rms_epsilon", NAN},
+        {"deepseek41.rope.freq_base", 0.0f},
+        {"deepseek41.hyper_connection.epsilon", INFINITY},
+    };
+    char path[512], err[DSF_ERR_LEN];
+    snprintf(path, sizeof path, "%s/badfloat.gguf", test_tmpdir());
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        unsigned char *copy = malloc((size_t)size);
+        memcpy(copy, buf, (size_t)size);
+        size_t kl = strlen(cases[c].key);
+        unsigned char *a = memmem(copy, (size_t)size, cases[c].key, kl);
+        CHECKF(a, "key %s not in tiny41.gguf", cases[c].key);
+        uint32_t type;
+        memcpy(&type, a + kl, 4);
+        CHECK(type == 6); /* FLOAT32 */
+        memcpy(a + kl + 4, &cases[c].v, 4);
+        FILE *o = fopen(path, "wb");
+        fwrite(copy, 1, (size_t)size, o);
+        fclose(o);
+        free(copy);
+        dsf_engine *e = dsf_engine_open(path, NULL, err);
+        CHECKF(!e && strstr(err, cases[c].key + strlen("deepseek41.")), "%s = %g: %s", cases[c].key,
+               (double)cases[c].v, e ? "accepted" : err);
+    }
+    free(buf);
+}
