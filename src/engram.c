@@ -6,7 +6,10 @@
 #include "quant.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 void engram_hash(const dsf_shape *sh, int64_t e, const int32_t *tokens, int64_t p, int64_t *rows) {
     const int64_t ng = sh->ngram, nh = sh->heads_per_ngram, cols = sh->ple_cols;
@@ -70,6 +73,34 @@ static void gate_range(void *ctx, int64_t t0, int64_t t1, int tid) {
     }
 }
 
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* madvise(WILLNEED) over the pages holding rows[0..n) of the table (tmp: n int64 scratch).
+ * A hint only: failures are ignored and nothing is read here. */
+static void prefetch_rows(const gguf_tensor *ple, const int64_t *rows, int64_t n, int64_t *tmp) {
+    static long pg;
+    if (!pg) pg = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
+    const uintptr_t base = (uintptr_t)ple->data;
+    for (int64_t i = 0; i < n; i++) tmp[i] = rows[i];
+    qsort(tmp, (size_t)n, sizeof *tmp, cmp_i64);
+    uintptr_t lo = 0, hi = 0; /* current page range [lo, hi) */
+    for (int64_t i = 0; i < n; i++) {
+        uintptr_t a = base + (uintptr_t)tmp[i] * ple->row_bytes;
+        uintptr_t p0 = a & ~(uintptr_t)(pg - 1), p1 = (a + ple->row_bytes + (uintptr_t)pg - 1) & ~(uintptr_t)(pg - 1);
+        if (hi && p0 <= hi) {
+            if (p1 > hi) hi = p1;
+            continue;
+        }
+        if (hi) madvise((void *)lo, hi - lo, MADV_WILLNEED);
+        lo = p0;
+        hi = p1;
+    }
+    if (hi) madvise((void *)lo, hi - lo, MADV_WILLNEED);
+}
+
 void engram_forward(const fwd *f, int64_t il) {
     const dsf_shape *sh = f->sh;
     const dsf_layer *L = &f->w->layers[il];
@@ -77,9 +108,14 @@ void engram_forward(const fwd *f, int64_t il) {
     const int64_t e = sh->engram_of[il], T = f->T, D = sh->n_embd, hc = sh->hc;
     const int64_t cols = sh->ple_cols, pd = sh->ple_dim, nin = cols * pd;
     const gguf_tensor *ple = f->w->ple;
+    /* Hash every token of the chunk first, then ask the kernel for all the table pages at
+     * once (sorted, de-duplicated, adjacent pages merged) before gathering: on the real model
+     * the table is ~400 GB and mostly not resident, so one batch of readahead beats faulting
+     * the rows in one by one. */
+    for (int64_t t = 0; t < T; t++) engram_hash(sh, e, f->tkv[t]->tokens, f->tpos[t], sc->rows + t * cols);
+    prefetch_rows(ple, sc->rows, T * cols, sc->prow);
     for (int64_t t = 0; t < T; t++) {
-        int64_t *rows = sc->rows + t * cols;
-        engram_hash(sh, e, f->tkv[t]->tokens, f->tpos[t], rows);
+        const int64_t *rows = sc->rows + t * cols;
         for (int64_t c = 0; c < cols; c++)
             dequant_row(ple->type, ple->data + (uint64_t)rows[c] * ple->row_bytes, sc->erow + t * nin + c * pd, pd);
     }

@@ -69,6 +69,7 @@ typedef struct {
     float *acc;                  /* [T][D] fp32 accumulator */
     /* Engram */
     int64_t *rows;               /* [T][cols] */
+    int64_t *prow;               /* [T][cols] sorted copy for the table prefetch */
     float *erow;                 /* [T][cols*ple_dim] */
     float *ekv;                  /* [T][(hc+1)*D] */
     float *fin;                  /* [T][D] final norm */
