@@ -372,19 +372,30 @@ TEST(golden_cli_logits_contract) {
     free_golden(&g);
 }
 
+/* Reads a whole (test-sized) file; NULL on failure. */
+static unsigned char *slurp(const char *path, long *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    *size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *buf = *size > 0 ? malloc((size_t)*size) : NULL;
+    if (buf && fread(buf, 1, (size_t)*size, f) != (size_t)*size) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    return buf;
+}
+
 /* A truncated or corrupted model file gives a clear error, never a crash: every cut of the
  * header region and a sample of cuts in the data of tiny41.gguf, through the library. */
 TEST(golden_truncated_model_refused) {
     const char *model = test_shared("testdata/tiny41/tiny41.gguf");
     if (!model) SKIP("needs ../shared/testdata/tiny41/tiny41.gguf");
-    FILE *f = fopen(model, "rb");
-    CHECK(f);
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *buf = malloc((size_t)size);
-    CHECK(fread(buf, 1, (size_t)size, f) == (size_t)size);
-    fclose(f);
+    long size = 0;
+    unsigned char *buf = slurp(model, &size);
+    CHECKF(buf, "cannot read %s", model);
     char path[512], err[DSF_ERR_LEN];
     snprintf(path, sizeof path, "%s/trunc.gguf", test_tmpdir());
     dsf_engine_params ep;
@@ -527,14 +538,9 @@ TEST(golden_window_ring_small) {
 TEST(golden_refuses_out_of_range_floats) {
     const char *model = test_shared("testdata/tiny41/tiny41.gguf");
     if (!model) SKIP("needs ../shared/testdata/tiny41/tiny41.gguf");
-    FILE *f = fopen(model, "rb");
-    CHECK(f);
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *buf = malloc((size_t)size);
-    CHECK(fread(buf, 1, (size_t)size, f) == (size_t)size);
-    fclose(f);
+    long size = 0;
+    unsigned char *buf = slurp(model, &size);
+    CHECKF(buf, "cannot read %s", model);
     static const struct { const char *key; float v; } cases[] = {
         {"deepseek41.expert_weights_scale", -1.27606e38f},
         {"deepseek41.attention.layer_norm_rms_epsilon", NAN},
