@@ -6,7 +6,7 @@
  * 16, per-block partial sums for T > 1). No activation is ever rounded: plain mode stays fp32.
  *
  * Blocking: every weight type is consumed in groups of 32 elements (one ggml block for Q8_0
- * and MXFP4). A tile is RB = 8 weight rows x 1 token (decode) or RBN = 4 rows x TB = 4 tokens;
+ * and MXFP4). A tile is RB = 4 weight rows (from 4 far-apart row streams) x 1 token (decode) or RBN = 4 rows x TB = 4 tokens;
  * the weight group is decoded once per tile and reused for its tokens. The reduction is cut
  * into chunks of KC elements and the tokens into chunks of TC, so the activation chunk stays
  * in L2 while each weight row chunk is read from memory once per token chunk. Edge tiles
@@ -24,13 +24,13 @@
 
 #include "quant.h"
 
-#define RB 8     /* rows per tile, T = 1 (8 independent accumulator chains) */
+#define RB 4     /* rows per tile, T = 1: one row from each of NS far-apart row streams */
 #define RBN 4    /* rows per tile, T > 1 */
 #define TB 4     /* tokens per tile, T > 1 */
 #define TC 32    /* tokens per chunk */
 #define KC 4096  /* reduction elements per chunk */
 #ifndef PF_DIST
-#define PF_DIST 1024 /* software prefetch distance in bytes along each weight row (decode) */
+#define PF_DIST 2048 /* software prefetch distance in bytes along each weight row (decode) */
 #endif
 
 #define INLINE static inline __attribute__((always_inline))
@@ -105,6 +105,23 @@ INLINE void mxfp4_scales16(const uint8_t *p, float *out) {
     _mm512_storeu_ps(out, _mm512_castsi512_ps(bits));
 }
 
+/* ---- T = 1 row order ----
+ * A decode tile takes RB rows, one from each of RB far-apart streams: the row range [r0, r1)
+ * is cut into RB contiguous streams of `len` rows and tile k takes row k of each. Each thread
+ * then reads RB long sequential streams, which the memory system serves much better than RB
+ * adjacent rows (short streams the hardware prefetchers keep re-learning: about 0.75 of the
+ * read probe against 0.95). Rows past r1 (the tail of the last stream) repeat row r1 - 1 and
+ * their results are dropped. The order of rows does not change any value. */
+INLINE int64_t t1_stream_len(int64_t r0, int64_t r1) { return (r1 - r0 + RB - 1) / RB; }
+INLINE void t1_tile_rows(const dsf_wmat *w, int64_t r0, int64_t r1, int64_t len, int64_t k, int64_t *rr,
+                         const uint8_t **wr) {
+    for (int s = 0; s < RB; s++) {
+        int64_t r = r0 + s * len + k;
+        rr[s] = r < r1 ? r : -1;
+        wr[s] = w->data + (uint64_t)(r < r1 ? r : r1 - 1) * w->row_bytes;
+    }
+}
+
 /* ---- tiles ---- */
 
 /* RB rows x 1 token over groups [g0, g1): one accumulator per row, the group's elements 0-15
@@ -166,14 +183,14 @@ INLINE void mxfp4_scales16(const uint8_t *p, float *out) {
         const int64_t ng = w->n_in / 32, kcg = KC / 32;                                        \
         if (T == 1) {                                                                          \
             const uint8_t *wr[RB];                                                             \
-            for (int64_t r = r0; r < r1; r += RB) {                                            \
-                for (int i = 0; i < RB; i++)                                                   \
-                    wr[i] = w->data + (uint64_t)(r + i < r1 ? r + i : r1 - 1) * w->row_bytes;  \
+            int64_t rr[RB], len = t1_stream_len(r0, r1);                                       \
+            for (int64_t k = 0; k < len; k++) {                                                \
+                t1_tile_rows(w, r0, r1, len, k, rr, wr);                                       \
                 for (int64_t g0 = 0; g0 < ng; g0 += kcg) {                                     \
                     float out[RB];                                                             \
                     T1(wr, x, g0, g0 + kcg < ng ? g0 + kcg : ng, out);                         \
-                    for (int i = 0; i < RB && r + i < r1; i++)                                 \
-                        y[r + i] = g0 == 0 ? out[i] : y[r + i] + out[i];                       \
+                    for (int i = 0; i < RB; i++)                                               \
+                        if (rr[i] >= 0) y[rr[i]] = g0 == 0 ? out[i] : y[rr[i]] + out[i];       \
                 }                                                                              \
             }                                                                                  \
             return;                                                                            \
@@ -449,14 +466,15 @@ INLINE void xb_mx_t1(const uint8_t *const *wr, const uint16_t *x, int64_t g0, in
         }                                                                                      \
         const int64_t ng = w->n_in / 32, kcg = XKC / 32;                                       \
         if (T == 1) {                                                                          \
-            const uint8_t *w4[4];                                                              \
-            for (int64_t r = r0; r < r1; r += 4) {                                             \
-                for (int i = 0; i < 4; i++)                                                    \
-                    w4[i] = w->data + (uint64_t)(r + i < r1 ? r + i : r1 - 1) * w->row_bytes;  \
+            const uint8_t *w4[RB];                                                             \
+            int64_t rr[RB], len = t1_stream_len(r0, r1);                                       \
+            for (int64_t k = 0; k < len; k++) {                                                \
+                t1_tile_rows(w, r0, r1, len, k, rr, w4);                                       \
                 for (int64_t g0 = 0; g0 < ng; g0 += kcg) {                                     \
-                    float o4[4];                                                               \
+                    float o4[RB];                                                              \
                     T1(w4, x, g0, g0 + kcg < ng ? g0 + kcg : ng, o4);                          \
-                    for (int i = 0; i < 4 && r + i < r1; i++) y[r + i] = g0 == 0 ? o4[i] : y[r + i] + o4[i]; \
+                    for (int i = 0; i < RB; i++)                                               \
+                        if (rr[i] >= 0) y[rr[i]] = g0 == 0 ? o4[i] : y[rr[i]] + o4[i];         \
                 }                                                                              \
             }                                                                                  \
             return;                                                                            \

@@ -169,7 +169,10 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
     static const bench_case cases[] = {
         {"mxfp4 expert gemv", GGML_TYPE_MXFP4, 5120, 2304, 1, 0},  /* ffn_gate/up_exps slice */
         {"mxfp4 expert down", GGML_TYPE_MXFP4, 2304, 5120, 1, 0},  /* ffn_down_exps slice */
+        {"mxfp4 gemv xbf16", GGML_TYPE_MXFP4, 5120, 2304, 1, 1},  /* the same, reference mode */
+        {"mxfp4 down xbf16", GGML_TYPE_MXFP4, 2304, 5120, 1, 1},
         {"bf16 gemv", GGML_TYPE_BF16, 5120, 8192, 1, 0},           /* dense projections */
+        {"bf16 gemv xbf16", GGML_TYPE_BF16, 5120, 8192, 1, 1},
         {"bf16 gemv lmhead", GGML_TYPE_BF16, 5120, 16384, 1, 0},
         {"q8_0 gemv", GGML_TYPE_Q8_0, 5120, 8192, 1, 0},
         {"f16 gemv", GGML_TYPE_F16, 5120, 8192, 1, 0},
