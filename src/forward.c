@@ -29,11 +29,69 @@ static void mm_range(void *ctx, int64_t i0, int64_t i1, int tid) {
     kern_matmul(j->k, j->w, j->x, j->T, j->y, j->ldy, i0, i1);
 }
 
+/* Rows per unit of a threaded matmul: MM_UNITS units per thread, claimed dynamically (the
+ * kernels give every row the same value whatever its range, so the split changes nothing). */
+#ifndef MM_UNITS
+#define MM_UNITS 4
+#endif
+static int64_t mm_grain(const fwd *f, const dsf_wmat *w) {
+    int64_t grain = w->n_out / (MM_UNITS * dsf_pool_size(f->e->pool));
+    return grain < 16 ? 16 : grain;
+}
+
+/* DSF_PROFILE=1: decode-step (T = 1) time split, printed to stderr at exit: whole steps, and
+ * the matmuls by path (fp32 / BF16 activations) and weight type, with the bytes they read.
+ * A debugging aid for speed work; off by default (one branch per call). */
+enum { PROF_TYPES = 3, PROF_PATHS = 2 };
+static long prof_units[8];
+static struct {
+    int on;
+    double step_s, mm_s[PROF_PATHS][PROF_TYPES];
+    double mm_bytes[PROF_PATHS][PROF_TYPES];
+    long steps, mm_calls;
+} prof = {.on = -1};
+
+static void prof_report(void) {
+    if (!prof.steps) return;
+    double mm = 0;
+    for (int a = 0; a < PROF_PATHS; a++)
+        for (int b = 0; b < PROF_TYPES; b++) mm += prof.mm_s[a][b];
+    fprintf(stderr, "dsflash profile: %ld decode steps, %.1f ms/step; matmuls %.1f ms/step (%ld calls/step), rest %.1f ms/step\n",
+            prof.steps, 1e3 * prof.step_s / prof.steps, 1e3 * mm / prof.steps, prof.mm_calls / prof.steps,
+            1e3 * (prof.step_s - mm) / prof.steps);
+    fprintf(stderr, "  bf16-act matmul units run by thread: %ld %ld\n", prof_units[0], prof_units[1]);
+    static const char *path[PROF_PATHS] = {"fp32 act", "bf16 act"}, *type[PROF_TYPES] = {"dense", "mxfp4", "mxfp4 (n_in < 4096)"};
+    for (int a = 0; a < PROF_PATHS; a++)
+        for (int b = 0; b < PROF_TYPES; b++)
+            if (prof.mm_s[a][b] > 0)
+                fprintf(stderr, "  %s %-5s: %.1f ms/step, %.3f GB/step, %.2f GB/s\n", path[a], type[b],
+                        1e3 * prof.mm_s[a][b] / prof.steps, prof.mm_bytes[a][b] / prof.steps / 1e9,
+                        prof.mm_bytes[a][b] / prof.mm_s[a][b] / 1e9);
+}
+
+static int prof_enabled(void) {
+    if (prof.on < 0) {
+        const char *v = dsf_knob("DSF_PROFILE");
+        prof.on = v && *v && strcmp(v, "0") != 0;
+        if (prof.on) atexit(prof_report);
+    }
+    return prof.on;
+}
+
+static void prof_mm(const dsf_wmat *w, int path, double t0) {
+    int type = w->type != GGML_TYPE_MXFP4 ? 0 : w->n_in < 4096 ? 2 : 1;
+    prof.mm_s[path][type] += dsf_now() - t0;
+    prof.mm_bytes[path][type] += (double)w->row_bytes * (double)w->n_out;
+    prof.mm_calls++;
+}
+
 void fwd_mm(const fwd *f, const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy) {
     if (T <= 0) return;
     mm_job j = {f->e->kern, w, x, T, ldy, y};
-    int64_t grain = w->n_out / (4 * dsf_pool_size(f->e->pool));
-    dsf_parallel_for(f->e->pool, w->n_out, grain < 1 ? 1 : grain, mm_range, &j);
+    int64_t grain = mm_grain(f, w);
+    double t0 = f->T == 1 && prof_enabled() ? dsf_now() : 0;
+    dsf_parallel_for_dyn(f->e->pool, w->n_out, grain, mm_range, &j);
+    if (t0 > 0) prof_mm(w, 0, t0);
 }
 
 typedef struct {
@@ -59,7 +117,7 @@ typedef struct {
 } mmb_job;
 
 static void mmb_range(void *ctx, int64_t i0, int64_t i1, int tid) {
-    (void)tid;
+    prof_units[tid & 7]++;
     const mmb_job *j = ctx;
     kern_matmul_xbf16(j->k, j->w, j->x, j->T, j->y, j->ldy, i0, i1);
 }
@@ -72,8 +130,10 @@ void fwd_mm_act(const fwd *f, const dsf_wmat *w, const float *xq, int64_t T, flo
         return;
     }
     mmb_job j = {f->e->kern, w, f->sc->xb, T, ldy, y};
-    int64_t grain = w->n_out / (4 * dsf_pool_size(f->e->pool));
-    dsf_parallel_for(f->e->pool, w->n_out, grain < 1 ? 1 : grain, mmb_range, &j);
+    int64_t grain = mm_grain(f, w);
+    double t0 = f->T == 1 && prof_enabled() ? dsf_now() : 0;
+    dsf_parallel_for_dyn(f->e->pool, w->n_out, grain, mmb_range, &j);
+    if (t0 > 0) prof_mm(w, 1, t0);
 }
 
 const float *fwd_act(const fwd *f, const float *x, int64_t T, int64_t n, float *xq) {
@@ -206,6 +266,7 @@ void forward_tokens(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, con
         tkv[t]->tokens[sc->tpos[t]] = tok[t];
     }
     fwd f = {e, sh, w, sc, sc->tkv, sc->tpos, T, e->numerics == DSF_NUMERICS_REFERENCE};
+    double prof_t0 = T == 1 && prof_enabled() ? dsf_now() : 0;
     const int64_t D = sh->n_embd, hc = sh->hc;
     for (int64_t t = 0; t < T; t++) {
         dequant_row(w->tok_embd.type, w->tok_embd.data + (uint64_t)tok[t] * w->tok_embd.row_bytes, sc->h, D);
@@ -248,6 +309,10 @@ void forward_tokens(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, con
     hc_collapse(&f, sc->X, sc->pre, sc->h);
     norm_rows(&f, sc->fin, sc->h, w->output_norm, t0);
     fwd_mm(&f, &w->output, sc->fin, T - t0, logits, sh->n_vocab);
+    if (prof_t0 > 0) {
+        prof.step_s += dsf_now() - prof_t0;
+        prof.steps++;
+    }
 }
 
 void forward_chunk(dsf_session *s, const int32_t *tok, int64_t T, float *logits, int all_rows) {

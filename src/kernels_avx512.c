@@ -106,20 +106,22 @@ INLINE void mxfp4_scales16(const uint8_t *p, float *out) {
 }
 
 /* ---- T = 1 row order ----
- * A decode tile takes RB rows, one from each of RB far-apart streams: the row range [r0, r1)
- * is cut into RB contiguous streams of `len` rows and tile k takes row k of each. Each thread
- * then reads RB long sequential streams, which the memory system serves much better than RB
- * adjacent rows (short streams the hardware prefetchers keep re-learning: about 0.75 of the
- * read probe against 0.95). Rows past r1 (the tail of the last stream) repeat row r1 - 1 and
- * their results are dropped. The order of rows does not change any value. */
-INLINE int64_t t1_stream_len(int64_t r0, int64_t r1) { return (r1 - r0 + RB - 1) / RB; }
-INLINE void t1_tile_rows(const dsf_wmat *w, int64_t r0, int64_t r1, int64_t len, int64_t k, int64_t *rr,
+ * A decode tile takes RB x pw rows: pw adjacent rows from each of RB far-apart streams (the
+ * row range [r0, r1) is cut into RB contiguous streams of `len` steps of pw rows; tile k
+ * takes step k of each). Each thread then reads RB long sequential streams, which the memory
+ * system serves much better than RB adjacent rows (short streams the hardware prefetchers
+ * keep re-learning: about 0.75 of the read probe against 0.95). Rows past r1 (the tail of
+ * the last stream) repeat row r1 - 1 and their results are dropped. The order of rows does
+ * not change any value. */
+INLINE int64_t t1_stream_len(int64_t r0, int64_t r1, int pw) { return (r1 - r0 + RB * pw - 1) / (RB * pw); }
+INLINE void t1_tile_rows(const dsf_wmat *w, int64_t r0, int64_t r1, int64_t len, int64_t k, int pw, int64_t *rr,
                          const uint8_t **wr) {
-    for (int s = 0; s < RB; s++) {
-        int64_t r = r0 + s * len + k;
-        rr[s] = r < r1 ? r : -1;
-        wr[s] = w->data + (uint64_t)(r < r1 ? r : r1 - 1) * w->row_bytes;
-    }
+    for (int s = 0; s < RB; s++)
+        for (int j = 0; j < pw; j++) {
+            int64_t r = r0 + (s * len + k) * pw + j;
+            rr[s * pw + j] = r < r1 ? r : -1;
+            wr[s * pw + j] = w->data + (uint64_t)(r < r1 ? r : r1 - 1) * w->row_bytes;
+        }
 }
 
 /* ---- tiles ---- */
@@ -183,9 +185,9 @@ INLINE void t1_tile_rows(const dsf_wmat *w, int64_t r0, int64_t r1, int64_t len,
         const int64_t ng = w->n_in / 32, kcg = KC / 32;                                        \
         if (T == 1) {                                                                          \
             const uint8_t *wr[RB];                                                             \
-            int64_t rr[RB], len = t1_stream_len(r0, r1);                                       \
+            int64_t rr[RB], len = t1_stream_len(r0, r1, 1);                                    \
             for (int64_t k = 0; k < len; k++) {                                                \
-                t1_tile_rows(w, r0, r1, len, k, rr, wr);                                       \
+                t1_tile_rows(w, r0, r1, len, k, 1, rr, wr);                                    \
                 for (int64_t g0 = 0; g0 < ng; g0 += kcg) {                                     \
                     float out[RB];                                                             \
                     T1(wr, x, g0, g0 + kcg < ng ? g0 + kcg : ng, out);                         \
@@ -281,10 +283,11 @@ GUARDED(mm_mxfp4)
 /* ---- BF16-activation kernels (vdpbf16ps) ----
  * Products of BF16/MXFP4 weights and BF16 activations are exact in fp32; vdpbf16ps adds them
  * pairwise into fp32 lanes (flushing subnormals). Tiles: BF16 4 rows x 4 tokens (one 64-byte
- * weight load feeds 4 dot instructions), MXFP4 2 rows x 8 tokens (the nibble decode, a vpermw
- * lookup into a 32-word BF16 table whose exponents carry the block scale, is amortized over
- * 8 tokens). K is cut into XKC-element chunks and tokens into XTC chunks (activation chunk
- * XTC x XKC x 2 bytes = 256 KiB stays in L2). T = 1 widens x and uses the fp32 path. */
+ * weight load feeds 4 dot instructions), MXFP4 2 rows x 4 tokens x 2 accumulator chains (the
+ * nibble decode, a vpermw lookup into a 32-word BF16 table whose exponents carry the block
+ * scale, is amortized over 4 tokens). K is cut into XKC-element chunks and tokens into XTC
+ * chunks (activation chunk XTC x XKC x 2 bytes = 256 KiB stays in L2). T = 1 has its own
+ * tiles (xb_bf16_t1, xb_mx_t1) with the same per-output operations. */
 #define XKC 2048
 #define XTC 64
 
@@ -312,12 +315,15 @@ static double mx_row_exceptions(const uint8_t *row, const uint16_t *x, int64_t g
 /* keep = 1: the block's BF16 weights; keep = 0: all zero (exceptional block, added exactly
  * elsewhere). The zero-masked add multiplies the nonzero table entries by 2^(e-128) (an
  * exponent add) and leaves the zero codes (entries 0, 8, 16, 24) at zero. (A zero-masked
- * table rather than a masked vdpbf16ps: GCC 12 narrows the latter's mask to 8 bits.) */
+ * table rather than a masked vdpbf16ps: GCC 12 narrows the latter's mask to 8 bits.)
+ * Indices: the 16 code bytes broadcast to both halves and widened to words; the upper 16
+ * words are shifted right by 4 (the high nibbles, codes 16-31); vpermw reads 5 index bits
+ * and the table repeats, so the stray bit 4 of the low half does not matter. */
 INLINE __m512i mx_decode_bf16(const uint8_t *p, __m512i base, __m512i kvec, int keep) {
     __m512i tbl = _mm512_maskz_add_epi16((__mmask32)(keep ? 0xFEFEFEFEu : 0u), base, kvec);
-    __m128i q = _mm_loadu_si128((const __m128i *)(const void *)(p + 1));
-    __m256i qq = _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1);
-    return _mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(qq), tbl);
+    __m512i id = _mm512_cvtepu8_epi16(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(p + 1))));
+    id = _mm512_mask_srli_epi16(id, (__mmask32)0xFFFF0000u, id, 4);
+    return _mm512_permutexvar_epi16(id, tbl);
 }
 
 INLINE void xb_bf16_tile(const uint8_t *const *wr, const uint16_t *const *x, int64_t g0, int64_t g1, float *out) {
@@ -340,32 +346,52 @@ INLINE void xb_bf16_tile(const uint8_t *const *wr, const uint16_t *const *x, int
 #define KV_BF16 0x0000, 0x3F80, 0x4000, 0x4040, 0x4080, 0x40C0, 0x4100, 0x4140, \
                 0x0000, (short)0xBF80, (short)0xC000, (short)0xC040, (short)0xC080, (short)0xC0C0, (short)0xC100, (short)0xC140
 
+/* MXFP4 x BF16 activations, T > 1: 2 rows x 4 tokens, two accumulators per output (blocks at
+ * even / odd offsets from g0, as xb_mx_t1), summed at the end. */
 INLINE void xb_mx_tile(const uint8_t *const *wr, const uint16_t *const *x, int64_t g0, int64_t g1, float *out) {
     static const short kv_bf16[32] __attribute__((aligned(64))) = {KV_BF16, KV_BF16};
     const __m512i base = _mm512_load_si512((const void *)kv_bf16);
-    __m512 a[2][8];
+    __m512 a[2][4], c[2][4];
     uint32_t any_exc = 0;
     UNROLL for (int r = 0; r < 2; r++)
-        UNROLL for (int t = 0; t < 8; t++) a[r][t] = _mm512_setzero_ps();
-    for (int64_t g = g0; g < g1; g++) {
-        __m512i xv[8];
-        UNROLL for (int t = 0; t < 8; t++) xv[t] = _mm512_loadu_si512((const void *)(x[t] + g * 32));
+        UNROLL for (int t = 0; t < 4; t++) a[r][t] = c[r][t] = _mm512_setzero_ps();
+    int64_t g = g0;
+    for (; g + 2 <= g1; g += 2) {
+        __m512i xv[4], xw[4];
+        UNROLL for (int t = 0; t < 4; t++) {
+            xv[t] = _mm512_loadu_si512((const void *)(x[t] + g * 32));
+            xw[t] = _mm512_loadu_si512((const void *)(x[t] + g * 32 + 32));
+        }
         UNROLL for (int r = 0; r < 2; r++) {
             const uint8_t *p = wr[r] + g * 17;
-            int e = p[0];
+            int e0 = p[0], e1 = p[17];
             /* kv * 2^(e-128) is subnormal or past the BF16 range: zeroed here, added exactly
              * after the loop (no call in the hot loop) */
-            int bad = e < 2 || e > 252;
+            int bad0 = e0 < 2 || e0 > 252, bad1 = e1 < 2 || e1 > 252;
+            any_exc |= (bad0 | bad1) ? 1u << r : 0;
+            __m512i wv = mx_decode_bf16(p, base, _mm512_set1_epi16((short)((e0 - 128) * 128)), !bad0);
+            __m512i ww = mx_decode_bf16(p + 17, base, _mm512_set1_epi16((short)((e1 - 128) * 128)), !bad1);
+            UNROLL for (int t = 0; t < 4; t++) {
+                a[r][t] = _mm512_dpbf16_ps(a[r][t], as_bh(wv), as_bh(xv[t]));
+                c[r][t] = _mm512_dpbf16_ps(c[r][t], as_bh(ww), as_bh(xw[t]));
+            }
+        }
+    }
+    if (g < g1) { /* an odd last block: chain a */
+        UNROLL for (int r = 0; r < 2; r++) {
+            const uint8_t *p = wr[r] + g * 17;
+            int e = p[0], bad = e < 2 || e > 252;
             any_exc |= bad ? 1u << r : 0;
             __m512i wv = mx_decode_bf16(p, base, _mm512_set1_epi16((short)((e - 128) * 128)), !bad);
-            UNROLL for (int t = 0; t < 8; t++) a[r][t] = _mm512_dpbf16_ps(a[r][t], as_bh(wv), as_bh(xv[t]));
+            UNROLL for (int t = 0; t < 4; t++)
+                a[r][t] = _mm512_dpbf16_ps(a[r][t], as_bh(wv), as_bh(_mm512_loadu_si512((const void *)(x[t] + g * 32))));
         }
     }
     UNROLL for (int r = 0; r < 2; r++)
-        UNROLL for (int t = 0; t < 8; t++) {
-            double v = (double)_mm512_reduce_add_ps(a[r][t]);
+        UNROLL for (int t = 0; t < 4; t++) {
+            double v = (double)_mm512_reduce_add_ps(_mm512_add_ps(a[r][t], c[r][t]));
             if (any_exc >> r & 1) v += mx_row_exceptions(wr[r], x[t], g0, g1);
-            out[r * 8 + t] = (float)v;
+            out[r * 4 + t] = (float)v;
         }
 }
 
@@ -403,60 +429,70 @@ INLINE void mx_kw16(const uint8_t *p, int32_t *kw, uint32_t *exc) {
     *exc = (uint32_t)(_mm512_cmplt_epi32_mask(e, _mm512_set1_epi32(2)) | _mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(252)));
 }
 
-/* 16 blocks x 4 rows of xb_mx_t1; `masked` is a compile-time constant after inlining. */
+/* 16 blocks x MXR rows of xb_mx_t1: even blocks into a, odd ones into c; `masked` is a
+ * compile-time constant after inlining. */
+#define MXR 4
 INLINE void mx_t1_group(const uint8_t *const *wr, const uint16_t *x, int64_t g, __m512i base, int32_t (*kw)[16],
-                        const uint32_t *exc, __m512 *a, const int masked) {
-    for (int b = 0; b < 16; b++) {
+                        const uint32_t *exc, __m512 *a, __m512 *c, const int masked) {
+    for (int b = 0; b < 16; b += 2) {
         __m512i xv = _mm512_loadu_si512((const void *)(x + (g + b) * 32));
-        UNROLL for (int r = 0; r < 4; r++) {
+        __m512i xw = _mm512_loadu_si512((const void *)(x + (g + b + 1) * 32));
+        UNROLL for (int r = 0; r < MXR; r++) {
             const uint8_t *p = wr[r] + (g + b) * 17;
             _mm_prefetch((const char *)(p + PF_DIST), _MM_HINT_T0);
             __m512i wv = mx_decode_bf16(p, base, _mm512_set1_epi32(kw[r][b]), !masked || !((exc[r] >> b) & 1));
+            __m512i ww = mx_decode_bf16(p + 17, base, _mm512_set1_epi32(kw[r][b + 1]),
+                                        !masked || !((exc[r] >> (b + 1)) & 1));
             a[r] = _mm512_dpbf16_ps(a[r], as_bh(wv), as_bh(xv));
+            c[r] = _mm512_dpbf16_ps(c[r], as_bh(ww), as_bh(xw));
         }
     }
 }
 
-/* One accumulator per row and the same per-chunk exception handling as xb_mx_tile (batch
- * invariance); only the scale preparation differs, which does not change any value. */
+/* Two accumulators per row (blocks at even / odd offsets from g0: vdpbf16ps has a long
+ * latency, and 4 rows x 1 chain leave the core waiting), summed at the end, and the same
+ * per-chunk exception handling: exactly the operations of xb_mx_tile (batch invariance);
+ * only the scale preparation differs, which does not change any value. */
 INLINE void xb_mx_t1(const uint8_t *const *wr, const uint16_t *x, int64_t g0, int64_t g1, float *out) {
     static const short kv_bf16[32] __attribute__((aligned(64))) = {KV_BF16, KV_BF16};
     const __m512i base = _mm512_load_si512((const void *)kv_bf16);
-    __m512 a[4];
+    __m512 a[MXR], c[MXR];
     uint32_t any_exc = 0;
-    UNROLL for (int r = 0; r < 4; r++) a[r] = _mm512_setzero_ps();
+    UNROLL for (int r = 0; r < MXR; r++) a[r] = c[r] = _mm512_setzero_ps();
     int64_t g = g0;
     for (; g + 16 <= g1; g += 16) {
-        int32_t kw[4][16];
-        uint32_t exc[4];
-        UNROLL for (int r = 0; r < 4; r++) {
+        int32_t kw[MXR][16];
+        uint32_t exc[MXR], exc_any = 0;
+        UNROLL for (int r = 0; r < MXR; r++) {
             mx_kw16(wr[r] + g * 17, kw[r], &exc[r]);
             any_exc |= exc[r] ? 1u << r : 0;
+            exc_any |= exc[r];
         }
-        /* the common case (no exceptional block among these 16 x 4) runs without per-block
+        /* the common case (no exceptional block among these 16 x MXR) runs without per-block
          * masks; otherwise exceptional blocks are zeroed here and added exactly afterwards */
-        if (!(exc[0] | exc[1] | exc[2] | exc[3])) mx_t1_group(wr, x, g, base, kw, exc, a, 0);
-        else mx_t1_group(wr, x, g, base, kw, exc, a, 1);
+        if (!exc_any) mx_t1_group(wr, x, g, base, kw, exc, a, c, 0);
+        else mx_t1_group(wr, x, g, base, kw, exc, a, c, 1);
     }
     for (; g < g1; g++) {
         __m512i xv = _mm512_loadu_si512((const void *)(x + g * 32));
-        UNROLL for (int r = 0; r < 4; r++) {
+        UNROLL for (int r = 0; r < MXR; r++) {
             const uint8_t *p = wr[r] + g * 17;
             int e = p[0];
             int bad = e < 2 || e > 252;
             any_exc |= bad ? 1u << r : 0;
             __m512i wv = mx_decode_bf16(p, base, _mm512_set1_epi16((short)((e - 128) * 128)), !bad);
-            a[r] = _mm512_dpbf16_ps(a[r], as_bh(wv), as_bh(xv));
+            if ((g - g0) & 1) c[r] = _mm512_dpbf16_ps(c[r], as_bh(wv), as_bh(xv));
+            else a[r] = _mm512_dpbf16_ps(a[r], as_bh(wv), as_bh(xv));
         }
     }
-    UNROLL for (int r = 0; r < 4; r++) {
-        double v = (double)_mm512_reduce_add_ps(a[r]);
+    UNROLL for (int r = 0; r < MXR; r++) {
+        double v = (double)_mm512_reduce_add_ps(_mm512_add_ps(a[r], c[r]));
         if (any_exc >> r & 1) v += mx_row_exceptions(wr[r], x, g0, g1);
         out[r] = (float)v;
     }
 }
 
-#define XMATMUL(NAME, TILE, XRB, XTB, T1)                                                    \
+#define XMATMUL(NAME, TILE, XRB, XTB, T1, PW)                                                \
     static void NAME(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, int64_t ldy,   \
                      int64_t r0, int64_t r1) {                                                 \
         if (r1 <= r0 || T <= 0) return;                                                        \
@@ -466,14 +502,14 @@ INLINE void xb_mx_t1(const uint8_t *const *wr, const uint16_t *x, int64_t g0, in
         }                                                                                      \
         const int64_t ng = w->n_in / 32, kcg = XKC / 32;                                       \
         if (T == 1) {                                                                          \
-            const uint8_t *w4[RB];                                                             \
-            int64_t rr[RB], len = t1_stream_len(r0, r1);                                       \
+            const uint8_t *w4[RB * PW];                                                        \
+            int64_t rr[RB * PW], len = t1_stream_len(r0, r1, PW);                              \
             for (int64_t k = 0; k < len; k++) {                                                \
-                t1_tile_rows(w, r0, r1, len, k, rr, w4);                                       \
+                t1_tile_rows(w, r0, r1, len, k, PW, rr, w4);                                   \
                 for (int64_t g0 = 0; g0 < ng; g0 += kcg) {                                     \
-                    float o4[RB];                                                              \
+                    float o4[RB * PW];                                                         \
                     T1(w4, x, g0, g0 + kcg < ng ? g0 + kcg : ng, o4);                          \
-                    for (int i = 0; i < RB; i++)                                               \
+                    for (int i = 0; i < RB * PW; i++)                                          \
                         if (rr[i] >= 0) y[rr[i]] = g0 == 0 ? o4[i] : y[rr[i]] + o4[i];         \
                 }                                                                              \
             }                                                                                  \
@@ -504,8 +540,8 @@ INLINE void xb_mx_t1(const uint8_t *const *wr, const uint16_t *x, int64_t g0, in
         }                                                                                      \
     }
 
-XMATMUL(xmm_bf16, xb_bf16_tile, 4, 4, xb_bf16_t1)
-XMATMUL(xmm_mxfp4, xb_mx_tile, 2, 8, xb_mx_t1)
+XMATMUL(xmm_bf16, xb_bf16_tile, 4, 4, xb_bf16_t1, 1)
+XMATMUL(xmm_mxfp4, xb_mx_tile, 2, 4, xb_mx_t1, 1)
 
 /* BF16 activations for weight types without a BF16-dot tile: widen a few tokens at a time
  * into a stack buffer and run the fp32 kernel (same numbers, exact widening). */

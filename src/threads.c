@@ -5,7 +5,9 @@
  * the counter for a short while (decode issues thousands of small jobs per second, and a
  * futex wake costs more than the job) and then sleep on a condition variable. Chunk k of
  * the deterministic split always runs on thread k, so per-thread scratch indexed by tid
- * is safe and results never depend on scheduling.
+ * is safe and results never depend on scheduling. A dynamic job (dsf_parallel_for_dyn)
+ * instead lets each thread claim grain-sized units from a shared counter: a slow thread
+ * (a busy neighbour, a page fault) then costs at most one unit of waiting.
  *
  * Invariants: one job at a time per pool; dsf_parallel_for is not re-entrant (calling it
  * from inside a chunk, or from two threads at once on the same pool, aborts); no
@@ -36,6 +38,8 @@ struct dsf_pool {
     void *ctx;
     int64_t n_items, grain, units;
     int nch;
+    int dynamic;                           /* units claimed one at a time (dsf_parallel_for_dyn) */
+    _Alignas(64) atomic_int_fast64_t next; /* next unclaimed unit of a dynamic job */
 
     _Alignas(64) atomic_uint_fast64_t gen; /* bumped once per job */
     atomic_int stop;
@@ -73,9 +77,17 @@ static void chunk_range(const dsf_pool *p, int k, int64_t *i0, int64_t *i1) {
 
 static void run_chunk(dsf_pool *p, int k) {
     int64_t i0, i1;
-    chunk_range(p, k, &i0, &i1);
     tl_in_chunk = 1;
-    if (i1 > i0) p->fn(p->ctx, i0, i1, k);
+    if (p->dynamic) {
+        for (int64_t u; (u = atomic_fetch_add(&p->next, 1)) < p->units;) {
+            i0 = u * p->grain;
+            i1 = i0 + p->grain < p->n_items ? i0 + p->grain : p->n_items;
+            p->fn(p->ctx, i0, i1, k);
+        }
+    } else {
+        chunk_range(p, k, &i0, &i1);
+        if (i1 > i0) p->fn(p->ctx, i0, i1, k);
+    }
     tl_in_chunk = 0;
 }
 
@@ -163,14 +175,24 @@ void dsf_pool_free(dsf_pool *p) {
 
 int dsf_pool_size(const dsf_pool *p) { return p ? p->n : 1; }
 
+static void parallel_run(dsf_pool *p, int64_t n, int64_t grain, dsf_range_fn fn, void *ctx, int dynamic);
+
 void dsf_parallel_for(dsf_pool *p, int64_t n, int64_t grain, dsf_range_fn fn, void *ctx) {
+    parallel_run(p, n, grain, fn, ctx, 0);
+}
+
+void dsf_parallel_for_dyn(dsf_pool *p, int64_t n, int64_t grain, dsf_range_fn fn, void *ctx) {
+    parallel_run(p, n, grain, fn, ctx, 1);
+}
+
+static void parallel_run(dsf_pool *p, int64_t n, int64_t grain, dsf_range_fn fn, void *ctx, int dynamic) {
     if (n <= 0) return;
     if (grain < 1) grain = 1;
     /* Nested use would deadlock (the pool has one job slot): refuse it loudly. */
     DSF_ASSERT(!tl_in_chunk);
     if (!p || p->n <= 1) {
         tl_in_chunk = 1;
-        fn(ctx, 0, n, 0);
+        for (int64_t i0 = 0; i0 < n; i0 += dynamic ? grain : n) fn(ctx, i0, dynamic && n - i0 > grain ? i0 + grain : n, 0);
         tl_in_chunk = 0;
         return;
     }
@@ -184,6 +206,8 @@ void dsf_parallel_for(dsf_pool *p, int64_t n, int64_t grain, dsf_range_fn fn, vo
     p->grain = grain;
     p->units = units;
     p->nch = units < p->n ? (int)units : p->n;
+    p->dynamic = dynamic;
+    atomic_store(&p->next, 0);
     if (p->nch == 1) {
         run_chunk(p, 0);
         atomic_store(&p->busy, 0);

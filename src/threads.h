@@ -16,5 +16,11 @@ dsf_pool *dsf_pool_new(int n_threads); /* n_threads <= 1: everything runs on the
 void dsf_pool_free(dsf_pool *p);
 int dsf_pool_size(const dsf_pool *p);
 void dsf_parallel_for(dsf_pool *p, int64_t n, int64_t grain, dsf_range_fn fn, void *ctx);
+/* The same with dynamic claiming: [0, n) is cut into units [u*grain, (u+1)*grain) (the last
+ * one shorter) and the threads claim units one at a time until none is left, so a slow
+ * thread delays the job by at most one unit. Each unit is one fn call; tid is the calling
+ * thread's index (per-thread scratch stays safe), but which thread runs which unit depends
+ * on timing: fn's results must not depend on tid or on the unit boundaries beyond them. */
+void dsf_parallel_for_dyn(dsf_pool *p, int64_t n, int64_t grain, dsf_range_fn fn, void *ctx);
 
 #endif

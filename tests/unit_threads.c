@@ -151,3 +151,36 @@ TEST(threads_nested_aborts) {
         CHECKF(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "threads=%d: nested call did not abort (status %d)", nt, st);
     }
 }
+
+/* Dynamic jobs: every index visited exactly once, each call one whole unit [u*grain,
+ * (u+1)*grain) (the last one cut at n), tids within the pool; also under many calls. */
+typedef struct {
+    atomic_int hits[4096];
+    atomic_int bad;
+    int64_t grain, n;
+    int nthreads;
+} dyn_ctx;
+static void dyn_visit(void *ctx, int64_t i0, int64_t i1, int tid) {
+    dyn_ctx *d = ctx;
+    int64_t want1 = i0 + d->grain < d->n ? i0 + d->grain : d->n;
+    if (i0 % d->grain != 0 || i1 != want1 || tid < 0 || tid >= d->nthreads) atomic_store(&d->bad, 1);
+    for (int64_t i = i0; i < i1; i++) atomic_fetch_add(&d->hits[i], 1);
+}
+
+TEST(threads_dynamic_units) {
+    for (int nt = 1; nt <= 3; nt++) {
+        dsf_pool *p = dsf_pool_new(nt);
+        static dyn_ctx d;
+        for (int r = 0; r < 300; r++) {
+            int64_t n = 1 + (r * 131) % 4096, grain = 1 + (r * 17) % 97;
+            memset(&d, 0, sizeof d);
+            d.grain = grain;
+            d.n = n;
+            d.nthreads = dsf_pool_size(p);
+            dsf_parallel_for_dyn(p, n, grain, dyn_visit, &d);
+            CHECK(!atomic_load(&d.bad));
+            for (int64_t i = 0; i < n; i++) CHECK(atomic_load(&d.hits[i]) == 1);
+        }
+        dsf_pool_free(p);
+    }
+}

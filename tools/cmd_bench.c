@@ -22,10 +22,12 @@
 #include "threads.h"
 #include "util.h"
 
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 typedef struct {
@@ -100,6 +102,31 @@ typedef struct {
     int xbf16; /* BF16 activations (reference-mode prefill path) */
 } bench_case;
 
+/* The probe / weight arena: anonymous memory in 2 MiB pages where the kernel grants them
+ * (MADV_HUGEPAGE before the first touch), so that the read probe measures the memory system
+ * and not TLB misses; the model's own mapping gets the same advice (engine.c). Released with
+ * arena_free. */
+#define ARENA_ALIGN ((size_t)2 << 20)
+static uint8_t *arena_alloc(uint64_t n) {
+    size_t len = (size_t)n + ARENA_ALIGN;
+    uint8_t *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return NULL;
+    uint8_t *p = (uint8_t *)(((uintptr_t)m + sizeof(size_t) * 2 + ARENA_ALIGN - 1) & ~(uintptr_t)(ARENA_ALIGN - 1));
+#ifdef MADV_HUGEPAGE
+    madvise(p, (size_t)n, MADV_HUGEPAGE);
+#endif
+    size_t hdr[2] = {(size_t)(p - m), len};
+    memcpy(p - sizeof hdr, hdr, sizeof hdr);
+    return p;
+}
+
+static void arena_free(uint8_t *p) {
+    if (!p) return;
+    size_t hdr[2];
+    memcpy(hdr, p - sizeof hdr, sizeof hdr);
+    munmap(p - hdr[0], hdr[1]);
+}
+
 static double median3(double a, double b, double c) {
     if (a > b) { double t = a; a = b; b = t; }
     if (b > c) { double t = b; b = c; c = t; }
@@ -158,7 +185,7 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
         return 1;
     }
     uint64_t arena_n = arena_mb << 20;
-    uint8_t *arena = dsf_aligned_alloc(arena_n + 4096);
+    uint8_t *arena = arena_alloc(arena_n + 4096);
     if (!arena) {
         fprintf(stderr, "dsflash bench: cannot allocate %llu MiB\n", (unsigned long long)arena_mb);
         return 1;
@@ -265,7 +292,7 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
            k->name, dsf_pool_size(pool), n_bw ? bw_sum / n_bw : 0, bf16_peak, fma_peak, frac_mx, frac_bf, pf_bf,
            pf_xbf);
     dsf_pool_free(pool);
-    free(arena);
+    arena_free(arena);
     free(x);
     free(y);
     free(xb);
@@ -322,14 +349,45 @@ static long rss_kib(const char *field) {
     return v;
 }
 
+/* Share of the model file's mapping that the kernel maps with 2 MiB pages (FilePmdMapped over
+ * Rss in /proc/self/smaps); -1 if unknown. */
+static double model_pmd_share(const char *path) {
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) return -1;
+    char line[4096];
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    int in = 0;
+    double rss = 0, pmd = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long a, b;
+        if (sscanf(line, "%lx-%lx ", &a, &b) == 2 && strchr(line, ' ')) {
+            const char *name = strrchr(line, '/');
+            in = name && !strncmp(name + 1, base, strlen(base)) && name[1 + strlen(base)] == '\n';
+            continue;
+        }
+        long v;
+        if (in && sscanf(line, "Rss: %ld kB", &v) == 1) rss += (double)v;
+        if (in && sscanf(line, "FilePmdMapped: %ld kB", &v) == 1) pmd += (double)v;
+    }
+    fclose(f);
+    return rss > 0 ? pmd / rss : -1;
+}
+
 static int cmp_dbl(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
 }
 
 static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads, const char *csv, int plain,
-                       uint64_t arena_mb) {
+                       uint64_t arena_mb, int cold) {
     char err[DSF_ERR_LEN] = "";
+    if (cold) { /* drop the file's clean cached pages: the engine then reads it in 2 MiB folios */
+        int fd = open(path, O_RDONLY);
+        if (fd < 0 || posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) != 0)
+            fprintf(stderr, "dsflash bench: --cold: could not drop the cached pages of %s\n", path);
+        if (fd >= 0) close(fd);
+    }
     double tok_bytes = 0, tok_flops = 0;
     if (model_token_cost(path, &tok_bytes, &tok_flops, err) < 0) {
         fprintf(stderr, "dsflash bench: %s\n", err);
@@ -347,7 +405,7 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
     const dsf_kernels *k = kernels_get();
     dsf_pool *pool = dsf_pool_new(n_threads);
     uint64_t arena_n = arena_mb << 20;
-    uint8_t *arena = dsf_aligned_alloc(arena_n);
+    uint8_t *arena = arena_alloc(arena_n);
     int n_vocab = dsf_engine_n_vocab(e);
     float *logits = malloc((size_t)n_vocab * sizeof *logits);
     int32_t *toks = malloc((size_t)(n_prompt + n_gen + 1) * sizeof *toks);
@@ -393,7 +451,7 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
     double peak = 0.5 * (pk0 + pk1);
 
     /* decode: blocks of steps, each bracketed by read probes */
-    int block = n_gen >= 32 ? 4 : n_gen >= 8 ? 2 : 1;
+    int block = 1; /* one step per block: a step (~0.1-0.2 s) is shorter than the bandwidth modes last */
     int n_blocks = n_gen / block;
     double *fr = malloc((size_t)(n_blocks + 1) * sizeof *fr), *bw = malloc((size_t)(n_blocks + 1) * sizeof *bw);
     double p_prev = probe_read(pool, k, arena, arena_n), t_dec = 0;
@@ -417,6 +475,9 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
         double p_next = probe_read(pool, k, arena, arena_n);
         bw[bi] = 0.5 * (p_prev + p_next);
         fr[bi] = tok_bytes * block / dt / 1e9 / bw[bi];
+        if (getenv("DSF_BENCH_VERBOSE"))
+            fprintf(stderr, "block %d: %.2f GB/s of weights, probes %.2f / %.2f GB/s -> %.3f\n", bi,
+                    tok_bytes * block / dt / 1e9, p_prev, p_next, fr[bi]);
         p_prev = p_next;
     }
     double decode_tps = steps / t_dec;
@@ -430,6 +491,10 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
            plain ? "plain" : "reference", git_commit(), rss / 1024.0);
     printf("  weights read per decoded token: %.3f GB; matmul FLOPs per token: %.2f GFLOP\n", tok_bytes / 1e9,
            tok_flops / 1e9);
+    double pmd = model_pmd_share(path);
+    if (pmd >= 0)
+        printf("  model mapping in 2 MiB pages: %.0f %%%s\n", 100 * pmd,
+               pmd < 0.5 ? " (cached earlier in 4 KiB folios: try --cold; TLB misses cost bandwidth)" : "");
     printf("  prefill %d tokens: %.2f s, %.1f tok/s, %.1f GFLOP/s; measured BF16 dot peak %.1f GFLOP/s -> %.3f\n",
            n_prompt, t_prefill, prefill_tps, prefill_gflops, peak, prefill_gflops / peak);
     printf("  decode %d tokens (blocks of %d): %.2f tok/s, %.2f GB/s of weights; read bandwidth (median of "
@@ -456,7 +521,7 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
     free(bw);
     free(logits);
     free(toks);
-    free(arena);
+    arena_free(arena);
     dsf_session_free(ss);
     dsf_pool_free(pool);
     dsf_engine_close(e);
@@ -464,7 +529,7 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: dsflash bench -m MODEL [--prompt N] [--gen N] [--threads N] [--csv FILE] [--plain]\n"
+    fprintf(f, "usage: dsflash bench -m MODEL [--prompt N] [--gen N] [--threads N] [--csv FILE] [--plain] [--cold]\n"
                "       dsflash bench --kernels [--threads N] [--set ref|avx2|avx512] [--arena-mb MB] [--reps N]\n"
                "\n"
                "  -m MODEL      end to end: a prefill of --prompt tokens (default 512), then --gen greedy\n"
@@ -473,6 +538,9 @@ static void usage(FILE *f) {
                "                fraction, prefill GFLOP/s against the BF16 dot peak probed around it\n"
                "  --csv FILE    append one row of results (a header first if the file is new)\n"
                "  --plain       numerics plain (fp32, no QDQ) instead of reference\n"
+               "  --cold        first drop the model file's cached pages, so that the engine reads it\n"
+               "                afresh into 2 MiB page-cache folios (pages cached earlier in 4 KiB\n"
+               "                folios stay that way and cost TLB misses; see docs/PERFORMANCE.md)\n"
                "  --kernels     kernel micro-benchmark: each matmul kernel's GB/s and GFLOP/s against a\n"
                "                read-bandwidth probe run between kernel passes and the dot-product peak\n"
                "  --threads N   worker threads (default: online CPUs)\n"
@@ -488,7 +556,7 @@ static int cmd_bench(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    int kernels = 0, reps = 5, n_prompt = 512, n_gen = 64, plain = 0;
+    int kernels = 0, reps = 5, n_prompt = 512, n_gen = 64, plain = 0, cold = 0;
     const char *model = NULL, *csv = NULL;
     long threads = sysconf(_SC_NPROCESSORS_ONLN);
     const char *set = NULL;
@@ -507,6 +575,8 @@ static int cmd_bench(int argc, char **argv) {
             i++;
         } else if (!strcmp(a, "--plain")) {
             plain = 1;
+        } else if (!strcmp(a, "--cold")) {
+            cold = 1;
         } else if ((!strcmp(a, "--prompt") || !strcmp(a, "--gen")) && v) {
             long n = strtol(v, &end, 10);
             if (*end || n < (a[2] == 'p' ? 2 : 1) || n > 1000000) {
@@ -551,7 +621,7 @@ static int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "dsflash bench: give either -m MODEL or --kernels (try --help)\n");
         return 2;
     }
-    if (model) return bench_model(model, n_prompt, n_gen, (int)threads, csv, plain, arena_mb);
+    if (model) return bench_model(model, n_prompt, n_gen, (int)threads, csv, plain, arena_mb, cold);
     return bench_kernels((int)threads, set, arena_mb, reps);
 }
 
