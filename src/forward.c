@@ -39,34 +39,39 @@ static int64_t mm_grain(const fwd *f, const dsf_wmat *w) {
     return grain < 16 ? 16 : grain;
 }
 
-/* DSF_PROFILE=1: decode-step (T = 1) time split, printed to stderr at exit: whole steps, and
- * the matmuls by path (fp32 / BF16 activations) and weight type, with the bytes they read.
- * A debugging aid for speed work; off by default (one branch per call). */
+/* DSF_PROFILE=1: a time split printed to stderr at exit, for decode steps (T = 1) and prefill
+ * chunks (T > 1) apart: whole forward calls, and the matmuls by path (fp32 / BF16
+ * activations) and weight type, with the bytes (decode) or FLOPs (prefill) they did. A
+ * debugging aid for speed work; off by default (one branch per call). */
 enum { PROF_TYPES = 3, PROF_PATHS = 2 };
-static long prof_units[8];
+typedef struct {
+    double fwd_s, tokens, mm_s[PROF_PATHS][PROF_TYPES], mm_bytes[PROF_PATHS][PROF_TYPES], mm_flop[PROF_PATHS][PROF_TYPES];
+    long calls, mm_calls;
+} prof_phase;
 static struct {
     int on;
-    double step_s, mm_s[PROF_PATHS][PROF_TYPES];
-    double mm_bytes[PROF_PATHS][PROF_TYPES];
-    long steps, mm_calls;
+    prof_phase ph[2]; /* 0: decode steps, 1: prefill chunks */
 } prof = {.on = -1};
 
 static void prof_report(void) {
-    if (!prof.steps) return;
-    double mm = 0;
-    for (int a = 0; a < PROF_PATHS; a++)
-        for (int b = 0; b < PROF_TYPES; b++) mm += prof.mm_s[a][b];
-    fprintf(stderr, "dsflash profile: %ld decode steps, %.1f ms/step; matmuls %.1f ms/step (%ld calls/step), rest %.1f ms/step\n",
-            prof.steps, 1e3 * prof.step_s / prof.steps, 1e3 * mm / prof.steps, prof.mm_calls / prof.steps,
-            1e3 * (prof.step_s - mm) / prof.steps);
-    fprintf(stderr, "  bf16-act matmul units run by thread: %ld %ld\n", prof_units[0], prof_units[1]);
-    static const char *path[PROF_PATHS] = {"fp32 act", "bf16 act"}, *type[PROF_TYPES] = {"dense", "mxfp4", "mxfp4 (n_in < 4096)"};
-    for (int a = 0; a < PROF_PATHS; a++)
-        for (int b = 0; b < PROF_TYPES; b++)
-            if (prof.mm_s[a][b] > 0)
-                fprintf(stderr, "  %s %-5s: %.1f ms/step, %.3f GB/step, %.2f GB/s\n", path[a], type[b],
-                        1e3 * prof.mm_s[a][b] / prof.steps, prof.mm_bytes[a][b] / prof.steps / 1e9,
-                        prof.mm_bytes[a][b] / prof.mm_s[a][b] / 1e9);
+    static const char *path[PROF_PATHS] = {"fp32 act", "bf16 act"};
+    static const char *type[PROF_TYPES] = {"dense", "mxfp4", "mxfp4 (n_in < 4096)"};
+    for (int ph = 0; ph < 2; ph++) {
+        const prof_phase *q = &prof.ph[ph];
+        if (!q->calls) continue;
+        double mm = 0, per = ph ? q->tokens : (double)q->calls;
+        for (int a = 0; a < PROF_PATHS; a++)
+            for (int b = 0; b < PROF_TYPES; b++) mm += q->mm_s[a][b];
+        fprintf(stderr, "dsflash profile, %s: %ld calls, %.0f tokens, %.2f ms/token; matmuls %.2f ms/token (%ld calls), rest %.2f ms/token\n",
+                ph ? "prefill" : "decode", q->calls, q->tokens, 1e3 * q->fwd_s / per, 1e3 * mm / per, q->mm_calls,
+                1e3 * (q->fwd_s - mm) / per);
+        for (int a = 0; a < PROF_PATHS; a++)
+            for (int b = 0; b < PROF_TYPES; b++)
+                if (q->mm_s[a][b] > 0)
+                    fprintf(stderr, "  %s %-20s: %.2f ms/token, %.2f GB/s, %.1f GFLOP/s\n", path[a], type[b],
+                            1e3 * q->mm_s[a][b] / per, q->mm_bytes[a][b] / q->mm_s[a][b] / 1e9,
+                            q->mm_flop[a][b] / q->mm_s[a][b] / 1e9);
+    }
 }
 
 static int prof_enabled(void) {
@@ -78,20 +83,29 @@ static int prof_enabled(void) {
     return prof.on;
 }
 
-static void prof_mm(const dsf_wmat *w, int path, double t0) {
+static void prof_mm(const fwd *f, const dsf_wmat *w, int64_t T, int path, double t0) {
+    prof_phase *q = &prof.ph[f->T > 1];
     int type = w->type != GGML_TYPE_MXFP4 ? 0 : w->n_in < 4096 ? 2 : 1;
-    prof.mm_s[path][type] += dsf_now() - t0;
-    prof.mm_bytes[path][type] += (double)w->row_bytes * (double)w->n_out;
-    prof.mm_calls++;
+    q->mm_s[path][type] += dsf_now() - t0;
+    q->mm_bytes[path][type] += (double)w->row_bytes * (double)w->n_out;
+    q->mm_flop[path][type] += 2.0 * (double)w->n_in * (double)w->n_out * (double)T;
+    q->mm_calls++;
+}
+
+static void prof_fwd(int64_t T, double t0) {
+    prof_phase *q = &prof.ph[T > 1];
+    q->fwd_s += dsf_now() - t0;
+    q->tokens += (double)T;
+    q->calls++;
 }
 
 void fwd_mm(const fwd *f, const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy) {
     if (T <= 0) return;
     mm_job j = {f->e->kern, w, x, T, ldy, y};
     int64_t grain = mm_grain(f, w);
-    double t0 = f->T == 1 && prof_enabled() ? dsf_now() : 0;
+    double t0 = prof_enabled() ? dsf_now() : 0;
     dsf_parallel_for_dyn(f->e->pool, w->n_out, grain, mm_range, &j);
-    if (t0 > 0) prof_mm(w, 0, t0);
+    if (t0 > 0) prof_mm(f, w, T, 0, t0);
 }
 
 typedef struct {
@@ -117,7 +131,7 @@ typedef struct {
 } mmb_job;
 
 static void mmb_range(void *ctx, int64_t i0, int64_t i1, int tid) {
-    prof_units[tid & 7]++;
+    (void)tid;
     const mmb_job *j = ctx;
     kern_matmul_xbf16(j->k, j->w, j->x, j->T, j->y, j->ldy, i0, i1);
 }
@@ -131,9 +145,9 @@ void fwd_mm_act(const fwd *f, const dsf_wmat *w, const float *xq, int64_t T, flo
     }
     mmb_job j = {f->e->kern, w, f->sc->xb, T, ldy, y};
     int64_t grain = mm_grain(f, w);
-    double t0 = f->T == 1 && prof_enabled() ? dsf_now() : 0;
+    double t0 = prof_enabled() ? dsf_now() : 0;
     dsf_parallel_for_dyn(f->e->pool, w->n_out, grain, mmb_range, &j);
-    if (t0 > 0) prof_mm(w, 1, t0);
+    if (t0 > 0) prof_mm(f, w, T, 1, t0);
 }
 
 const float *fwd_act(const fwd *f, const float *x, int64_t T, int64_t n, float *xq) {
@@ -266,7 +280,7 @@ void forward_tokens(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, con
         tkv[t]->tokens[sc->tpos[t]] = tok[t];
     }
     fwd f = {e, sh, w, sc, sc->tkv, sc->tpos, T, e->numerics == DSF_NUMERICS_REFERENCE};
-    double prof_t0 = T == 1 && prof_enabled() ? dsf_now() : 0;
+    double prof_t0 = prof_enabled() ? dsf_now() : 0;
     const int64_t D = sh->n_embd, hc = sh->hc;
     for (int64_t t = 0; t < T; t++) {
         dequant_row(w->tok_embd.type, w->tok_embd.data + (uint64_t)tok[t] * w->tok_embd.row_bytes, sc->h, D);
@@ -303,16 +317,16 @@ void forward_tokens(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, con
         kv->n = sc->tpos[t] + 1;
         if (kv->n - kv->wslots > kv->win_lo) kv->win_lo = kv->n - kv->wslots;
     }
-    if (!logits) return;
+    if (!logits) {
+        if (prof_t0 > 0) prof_fwd(T, prof_t0);
+        return;
+    }
     /* final collapse with the last FFN pre (no hc_head), norm, head */
     const int64_t t0 = logit_row0;
     hc_collapse(&f, sc->X, sc->pre, sc->h);
     norm_rows(&f, sc->fin, sc->h, w->output_norm, t0);
     fwd_mm(&f, &w->output, sc->fin, T - t0, logits, sh->n_vocab);
-    if (prof_t0 > 0) {
-        prof.step_s += dsf_now() - prof_t0;
-        prof.steps++;
-    }
+    if (prof_t0 > 0) prof_fwd(T, prof_t0);
 }
 
 void forward_chunk(dsf_session *s, const int32_t *tok, int64_t T, float *logits, int all_rows) {

@@ -346,55 +346,6 @@ INLINE void xb_bf16_tile(const uint8_t *const *wr, const uint16_t *const *x, int
 #define KV_BF16 0x0000, 0x3F80, 0x4000, 0x4040, 0x4080, 0x40C0, 0x4100, 0x4140, \
                 0x0000, (short)0xBF80, (short)0xC000, (short)0xC040, (short)0xC080, (short)0xC0C0, (short)0xC100, (short)0xC140
 
-/* MXFP4 x BF16 activations, T > 1: 2 rows x 4 tokens, two accumulators per output (blocks at
- * even / odd offsets from g0, as xb_mx_t1), summed at the end. */
-INLINE void xb_mx_tile(const uint8_t *const *wr, const uint16_t *const *x, int64_t g0, int64_t g1, float *out) {
-    static const short kv_bf16[32] __attribute__((aligned(64))) = {KV_BF16, KV_BF16};
-    const __m512i base = _mm512_load_si512((const void *)kv_bf16);
-    __m512 a[2][4], c[2][4];
-    uint32_t any_exc = 0;
-    UNROLL for (int r = 0; r < 2; r++)
-        UNROLL for (int t = 0; t < 4; t++) a[r][t] = c[r][t] = _mm512_setzero_ps();
-    int64_t g = g0;
-    for (; g + 2 <= g1; g += 2) {
-        __m512i xv[4], xw[4];
-        UNROLL for (int t = 0; t < 4; t++) {
-            xv[t] = _mm512_loadu_si512((const void *)(x[t] + g * 32));
-            xw[t] = _mm512_loadu_si512((const void *)(x[t] + g * 32 + 32));
-        }
-        UNROLL for (int r = 0; r < 2; r++) {
-            const uint8_t *p = wr[r] + g * 17;
-            int e0 = p[0], e1 = p[17];
-            /* kv * 2^(e-128) is subnormal or past the BF16 range: zeroed here, added exactly
-             * after the loop (no call in the hot loop) */
-            int bad0 = e0 < 2 || e0 > 252, bad1 = e1 < 2 || e1 > 252;
-            any_exc |= (bad0 | bad1) ? 1u << r : 0;
-            __m512i wv = mx_decode_bf16(p, base, _mm512_set1_epi16((short)((e0 - 128) * 128)), !bad0);
-            __m512i ww = mx_decode_bf16(p + 17, base, _mm512_set1_epi16((short)((e1 - 128) * 128)), !bad1);
-            UNROLL for (int t = 0; t < 4; t++) {
-                a[r][t] = _mm512_dpbf16_ps(a[r][t], as_bh(wv), as_bh(xv[t]));
-                c[r][t] = _mm512_dpbf16_ps(c[r][t], as_bh(ww), as_bh(xw[t]));
-            }
-        }
-    }
-    if (g < g1) { /* an odd last block: chain a */
-        UNROLL for (int r = 0; r < 2; r++) {
-            const uint8_t *p = wr[r] + g * 17;
-            int e = p[0], bad = e < 2 || e > 252;
-            any_exc |= bad ? 1u << r : 0;
-            __m512i wv = mx_decode_bf16(p, base, _mm512_set1_epi16((short)((e - 128) * 128)), !bad);
-            UNROLL for (int t = 0; t < 4; t++)
-                a[r][t] = _mm512_dpbf16_ps(a[r][t], as_bh(wv), as_bh(_mm512_loadu_si512((const void *)(x[t] + g * 32))));
-        }
-    }
-    UNROLL for (int r = 0; r < 2; r++)
-        UNROLL for (int t = 0; t < 4; t++) {
-            double v = (double)_mm512_reduce_add_ps(_mm512_add_ps(a[r][t], c[r][t]));
-            if (any_exc >> r & 1) v += mx_row_exceptions(wr[r], x[t], g0, g1);
-            out[r * 4 + t] = (float)v;
-        }
-}
-
 /* T = 1 (decode) with BF16 activations: 4 rows share each 64-byte activation load; one
  * accumulator per row as in xb_bf16_tile (batch invariance). */
 INLINE void xb_bf16_t1(const uint8_t *const *wr, const uint16_t *x, int64_t g0, int64_t g1, float *out) {
@@ -429,36 +380,30 @@ INLINE void mx_kw16(const uint8_t *p, int32_t *kw, uint32_t *exc) {
     *exc = (uint32_t)(_mm512_cmplt_epi32_mask(e, _mm512_set1_epi32(2)) | _mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(252)));
 }
 
-/* 16 blocks x MXR rows of xb_mx_t1: even blocks into a, odd ones into c; `masked` is a
- * compile-time constant after inlining. */
+/* 16 blocks x MXR rows of xb_mx_t1; `masked` is a compile-time constant after inlining. */
 #define MXR 4
 INLINE void mx_t1_group(const uint8_t *const *wr, const uint16_t *x, int64_t g, __m512i base, int32_t (*kw)[16],
-                        const uint32_t *exc, __m512 *a, __m512 *c, const int masked) {
-    for (int b = 0; b < 16; b += 2) {
+                        const uint32_t *exc, __m512 *a, const int masked) {
+    for (int b = 0; b < 16; b++) {
         __m512i xv = _mm512_loadu_si512((const void *)(x + (g + b) * 32));
-        __m512i xw = _mm512_loadu_si512((const void *)(x + (g + b + 1) * 32));
         UNROLL for (int r = 0; r < MXR; r++) {
             const uint8_t *p = wr[r] + (g + b) * 17;
             _mm_prefetch((const char *)(p + PF_DIST), _MM_HINT_T0);
             __m512i wv = mx_decode_bf16(p, base, _mm512_set1_epi32(kw[r][b]), !masked || !((exc[r] >> b) & 1));
-            __m512i ww = mx_decode_bf16(p + 17, base, _mm512_set1_epi32(kw[r][b + 1]),
-                                        !masked || !((exc[r] >> (b + 1)) & 1));
             a[r] = _mm512_dpbf16_ps(a[r], as_bh(wv), as_bh(xv));
-            c[r] = _mm512_dpbf16_ps(c[r], as_bh(ww), as_bh(xw));
         }
     }
 }
 
-/* Two accumulators per row (blocks at even / odd offsets from g0: vdpbf16ps has a long
- * latency, and 4 rows x 1 chain leave the core waiting), summed at the end, and the same
- * per-chunk exception handling: exactly the operations of xb_mx_tile (batch invariance);
- * only the scale preparation differs, which does not change any value. */
+/* One accumulator per row (blocks in order), exceptional blocks added exactly per chunk:
+ * the operations of the T > 1 path (an MXFP4 panel decoded to BF16, then xb_bf16_tile),
+ * for batch invariance; only the scale preparation differs, which changes no value. */
 INLINE void xb_mx_t1(const uint8_t *const *wr, const uint16_t *x, int64_t g0, int64_t g1, float *out) {
     static const short kv_bf16[32] __attribute__((aligned(64))) = {KV_BF16, KV_BF16};
     const __m512i base = _mm512_load_si512((const void *)kv_bf16);
-    __m512 a[MXR], c[MXR];
+    __m512 a[MXR];
     uint32_t any_exc = 0;
-    UNROLL for (int r = 0; r < MXR; r++) a[r] = c[r] = _mm512_setzero_ps();
+    UNROLL for (int r = 0; r < MXR; r++) a[r] = _mm512_setzero_ps();
     int64_t g = g0;
     for (; g + 16 <= g1; g += 16) {
         int32_t kw[MXR][16];
@@ -470,8 +415,8 @@ INLINE void xb_mx_t1(const uint8_t *const *wr, const uint16_t *x, int64_t g0, in
         }
         /* the common case (no exceptional block among these 16 x MXR) runs without per-block
          * masks; otherwise exceptional blocks are zeroed here and added exactly afterwards */
-        if (!exc_any) mx_t1_group(wr, x, g, base, kw, exc, a, c, 0);
-        else mx_t1_group(wr, x, g, base, kw, exc, a, c, 1);
+        if (!exc_any) mx_t1_group(wr, x, g, base, kw, exc, a, 0);
+        else mx_t1_group(wr, x, g, base, kw, exc, a, 1);
     }
     for (; g < g1; g++) {
         __m512i xv = _mm512_loadu_si512((const void *)(x + g * 32));
@@ -481,15 +426,30 @@ INLINE void xb_mx_t1(const uint8_t *const *wr, const uint16_t *x, int64_t g0, in
             int bad = e < 2 || e > 252;
             any_exc |= bad ? 1u << r : 0;
             __m512i wv = mx_decode_bf16(p, base, _mm512_set1_epi16((short)((e - 128) * 128)), !bad);
-            if ((g - g0) & 1) c[r] = _mm512_dpbf16_ps(c[r], as_bh(wv), as_bh(xv));
-            else a[r] = _mm512_dpbf16_ps(a[r], as_bh(wv), as_bh(xv));
+            a[r] = _mm512_dpbf16_ps(a[r], as_bh(wv), as_bh(xv));
         }
     }
     UNROLL for (int r = 0; r < MXR; r++) {
-        double v = (double)_mm512_reduce_add_ps(_mm512_add_ps(a[r], c[r]));
+        double v = (double)_mm512_reduce_add_ps(a[r]);
         if (any_exc >> r & 1) v += mx_row_exceptions(wr[r], x, g0, g1);
         out[r] = (float)v;
     }
+}
+
+/* Decodes blocks [g0, g1) of one MXFP4 row into BF16 (dst[(g - g0) * 32 ...]); exceptional
+ * blocks (scale outside [2, 252]) become zeros. Returns 1 if there was any. */
+INLINE int mx_panel_row(const uint8_t *row, int64_t g0, int64_t g1, uint16_t *dst) {
+    static const short kv_bf16[32] __attribute__((aligned(64))) = {KV_BF16, KV_BF16};
+    const __m512i base = _mm512_load_si512((const void *)kv_bf16);
+    int any = 0;
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *p = row + g * 17;
+        int e = p[0], bad = e < 2 || e > 252;
+        any |= bad;
+        _mm512_storeu_si512((void *)(dst + (g - g0) * 32),
+                            mx_decode_bf16(p, base, _mm512_set1_epi16((short)((e - 128) * 128)), !bad));
+    }
+    return any;
 }
 
 #define XMATMUL(NAME, TILE, XRB, XTB, T1, PW)                                                \
@@ -541,7 +501,52 @@ INLINE void xb_mx_t1(const uint8_t *const *wr, const uint16_t *x, int64_t g0, in
     }
 
 XMATMUL(xmm_bf16, xb_bf16_tile, 4, 4, xb_bf16_t1, 1)
-XMATMUL(xmm_mxfp4, xb_mx_tile, 2, 4, xb_mx_t1, 1)
+XMATMUL(xmm_mx_t1only, xb_bf16_tile, 4, 4, xb_mx_t1, 1) /* its T > 1 branch is never used */
+
+/* MXFP4 x BF16 activations. T = 1: xb_mx_t1 on far-apart row streams. T > 1: per token chunk,
+ * K chunk and 4 rows, the weights are decoded once into a BF16 panel (16 KiB, L1) and the
+ * BF16 tile runs over it for every 4 tokens of the chunk: the decode is amortized over up to
+ * XTC tokens, and each output gets exactly the operations of xb_mx_t1 (one chain, blocks in
+ * order, exceptional blocks zero in the dot and added exactly per chunk). */
+static void xmm_mxfp4(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, int64_t ldy, int64_t r0,
+                      int64_t r1) {
+    if (r1 <= r0 || T <= 0) return;
+    if (T == 1 || w->n_in % 32 != 0 || w->n_in > 16384) {
+        xmm_mx_t1only(w, x, T, y, ldy, r0, r1);
+        return;
+    }
+    _Alignas(64) uint16_t panel[4][XKC];
+    const int64_t ng = w->n_in / 32, kcg = XKC / 32;
+    for (int64_t tc = 0; tc < T; tc += XTC) {
+        int64_t tc1 = tc + XTC < T ? tc + XTC : T;
+        for (int64_t g0 = 0; g0 < ng; g0 += kcg) {
+            int64_t g1 = g0 + kcg < ng ? g0 + kcg : ng;
+            for (int64_t r = r0; r < r1; r += 4) {
+                const uint8_t *wr[4], *pr[4];
+                int exc[4];
+                for (int i = 0; i < 4; i++) {
+                    wr[i] = w->data + (uint64_t)(r + i < r1 ? r + i : r1 - 1) * w->row_bytes;
+                    exc[i] = i == 0 || r + i < r1 ? mx_panel_row(wr[i], g0, g1, panel[i]) : exc[i - 1];
+                    if (i > 0 && r + i >= r1) memcpy(panel[i], panel[i - 1], (size_t)(g1 - g0) * 64);
+                    pr[i] = (const uint8_t *)panel[i];
+                }
+                for (int64_t t = tc; t < tc1; t += 4) {
+                    const uint16_t *xt[4];
+                    float out[16];
+                    for (int j = 0; j < 4; j++) xt[j] = x + (t + j < tc1 ? t + j : tc1 - 1) * w->n_in + g0 * 32;
+                    xb_bf16_tile(pr, xt, 0, g1 - g0, out);
+                    for (int i = 0; i < 4 && r + i < r1; i++)
+                        for (int j = 0; j < 4 && t + j < tc1; j++) {
+                            double v = (double)out[i * 4 + j];
+                            if (exc[i]) v += mx_row_exceptions(wr[i], x + (t + j) * w->n_in, g0, g1);
+                            float *yy = &y[(t + j) * ldy + r + i];
+                            *yy = g0 == 0 ? (float)v : *yy + (float)v;
+                        }
+                }
+            }
+        }
+    }
+}
 
 /* BF16 activations for weight types without a BF16-dot tile: widen a few tokens at a time
  * into a stack buffer and run the fp32 kernel (same numbers, exact widening). */
