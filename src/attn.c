@@ -258,7 +258,7 @@ static void qkv_range(void *ctx, int64_t t0, int64_t t1, int tid) {
         float *kv = kv_win(f->tkv[t], j->il, p, dh);
         ka_rmsnorm(j->k, kv, sc->kvw + t * dh, L->kv_norm, dh, sh->eps);
         rope_rows(kv + dh - nrot, 1, dh, nrot, j->freq, p, 0);
-        if (f->ref) qdq_fp8_e8m0(kv, dh); /* all dims, RoPE tail included (spec §4.4.2) */
+        if (f->ref) ka_qdq_fp8(j->k, kv, dh); /* all dims, RoPE tail included (spec §4.4.2) */
     }
 }
 

@@ -10,6 +10,8 @@
 
 #include <fcntl.h>
 #include <math.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,7 +121,7 @@ static void act_range(void *ctx, int64_t t0, int64_t t1, int tid) {
     const act_job *j = ctx;
     float *dst = j->xq + t0 * j->n;
     if (j->xq != j->x) memcpy(dst, j->x + t0 * j->n, (size_t)((t1 - t0) * j->n) * sizeof(float));
-    qdq_fp8_e8m0(dst, (t1 - t0) * j->n);
+    ka_qdq_fp8(akernels_get(), dst, (t1 - t0) * j->n);
 }
 
 typedef struct {
@@ -136,10 +138,30 @@ static void mmb_range(void *ctx, int64_t i0, int64_t i1, int tid) {
     kern_matmul_xbf16(j->k, j->w, j->x, j->T, j->y, j->ldy, i0, i1);
 }
 
+typedef struct {
+    const float *x;
+    uint16_t *xb;
+    int64_t n;
+    atomic_int inexact;
+} bf16_job;
+
+static void bf16_range(void *ctx, int64_t t0, int64_t t1, int tid) {
+    (void)tid;
+    bf16_job *j = ctx;
+    if (!kern_act_to_bf16(j->x + t0 * j->n, j->xb + t0 * j->n, (t1 - t0) * j->n)) atomic_store(&j->inexact, 1);
+}
+
+/* f->sc->xb = BF16 of the T rows of x; true iff every value was exact (threaded over rows). */
+static bool act_to_bf16(const fwd *f, const float *x, int64_t T, int64_t n) {
+    bf16_job j = {x, f->sc->xb, n, 0};
+    dsf_parallel_for(f->e->pool, T, 65536 / n + 1, bf16_range, &j);
+    return !atomic_load(&j.inexact);
+}
+
 void fwd_mm_act(const fwd *f, const dsf_wmat *w, const float *xq, int64_t T, float *y, int64_t ldy) {
     if (T <= 0) return;
     /* QDQ'd values are exact in BF16; anything else (non-finite input) keeps the fp32 path */
-    if (!f->ref || !kern_act_to_bf16(xq, f->sc->xb, T * w->n_in)) {
+    if (!f->ref || !act_to_bf16(f, xq, T, w->n_in)) {
         fwd_mm(f, w, xq, T, y, ldy);
         return;
     }

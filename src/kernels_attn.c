@@ -5,6 +5,7 @@
  * index order, products and sums rounded separately, libm expf. They stay the definition the
  * fast tables are tested against, and DSF_KERNELS=ref runs them. */
 #include "kernels_attn.h"
+#include "quant.h"
 #include "kernels.h"
 #include "ops.h"
 
@@ -106,6 +107,7 @@ const dsf_akernels akernels_ref = {
     .hc_expand = hc_expand_ref,
     .swiglu = swiglu_ref,
     .add = add_ref,
+    .qdq_fp8 = qdq_fp8_e8m0,
 };
 
 /* ---- table choice ---------------------------------------------------------------------- */
@@ -163,6 +165,10 @@ void ka_swiglu(const dsf_akernels *k, float *z, const float *g, const float *u, 
 
 void ka_add(const dsf_akernels *k, float *a, const float *y, int64_t n) {
     (k && k->add ? k->add : add_ref)(a, y, n);
+}
+
+void ka_qdq_fp8(const dsf_akernels *k, float *x, int64_t n) {
+    (k && k->qdq_fp8 ? k->qdq_fp8 : qdq_fp8_e8m0)(x, n);
 }
 
 void ka_rmsnorm(const dsf_akernels *k, float *y, const float *x, const float *w, int64_t n, float eps) {

@@ -53,6 +53,10 @@ typedef void (*swiglu_fn)(float *z, const float *g, const float *u, int64_t n, f
 /* a[i] += y[i] */
 typedef void (*add_fn)(float *a, const float *y, int64_t n);
 
+/* QDQ_FP8 in place (quant.h qdq_fp8_e8m0, spec §3.3): groups of 32, pow2 scale, e4m3 RNE; a
+ * tail of n % 32 is left alone. Fast versions are bit-identical to the twin. */
+typedef void (*qdq_fn)(float *x, int64_t n);
+
 typedef struct {
     const char *name; /* "ref", "avx2", "avx512" (the matmul table's name) */
     attn_fn attn;
@@ -62,6 +66,7 @@ typedef struct {
     hc_expand_fn hc_expand;
     swiglu_fn swiglu;
     add_fn add;
+    qdq_fn qdq_fp8;
 } dsf_akernels;
 
 extern const dsf_akernels akernels_ref;
@@ -84,6 +89,7 @@ void ka_hc_expand(const dsf_akernels *k, float *Y, const float *fo, const float 
                   const float *comb, int64_t hc, int64_t D);
 void ka_swiglu(const dsf_akernels *k, float *z, const float *g, const float *u, int64_t n, float lim, float wt);
 void ka_add(const dsf_akernels *k, float *a, const float *y, int64_t n);
+void ka_qdq_fp8(const dsf_akernels *k, float *x, int64_t n);
 /* y = w * x * rsqrt(sumsq(x)/n + eps) with op_rmsnorm's roundings (w may be NULL; y may alias x). */
 void ka_rmsnorm(const dsf_akernels *k, float *y, const float *x, const float *w, int64_t n, float eps);
 

@@ -8,6 +8,7 @@
  * produces the subnormal, zero and infinite results. Measured against glibc expf over
  * [-104, 89]: at most 2 ulp (tests/unit_kernels_attn.c checks it). NaN propagates. */
 #include "kernels_attn.h"
+#include "quant.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -325,6 +326,48 @@ static void add_avx512(float *a, const float *y, int64_t n) {
     }
 }
 
+/* QDQ_FP8 (quant.c qdq_fp8_e8m0), bit for bit. The scale s = pow2ceil(max(amax, 1e-4) / 448)
+ * is a power of two, so v / s == v * (1 / s) exactly; e4m3 RNE of a = |v / s| <= 448: normal
+ * range (a >= 2^-6) keeps 3 mantissa bits by the integer round-half-even on the fp32 bits,
+ * the subnormal range rounds to multiples of 2^-9 by adding and subtracting 2^14. Groups with
+ * a NaN or an infinity take the scalar twin. */
+static void qdq_fp8_avx512(float *x, int64_t n) {
+    const __m512i absm = _mm512_set1_epi32(0x7FFFFFFF), one = _mm512_set1_epi32(1);
+    const __m512 lim = _mm512_set1_ps(448.0f), c14 = _mm512_set1_ps(16384.0f), small = _mm512_set1_ps(0x1p-6f);
+    for (int64_t g = 0; g + 32 <= n; g += 32) {
+        __m512 v[2] = {_mm512_loadu_ps(x + g), _mm512_loadu_ps(x + g + 16)};
+        __m512 a0 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v[0]), absm));
+        __m512 a1 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v[1]), absm));
+        /* finite check: |v| <= FLT_MAX (false for NaN and inf) */
+        __mmask16 fin = _mm512_cmp_ps_mask(a0, _mm512_set1_ps(3.4028234664e38f), _CMP_LE_OQ) &
+                        _mm512_cmp_ps_mask(a1, _mm512_set1_ps(3.4028234664e38f), _CMP_LE_OQ);
+        if (fin != 0xFFFF) {
+            qdq_fp8_e8m0(x + g, 32);
+            continue;
+        }
+        float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+        float s = pow2ceil_f32(fmaxf(amax, 1e-4f) * (1.0f / 448.0f));
+        const __m512 vs = _mm512_set1_ps(s), vinv = _mm512_set1_ps(1.0f / s);
+        for (int h = 0; h < 2; h++) {
+            __m512 y = _mm512_mul_ps(v[h], vinv);
+            y = _mm512_min_ps(_mm512_max_ps(y, _mm512_sub_ps(_mm512_setzero_ps(), lim)), lim);
+            __m512i yb = _mm512_castps_si512(y);
+            __m512i sign = _mm512_andnot_si512(absm, yb);
+            __m512i ab = _mm512_and_si512(yb, absm);
+            /* normal: round half even to 3 mantissa bits */
+            __m512i rn = _mm512_add_epi32(ab, _mm512_add_epi32(_mm512_set1_epi32(0x7FFFF),
+                                                                _mm512_and_si512(_mm512_srli_epi32(ab, 20), one)));
+            rn = _mm512_and_si512(rn, _mm512_set1_epi32((int)0xFFF00000u));
+            /* subnormal: multiples of 2^-9 */
+            __m512 af = _mm512_castsi512_ps(ab);
+            __m512 rs = _mm512_sub_ps(_mm512_add_ps(af, c14), c14);
+            __mmask16 is_small = _mm512_cmp_ps_mask(af, small, _CMP_LT_OQ);
+            __m512i q = _mm512_mask_mov_epi32(rn, is_small, _mm512_castps_si512(rs));
+            _mm512_storeu_ps(x + g + 16 * h, _mm512_mul_ps(_mm512_castsi512_ps(_mm512_or_si512(q, sign)), vs));
+        }
+    }
+}
+
 const dsf_akernels akernels_avx512 = {
     .name = "avx512",
     .attn = attn_avx512,
@@ -334,4 +377,5 @@ const dsf_akernels akernels_avx512 = {
     .hc_expand = hc_expand_avx512,
     .swiglu = swiglu_avx512,
     .add = add_avx512,
+    .qdq_fp8 = qdq_fp8_avx512,
 };

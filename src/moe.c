@@ -38,13 +38,12 @@ static void acc_range(void *ctx, int64_t k0, int64_t k1, int tid) {
     for (int64_t k = k0; k < k1; k++) ka_add(j->k, j->sc->acc + (int64_t)j->etok[k] * j->D, j->sc->ey + k * j->D, j->D);
 }
 
-/* One expert FFN on n gathered token rows ex [n][D]; adds into acc rows etok[]. */
+/* One expert FFN on n token rows xq [n][D], already through the activation prep (QDQ in
+ * reference mode); adds into acc rows etok[]. */
 static void expert(const fwd *f, const dsf_wmat *wg, const dsf_wmat *wu, const dsf_wmat *wd, int64_t n,
-                   const int32_t *etok, const float *ewt, float lim) {
-    const dsf_shape *sh = f->sh;
+                   const float *xq, const int32_t *etok, const float *ewt, float lim) {
     dsf_scratch *sc = f->sc;
-    const int64_t D = sh->n_embd, ff = wg->n_out;
-    const float *xq = fwd_act(f, sc->ex, n, D, sc->exq);
+    const int64_t D = f->sh->n_embd, ff = wg->n_out;
     fwd_mm_act(f, wg, xq, n, sc->eg, ff);
     fwd_mm_act(f, wu, xq, n, sc->eu, ff);
     rows_job j = {akernels_get(), sc, etok, ewt, ff, D, lim};
@@ -78,6 +77,8 @@ void moe_forward(const fwd *f, int64_t il, const float *v, float *out) {
     fwd_dump(f, "moe_indices", sc->esel, (size_t)(T * K) * sizeof(int32_t));
     fwd_dump(f, "moe_weights", sc->ewt, (size_t)(T * K) * sizeof(float));
     memset(sc->acc, 0, (size_t)(T * D) * sizeof(float));
+    /* the activation prep is per row: once per token here, not once per (token, expert) */
+    const float *vq = fwd_act(f, v, T, D, sc->exq);
     const float lim = sh->swiglu_exp[il];
     for (int64_t e = 0; e < E; e++) { /* increasing expert id: the fp32 accumulation order */
         int64_t n = 0;
@@ -86,18 +87,15 @@ void moe_forward(const fwd *f, int64_t il, const float *v, float *out) {
                 if (sc->esel[t * K + k] == e) {
                     sc->etok[n] = (int32_t)t;
                     sc->ewtok[n] = sc->ewt[t * K + k];
-                    memcpy(sc->ex + n * D, v + t * D, (size_t)D * sizeof(float));
+                    memcpy(sc->ex + n * D, vq + t * D, (size_t)D * sizeof(float));
                     n++;
                 }
         if (!n) continue;
         dsf_wmat wg = wmat_expert(&L->gate_exps, e), wu = wmat_expert(&L->up_exps, e),
                  wd = wmat_expert(&L->down_exps, e);
-        expert(f, &wg, &wu, &wd, n, sc->etok, sc->ewtok, lim);
+        expert(f, &wg, &wu, &wd, n, sc->ex, sc->etok, sc->ewtok, lim);
     }
-    for (int64_t t = 0; t < T; t++) {
-        sc->etok[t] = (int32_t)t;
-        memcpy(sc->ex + t * D, v + t * D, (size_t)D * sizeof(float));
-    }
-    expert(f, &L->gate_sh, &L->up_sh, &L->down_sh, T, sc->etok, NULL, sh->swiglu_shexp[il]);
+    for (int64_t t = 0; t < T; t++) sc->etok[t] = (int32_t)t;
+    expert(f, &L->gate_sh, &L->up_sh, &L->down_sh, T, vq, sc->etok, NULL, sh->swiglu_shexp[il]);
     memcpy(out, sc->acc, (size_t)(T * D) * sizeof(float));
 }

@@ -20,6 +20,7 @@
 #include "kernels.h"
 #include "kernels_attn.h"
 #include "ops.h"
+#include "quant.h"
 
 #include <float.h>
 #include <math.h>
@@ -476,4 +477,53 @@ TEST(kattn_forward_fallback_path_agrees) {
     }
     free(lg[0]);
     free(lg[1]);
+}
+
+/* QDQ_FP8 fast versions must equal qdq_fp8_e8m0 bit for bit: random groups over many scales,
+ * e4m3 midpoints (normal and subnormal), values at the 448 clamp, zeros of both signs, tiny
+ * values, groups with NaN / inf (scalar fallback), and a tail that is left alone. */
+TEST(kattn_qdq_fp8_bit_identical) {
+    enum { N = 32 * 64 + 7 };
+    static float a[N], b[N];
+    for (unsigned ni = 0; ni < sizeof fast_names / sizeof *fast_names; ni++) {
+        const dsf_akernels *k = akernels_by_name(fast_names[ni]);
+        if (!k || !k->qdq_fp8) continue;
+        for (int rep = 0; rep < 40; rep++) {
+            for (int g = 0; g < N / 32; g++) {
+                float amp = ldexpf(1.0f, (int)(rnd() % 60) - 30);
+                for (int i = 0; i < 32; i++) a[g * 32 + i] = rnd_unit() * amp;
+                switch (rnd() % 8) {
+                case 0: /* e4m3 midpoints at a scale s: (m + 0.5) * 2^e * s */
+                    for (int i = 0; i < 32; i++)
+                        a[g * 32 + i] = ldexpf((float)(8 + (int)(rnd() % 8)) + 0.5f, (int)(rnd() % 12) - 12) *
+                                        (rnd() & 1 ? 1.0f : -1.0f);
+                    a[g * 32] = 448.0f;
+                    break;
+                case 1: /* subnormal e4m3 midpoints */
+                    for (int i = 1; i < 32; i++) a[g * 32 + i] = ldexpf((float)(rnd() % 16) + 0.5f, -10);
+                    a[g * 32] = 448.0f;
+                    break;
+                case 2: a[g * 32 + rnd() % 32] = -0.0f; a[g * 32 + rnd() % 32] = 0.0f; break;
+                case 3: a[g * 32 + rnd() % 32] = 1e-30f; break;
+                case 4: if (rep % 4 == 0) a[g * 32 + rnd() % 32] = NAN; break;
+                case 5: if (rep % 4 == 1) a[g * 32 + rnd() % 32] = -INFINITY; break;
+                default: break;
+                }
+            }
+            for (int i = N - 7; i < N; i++) a[i] = rnd_unit() * 3.3f;
+            memcpy(b, a, sizeof a);
+            qdq_fp8_e8m0(a, N);
+            k->qdq_fp8(b, N);
+            int same = 1;
+            for (int i = 0; i < N && same; i++) {
+                uint32_t ua, ub;
+                memcpy(&ua, &a[i], 4);
+                memcpy(&ub, &b[i], 4);
+                if (ua != ub && !(isnan(a[i]) && isnan(b[i]))) {
+                    CHECKF(0, "%s: element %d: %a vs twin %a", fast_names[ni], i, (double)b[i], (double)a[i]);
+                    same = 0;
+                }
+            }
+        }
+    }
 }
