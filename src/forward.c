@@ -172,6 +172,67 @@ void fwd_mm_act(const fwd *f, const dsf_wmat *w, const float *xq, int64_t T, flo
     if (t0 > 0) prof_mm(f, w, T, 1, t0);
 }
 
+typedef struct {
+    const dsf_wmat *w;
+    const float *x;    /* fp32 path when xb is NULL */
+    const uint16_t *xb;
+    float *y;
+    int64_t r0, r1;
+} mm_unit;
+
+typedef struct {
+    const dsf_kernels *k;
+    const mm_unit *u;
+} multi_job;
+
+static void multi_range(void *ctx, int64_t i0, int64_t i1, int tid) {
+    (void)tid;
+    const multi_job *j = ctx;
+    for (int64_t i = i0; i < i1; i++) {
+        const mm_unit *u = &j->u[i];
+        if (u->xb) kern_matmul_xbf16(j->k, u->w, u->xb, 1, u->y, u->w->n_out, u->r0, u->r1);
+        else kern_matmul(j->k, u->w, u->x, 1, u->y, u->w->n_out, u->r0, u->r1);
+    }
+}
+
+#define MULTI_MAX 64    /* products per call */
+#define MULTI_UNITS 1024 /* units per threaded job (48 KiB of stack); more run as further jobs */
+void fwd_mm_act_multi(const fwd *f, int n, const dsf_wmat *const *w, const float *const *xq, float *const *y) {
+    DSF_ASSERT(n >= 0 && n <= MULTI_MAX);
+    mm_unit units[MULTI_UNITS];
+    int64_t nu = 0, used = 0;
+    multi_job j = {f->e->kern, units};
+    const uint16_t *b = NULL;
+    double t0 = prof_enabled() ? dsf_now() : 0;
+    for (int i = 0; i < n; i++) {
+        DSF_ASSERT(w[i]->n_in <= f->sc->xb_cap);
+        if (i == 0 || xq[i] != xq[i - 1]) { /* a new activation: its BF16 copy, if exact */
+            if (used + w[i]->n_in > f->sc->xb_cap) { /* full: run what refers to it first */
+                dsf_parallel_for_dyn(f->e->pool, nu, 1, multi_range, &j);
+                nu = used = 0;
+            }
+            uint16_t *dst = f->sc->xb + used;
+            b = f->ref && kern_act_to_bf16(xq[i], dst, w[i]->n_in) ? dst : NULL;
+            if (b) used += w[i]->n_in;
+        }
+        const int64_t grain = mm_grain(f, w[i]);
+        for (int64_t r = 0; r < w[i]->n_out; r += grain) {
+            if (nu == MULTI_UNITS) {
+                dsf_parallel_for_dyn(f->e->pool, nu, 1, multi_range, &j);
+                nu = 0;
+            }
+            units[nu++] = (mm_unit){w[i], xq[i], b, y[i], r, r + grain < w[i]->n_out ? r + grain : w[i]->n_out};
+        }
+    }
+    dsf_parallel_for_dyn(f->e->pool, nu, 1, multi_range, &j);
+    if (t0 > 0) { /* one clock for the whole job: split it by bytes */
+        double tot = 0, dt = dsf_now() - t0;
+        for (int i = 0; i < n; i++) tot += (double)w[i]->row_bytes * (double)w[i]->n_out;
+        for (int i = 0; i < n; i++)
+            prof_mm(f, w[i], 1, f->ref, dsf_now() - dt * (double)w[i]->row_bytes * (double)w[i]->n_out / tot);
+    }
+}
+
 const float *fwd_act(const fwd *f, const float *x, int64_t T, int64_t n, float *xq) {
     if (!f->ref) return x;
     act_job j = {x, xq, n};

@@ -29,6 +29,12 @@ void fwd_mm_act(const fwd *f, const dsf_wmat *w, const float *xq, int64_t T, flo
 /* Activation prep for an FP8/FP4 projection: in reference mode copies x[T][n] to xq and
  * applies QDQ_FP8 (groups of 32 along n) and returns xq; in plain mode returns x. */
 const float *fwd_act(const fwd *f, const float *x, int64_t T, int64_t n, float *xq);
+/* n products of one token (T = 1) in one threaded job: y[i] = w[i] . xq[i], each exactly as
+ * fwd_mm_act computes it (BF16 activations when reference mode's QDQ made them exact, else
+ * fp32); f->sc->xb holds the BF16 copies (one per distinct xq pointer in a row; when it is
+ * full, the products so far run as one job first). Cuts the per-call synchronization of
+ * decode, where a token's experts are many small products. */
+void fwd_mm_act_multi(const fwd *f, int n, const dsf_wmat *const *w, const float *const *xq, float *const *y);
 /* Debug dump of a chunk tensor to $DSF_DUMP/<name>.f32 (no-op unless set). */
 void fwd_dump(const fwd *f, const char *name, const void *data, size_t bytes);
 

@@ -128,9 +128,11 @@ int scratch_init(dsf_scratch *sc, const dsf_shape *s, int64_t T, int64_t max_ctx
     TAKE(ewtok, t * F);
     TAKE(ex, t * D * F);
     TAKE(exq, t * D * F);
-    TAKE(eg, t * ff * F);
-    TAKE(eu, t * ff * F);
-    TAKE(ey, t * D * F);
+    /* decode runs all experts of a token in one job (moe.c): room for top-k + shared rows */
+    const size_t te = t > EK + 2 ? t : EK + 2;
+    TAKE(eg, te * ff * F);
+    TAKE(eu, te * ff * F);
+    TAKE(ey, te * D * F);
     TAKE(acc, t * D * F);
     TAKE(rows, t * (cols ? cols : 1) * sizeof(int64_t));
     TAKE(prow, t * (cols ? cols : 1) * sizeof(int64_t));
@@ -141,7 +143,8 @@ int scratch_init(dsf_scratch *sc, const dsf_shape *s, int64_t T, int64_t max_ctx
         size_t mx = D;
         const size_t ins[] = {ql, oo, ff, ein, (size_t)s->q_lora};
         for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++) if (ins[i] > mx) mx = ins[i];
-        TAKE(xb, t * mx * sizeof(uint16_t));
+        TAKE(xb, te * mx * sizeof(uint16_t));
+        sc->xb_cap = (int64_t)(te * mx);
     }
     TAKE(tkv, t * sizeof(dsf_kvstate *));
     TAKE(tpos, t * sizeof(int64_t));

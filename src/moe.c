@@ -53,6 +53,58 @@ static void expert(const fwd *f, const dsf_wmat *wg, const dsf_wmat *wu, const d
     dsf_parallel_for(f->e->pool, n, 16384 / D + 1, acc_range, &j);
 }
 
+/* Decode (one token): the top-k experts and the shared expert as two threaded jobs (all
+ * gate/up products, then all down products) instead of seven calls per expert. Every value
+ * is computed by the same operations as expert() does, and the outputs are added in the same
+ * order (increasing expert id, then the shared expert), so the result is identical. */
+static void moe_decode(const fwd *f, int64_t il, const float *vq, float *out) {
+    const dsf_shape *sh = f->sh;
+    const dsf_layer *L = &f->w->layers[il];
+    dsf_scratch *sc = f->sc;
+    const int64_t D = sh->n_embd, K = sh->n_expert_used, ff = L->gate_sh.n_out;
+    int32_t order[64];
+    int64_t ne = 0;
+    for (int64_t k = 0; k < K; k++) order[ne++] = (int32_t)k;
+    for (int64_t a = 1; a < ne; a++) /* by expert id: the accumulation order */
+        for (int64_t b = a; b > 0 && sc->esel[order[b - 1]] > sc->esel[order[b]]; b--) {
+            int32_t tmp = order[b];
+            order[b] = order[b - 1];
+            order[b - 1] = tmp;
+        }
+    dsf_wmat wg[65], wu[65], wd[65];
+    const dsf_wmat *w[130];
+    const float *x[130];
+    float *y[130];
+    for (int64_t i = 0; i <= ne; i++) {
+        if (i < ne) {
+            int64_t e = sc->esel[order[i]];
+            wg[i] = wmat_expert(&L->gate_exps, e);
+            wu[i] = wmat_expert(&L->up_exps, e);
+            wd[i] = wmat_expert(&L->down_exps, e);
+        } else {
+            wg[i] = L->gate_sh;
+            wu[i] = L->up_sh;
+            wd[i] = L->down_sh;
+        }
+        w[2 * i] = &wg[i], x[2 * i] = vq, y[2 * i] = sc->eg + i * ff;
+        w[2 * i + 1] = &wu[i], x[2 * i + 1] = vq, y[2 * i + 1] = sc->eu + i * ff;
+    }
+    fwd_mm_act_multi(f, (int)(2 * (ne + 1)), w, x, y);
+    const dsf_akernels *ak = akernels_get();
+    for (int64_t i = 0; i <= ne; i++) {
+        float *g = sc->eg + i * ff;
+        if (i < ne) ka_swiglu(ak, g, g, sc->eu + i * ff, ff, sh->swiglu_exp[il], sc->ewt[order[i]]);
+        else ka_swiglu(ak, g, g, sc->eu + i * ff, ff, sh->swiglu_shexp[il], 1.0f);
+        w[i] = &wd[i];
+        x[i] = fwd_act(f, g, 1, ff, sc->eu + i * ff);
+        y[i] = sc->ey + i * D;
+    }
+    fwd_mm_act_multi(f, (int)(ne + 1), w, x, y);
+    memset(sc->acc, 0, (size_t)D * sizeof(float));
+    for (int64_t i = 0; i <= ne; i++) ka_add(ak, sc->acc, sc->ey + i * D, D);
+    memcpy(out, sc->acc, (size_t)D * sizeof(float));
+}
+
 void moe_forward(const fwd *f, int64_t il, const float *v, float *out) {
     const dsf_shape *sh = f->sh;
     const dsf_layer *L = &f->w->layers[il];
@@ -76,9 +128,13 @@ void moe_forward(const fwd *f, int64_t il, const float *v, float *out) {
     }
     fwd_dump(f, "moe_indices", sc->esel, (size_t)(T * K) * sizeof(int32_t));
     fwd_dump(f, "moe_weights", sc->ewt, (size_t)(T * K) * sizeof(float));
-    memset(sc->acc, 0, (size_t)(T * D) * sizeof(float));
     /* the activation prep is per row: once per token here, not once per (token, expert) */
     const float *vq = fwd_act(f, v, T, D, sc->exq);
+    if (T == 1 && K <= 64) {
+        moe_decode(f, il, vq, out);
+        return;
+    }
+    memset(sc->acc, 0, (size_t)(T * D) * sizeof(float));
     const float lim = sh->swiglu_exp[il];
     for (int64_t e = 0; e < E; e++) { /* increasing expert id: the fp32 accumulation order */
         int64_t n = 0;

@@ -74,6 +74,7 @@ typedef struct {
     float *ekv;                  /* [T][(hc+1)*D] */
     float *fin;                  /* [T][D] final norm */
     uint16_t *xb;                /* [T][max projection input] BF16 activations */
+    int64_t xb_cap;              /* elements of xb */
     dsf_kvstate **tkv;           /* [T] */
     int64_t *tpos;               /* [T] */
     int64_t *tjrow;              /* [T] compressed row emitted by each latent */
