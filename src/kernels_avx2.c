@@ -78,8 +78,26 @@ INLINE float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+/* T = 1 row order (as kernels_avx512.c): a tile takes PW adjacent rows from each of NS
+ * far-apart streams (the row range cut into NS contiguous pieces), so each thread reads NS
+ * long sequential streams; rows past r1 repeat row r1 - 1 and their results are dropped.
+ * The order of rows changes no value. */
+#define NS 4
+#define PW (RB1 / NS)
+INLINE int64_t t1_stream_len(int64_t r0, int64_t r1) { return (r1 - r0 + RB1 - 1) / RB1; }
+INLINE void t1_tile_rows(const dsf_wmat *w, int64_t r0, int64_t r1, int64_t len, int64_t k, int64_t *rr,
+                         const uint8_t **wr) {
+    for (int s = 0; s < NS; s++)
+        for (int j = 0; j < PW; j++) {
+            int64_t r = r0 + (s * len + k) * PW + j;
+            rr[s * PW + j] = r < r1 ? r : -1;
+            wr[s * PW + j] = w->data + (uint64_t)(r < r1 ? r : r1 - 1) * w->row_bytes;
+        }
+}
+
 /* One accumulator per row, the group's four vectors fused in order (the same operations as
- * TILE_TN, for batch invariance); RB1 rows give RB1 independent FMA chains. */
+ * TILE_TN, for batch invariance); RB1 rows give RB1 independent FMA chains. Each row is
+ * prefetched 2 KiB ahead. */
 #define TILE_T1(NAME, DEC, GB)                                                                 \
     INLINE void NAME(const uint8_t *const *wr, const float *x, int64_t g0, int64_t g1,         \
                      float *out) {                                                             \
@@ -89,6 +107,7 @@ INLINE float hsum(__m256 v) {
             const float *xg = x + g * 32;                                                      \
             UNROLL for (int r = 0; r < RB1; r++) {                                             \
                 __m256 w[4];                                                                   \
+                _mm_prefetch((const char *)(wr[r] + g * (GB) + 2048), _MM_HINT_T0);            \
                 DEC(wr[r] + g * (GB), w);                                                      \
                 UNROLL for (int k = 0; k < 4; k++)                                             \
                     a[r] = _mm256_fmadd_ps(w[k], _mm256_loadu_ps(xg + 8 * k), a[r]);           \
@@ -124,14 +143,14 @@ INLINE float hsum(__m256 v) {
         const int64_t ng = w->n_in / 32, kcg = KC / 32;                                        \
         if (T == 1) {                                                                          \
             const uint8_t *wr[RB1];                                                            \
-            for (int64_t r = r0; r < r1; r += RB1) {                                           \
-                for (int i = 0; i < RB1; i++)                                                  \
-                    wr[i] = w->data + (uint64_t)(r + i < r1 ? r + i : r1 - 1) * w->row_bytes;  \
+            int64_t rr[RB1], len = t1_stream_len(r0, r1);                                      \
+            for (int64_t k = 0; k < len; k++) {                                                \
+                t1_tile_rows(w, r0, r1, len, k, rr, wr);                                       \
                 for (int64_t g0 = 0; g0 < ng; g0 += kcg) {                                     \
                     float out[RB1];                                                            \
                     NAME##_t1(wr, x, g0, g0 + kcg < ng ? g0 + kcg : ng, out);                  \
-                    for (int i = 0; i < RB1 && r + i < r1; i++)                                \
-                        y[r + i] = g0 == 0 ? out[i] : y[r + i] + out[i];                       \
+                    for (int i = 0; i < RB1; i++)                                              \
+                        if (rr[i] >= 0) y[rr[i]] = g0 == 0 ? out[i] : y[rr[i]] + out[i];       \
                 }                                                                              \
             }                                                                                  \
             return;                                                                            \
