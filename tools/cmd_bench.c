@@ -234,7 +234,7 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
     /* Decode kernels (T = 1) are paired with read probes, prefill kernels (T > 1) with dot-peak
      * probes: kernel, probe, kernel, probe...; each pass is compared with the mean of the probes
      * run just before and just after it, and the pass with the median ratio is reported. */
-    double bw_sum = 0, frac_mx = 0, frac_bf = 0, pf_bf = 0, pf_xbf = 0;
+    double bw_sum = 0, frac_mx = 0, frac_bf = 0, pf_bf = 0, pf_xbf = 0, pf_mx = 0;
     int n_bw = 0;
     for (int c = 0; c < n_cases; c++) {
         const bench_case *bc = &cases[c];
@@ -281,16 +281,19 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
             bw_sum += ref[med];
             n_bw++;
         }
-        if (c == 0) frac_mx = fr[med];
-        if (c == 2) frac_bf = fr[med];
-        if (c == 7) pf_bf = fr[med];
-        if (c == 10) pf_xbf = fr[med];
+        /* the summary keys, by case label (the reference-mode kernels for the decode keys) */
+        if (!strcmp(bc->label, "mxfp4 gemv xbf16")) frac_mx = fr[med];
+        if (!strcmp(bc->label, "bf16 gemv xbf16")) frac_bf = fr[med];
+        if (!strcmp(bc->label, "bf16 gemm T=64")) pf_bf = fr[med];
+        if (!strcmp(bc->label, "bf16 gemm xbf16")) pf_xbf = fr[med];
+        if (!strcmp(bc->label, "mxfp4 gemm xbf16")) pf_mx = fr[med];
         fflush(stdout);
     }
     printf("kernels=%s threads=%d read_bw=%.2f bf16_peak=%.1f fma_peak=%.1f mxfp4_bw_fraction=%.3f "
-           "bf16_bw_fraction=%.3f bf16_gemm_peak_fraction=%.3f bf16_gemm_xbf16_peak_fraction=%.3f\n",
+           "bf16_bw_fraction=%.3f bf16_gemm_peak_fraction=%.3f bf16_gemm_xbf16_peak_fraction=%.3f "
+           "mxfp4_gemm_xbf16_peak_fraction=%.3f\n",
            k->name, dsf_pool_size(pool), n_bw ? bw_sum / n_bw : 0, bf16_peak, fma_peak, frac_mx, frac_bf, pf_bf,
-           pf_xbf);
+           pf_xbf, pf_mx);
     dsf_pool_free(pool);
     arena_free(arena);
     free(x);
