@@ -195,20 +195,45 @@ static void multi_range(void *ctx, int64_t i0, int64_t i1, int tid) {
     }
 }
 
+#define MULTI_UNITS 512 /* units per threaded job (24 KiB of stack); more run as further jobs */
+
+/* Runs units as one job. Compute-bound MXFP4 units and bandwidth-bound ones are interleaved
+ * evenly (units are independent, so the order changes no value): with dynamic claiming the
+ * threads then tend to run one of each at a time, and the decode-heavy MXFP4 work overlaps
+ * with streaming instead of all threads first computing, then all streaming. */
+static void run_units(const fwd *f, mm_unit *units, int64_t nu) {
+    mm_unit tmp[MULTI_UNITS];
+    int64_t nm = 0, nb = 0;
+    for (int64_t i = 0; i < nu; i++) nm += units[i].w->type == GGML_TYPE_MXFP4;
+    nb = nu - nm;
+    if (nm && nb) {
+        int64_t im = 0, ib = 0, o = 0;
+        const mm_unit *m[MULTI_UNITS], *b[MULTI_UNITS];
+        for (int64_t i = 0; i < nu; i++) {
+            if (units[i].w->type == GGML_TYPE_MXFP4) m[im++] = &units[i];
+            else b[ib++] = &units[i];
+        }
+        im = ib = 0;
+        while (o < nu) /* the next unit from the list that is furthest behind its share */
+            tmp[o++] = (ib == nb || (im < nm && im * nb <= ib * nm)) ? *m[im++] : *b[ib++];
+        memcpy(units, tmp, (size_t)nu * sizeof *units);
+    }
+    multi_job j = {f->e->kern, units};
+    dsf_parallel_for_dyn(f->e->pool, nu, 1, multi_range, &j);
+}
+
 #define MULTI_MAX 64    /* products per call */
-#define MULTI_UNITS 1024 /* units per threaded job (48 KiB of stack); more run as further jobs */
 void fwd_mm_act_multi(const fwd *f, int n, const dsf_wmat *const *w, const float *const *xq, float *const *y) {
     DSF_ASSERT(n >= 0 && n <= MULTI_MAX);
     mm_unit units[MULTI_UNITS];
     int64_t nu = 0, used = 0;
-    multi_job j = {f->e->kern, units};
     const uint16_t *b = NULL;
     double t0 = prof_enabled() ? dsf_now() : 0;
     for (int i = 0; i < n; i++) {
         DSF_ASSERT(w[i]->n_in <= f->sc->xb_cap);
         if (i == 0 || xq[i] != xq[i - 1]) { /* a new activation: its BF16 copy, if exact */
             if (used + w[i]->n_in > f->sc->xb_cap) { /* full: run what refers to it first */
-                dsf_parallel_for_dyn(f->e->pool, nu, 1, multi_range, &j);
+                run_units(f, units, nu);
                 nu = used = 0;
             }
             uint16_t *dst = f->sc->xb + used;
@@ -218,13 +243,13 @@ void fwd_mm_act_multi(const fwd *f, int n, const dsf_wmat *const *w, const float
         const int64_t grain = mm_grain(f, w[i]);
         for (int64_t r = 0; r < w[i]->n_out; r += grain) {
             if (nu == MULTI_UNITS) {
-                dsf_parallel_for_dyn(f->e->pool, nu, 1, multi_range, &j);
+                run_units(f, units, nu);
                 nu = 0;
             }
             units[nu++] = (mm_unit){w[i], xq[i], b, y[i], r, r + grain < w[i]->n_out ? r + grain : w[i]->n_out};
         }
     }
-    dsf_parallel_for_dyn(f->e->pool, nu, 1, multi_range, &j);
+    run_units(f, units, nu);
     if (t0 > 0) { /* one clock for the whole job: split it by bytes */
         double tot = 0, dt = dsf_now() - t0;
         for (int i = 0; i < n; i++) tot += (double)w[i]->row_bytes * (double)w[i]->n_out;
