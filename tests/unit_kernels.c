@@ -312,6 +312,13 @@ TEST(kernels_bench_cli) {
              test_bin(), test_tmpdir(), test_tmpdir());
     rc = test_run(cmd, out, sizeof out);
     CHECKF(rc == 0 && strstr(out, "decode_bw_fraction=") && strstr(out, "prefill_peak_fraction="), "rc %d: %s", rc, out);
+    /* --cold (drops the file's cached pages first) and DSF_PROFILE=1 (the time split at exit) */
+    snprintf(cmd, sizeof cmd, "DSF_PROFILE=1 %s bench -m %s/bench-tiny.gguf --cold --prompt 6 --gen 3 --threads 2 "
+             "--arena-mb 64 2>&1", test_bin(), test_tmpdir());
+    rc = test_run(cmd, out, sizeof out);
+    CHECKF(rc == 0 && strstr(out, "decode_bw_fraction=") && strstr(out, "dsflash profile, decode: 3 calls") &&
+               strstr(out, "dsflash profile, prefill:"),
+           "rc %d: %s", rc, out);
 }
 
 /* Batch invariance: within a kernel family, y[t][r] must not depend on T, on the token's
