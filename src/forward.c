@@ -32,12 +32,19 @@ static void mm_range(void *ctx, int64_t i0, int64_t i1, int tid) {
 }
 
 /* Rows per unit of a threaded matmul: MM_UNITS units per thread, claimed dynamically (the
- * kernels give every row the same value whatever its range, so the split changes nothing). */
+ * kernels give every row the same value whatever its range, so the split changes nothing).
+ * A single product is claimed guided instead (pieces shrink from a quarter of the rows per
+ * thread down to this grain / 2), so that both threads finish together. */
 #ifndef MM_UNITS
 #define MM_UNITS 4
 #endif
 static int64_t mm_grain(const fwd *f, const dsf_wmat *w) {
     int64_t grain = w->n_out / (MM_UNITS * dsf_pool_size(f->e->pool));
+    return grain < 16 ? 16 : grain;
+}
+
+static int64_t mm_min_grain(const fwd *f, const dsf_wmat *w) {
+    int64_t grain = w->n_out / (2 * MM_UNITS * dsf_pool_size(f->e->pool));
     return grain < 16 ? 16 : grain;
 }
 
@@ -104,9 +111,8 @@ static void prof_fwd(int64_t T, double t0) {
 void fwd_mm(const fwd *f, const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy) {
     if (T <= 0) return;
     mm_job j = {f->e->kern, w, x, T, ldy, y};
-    int64_t grain = mm_grain(f, w);
     double t0 = prof_enabled() ? dsf_now() : 0;
-    dsf_parallel_for_dyn(f->e->pool, w->n_out, grain, mm_range, &j);
+    dsf_parallel_for_guided(f->e->pool, w->n_out, mm_min_grain(f, w), mm_range, &j);
     if (t0 > 0) prof_mm(f, w, T, 0, t0);
 }
 
@@ -166,9 +172,8 @@ void fwd_mm_act(const fwd *f, const dsf_wmat *w, const float *xq, int64_t T, flo
         return;
     }
     mmb_job j = {f->e->kern, w, f->sc->xb, T, ldy, y};
-    int64_t grain = mm_grain(f, w);
     double t0 = prof_enabled() ? dsf_now() : 0;
-    dsf_parallel_for_dyn(f->e->pool, w->n_out, grain, mmb_range, &j);
+    dsf_parallel_for_guided(f->e->pool, w->n_out, mm_min_grain(f, w), mmb_range, &j);
     if (t0 > 0) prof_mm(f, w, T, 1, t0);
 }
 

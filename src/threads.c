@@ -38,7 +38,8 @@ struct dsf_pool {
     void *ctx;
     int64_t n_items, grain, units;
     int nch;
-    int dynamic;                           /* units claimed one at a time (dsf_parallel_for_dyn) */
+    int dynamic;                           /* 1: units claimed one at a time (dsf_parallel_for_dyn);
+                                              2: shrinking pieces (dsf_parallel_for_guided) */
     _Alignas(64) atomic_int_fast64_t next; /* next unclaimed unit of a dynamic job */
 
     _Alignas(64) atomic_uint_fast64_t gen; /* bumped once per job */
@@ -78,7 +79,18 @@ static void chunk_range(const dsf_pool *p, int k, int64_t *i0, int64_t *i1) {
 static void run_chunk(dsf_pool *p, int k) {
     int64_t i0, i1;
     tl_in_chunk = 1;
-    if (p->dynamic) {
+    if (p->dynamic == 2) { /* guided: claim max(grain, remaining / (2 x threads)) indices */
+        i0 = atomic_load(&p->next);
+        for (;;) {
+            if (i0 >= p->n_items) break;
+            int64_t size = (p->n_items - i0) / (2 * p->n);
+            if (size < p->grain) size = p->grain;
+            i1 = i0 + size < p->n_items ? i0 + size : p->n_items;
+            if (!atomic_compare_exchange_weak(&p->next, &i0, i1)) continue; /* i0 reloaded */
+            p->fn(p->ctx, i0, i1, k);
+            i0 = atomic_load(&p->next);
+        }
+    } else if (p->dynamic) {
         for (int64_t u; (u = atomic_fetch_add(&p->next, 1)) < p->units;) {
             i0 = u * p->grain;
             i1 = i0 + p->grain < p->n_items ? i0 + p->grain : p->n_items;
@@ -185,6 +197,10 @@ void dsf_parallel_for_dyn(dsf_pool *p, int64_t n, int64_t grain, dsf_range_fn fn
     parallel_run(p, n, grain, fn, ctx, 1);
 }
 
+void dsf_parallel_for_guided(dsf_pool *p, int64_t n, int64_t min_grain, dsf_range_fn fn, void *ctx) {
+    parallel_run(p, n, min_grain, fn, ctx, 2);
+}
+
 static void parallel_run(dsf_pool *p, int64_t n, int64_t grain, dsf_range_fn fn, void *ctx, int dynamic) {
     if (n <= 0) return;
     if (grain < 1) grain = 1;
@@ -192,7 +208,7 @@ static void parallel_run(dsf_pool *p, int64_t n, int64_t grain, dsf_range_fn fn,
     DSF_ASSERT(!tl_in_chunk);
     if (!p || p->n <= 1) {
         tl_in_chunk = 1;
-        for (int64_t i0 = 0; i0 < n; i0 += dynamic ? grain : n) fn(ctx, i0, dynamic && n - i0 > grain ? i0 + grain : n, 0);
+        for (int64_t i0 = 0; i0 < n; i0 += dynamic == 1 ? grain : n) fn(ctx, i0, dynamic == 1 && n - i0 > grain ? i0 + grain : n, 0);
         tl_in_chunk = 0;
         return;
     }

@@ -22,5 +22,9 @@ void dsf_parallel_for(dsf_pool *p, int64_t n, int64_t grain, dsf_range_fn fn, vo
  * thread's index (per-thread scratch stays safe), but which thread runs which unit depends
  * on timing: fn's results must not depend on tid or on the unit boundaries beyond them. */
 void dsf_parallel_for_dyn(dsf_pool *p, int64_t n, int64_t grain, dsf_range_fn fn, void *ctx);
+/* Guided claiming: each claim takes max(min_grain, remaining / (2 x threads)) indices, so the
+ * pieces shrink towards the end and the threads finish together, with few claims. Same
+ * contract as dsf_parallel_for_dyn (boundaries depend on timing; tid = the thread's index). */
+void dsf_parallel_for_guided(dsf_pool *p, int64_t n, int64_t min_grain, dsf_range_fn fn, void *ctx);
 
 #endif

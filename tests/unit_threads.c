@@ -184,3 +184,29 @@ TEST(threads_dynamic_units) {
         dsf_pool_free(p);
     }
 }
+
+/* Guided jobs: every index visited exactly once, pieces of at least min_grain indices (the
+ * last one may be shorter), tids within the pool. */
+static void guided_visit(void *ctx, int64_t i0, int64_t i1, int tid) {
+    dyn_ctx *d = ctx;
+    if (i1 <= i0 || (i1 - i0 < d->grain && i1 != d->n) || tid < 0 || tid >= d->nthreads) atomic_store(&d->bad, 1);
+    for (int64_t i = i0; i < i1; i++) atomic_fetch_add(&d->hits[i], 1);
+}
+
+TEST(threads_guided_pieces) {
+    for (int nt = 1; nt <= 3; nt++) {
+        dsf_pool *p = dsf_pool_new(nt);
+        static dyn_ctx d;
+        for (int r = 0; r < 300; r++) {
+            int64_t n = 1 + (r * 131) % 4096, grain = 1 + (r * 17) % 97;
+            memset(&d, 0, sizeof d);
+            d.grain = grain;
+            d.n = n;
+            d.nthreads = dsf_pool_size(p);
+            dsf_parallel_for_guided(p, n, grain, guided_visit, &d);
+            CHECK(!atomic_load(&d.bad));
+            for (int64_t i = 0; i < n; i++) CHECK(atomic_load(&d.hits[i]) == 1);
+        }
+        dsf_pool_free(p);
+    }
+}
