@@ -167,7 +167,11 @@ static void dyn_visit(void *ctx, int64_t i0, int64_t i1, int tid) {
     for (int64_t i = i0; i < i1; i++) atomic_fetch_add(&d->hits[i], 1);
 }
 
-TEST(threads_dynamic_units) {
+typedef void (*claim_fn)(dsf_pool *p, int64_t n, int64_t grain, dsf_range_fn fn, void *ctx);
+
+/* 300 jobs of varied n and grain on pools of 1-3 threads: every index visited once and
+ * visit() finds nothing wrong with the pieces. */
+static void check_claims(test_ctx *t, claim_fn run, dsf_range_fn visit) {
     for (int nt = 1; nt <= 3; nt++) {
         dsf_pool *p = dsf_pool_new(nt);
         static dyn_ctx d;
@@ -177,13 +181,15 @@ TEST(threads_dynamic_units) {
             d.grain = grain;
             d.n = n;
             d.nthreads = dsf_pool_size(p);
-            dsf_parallel_for_dyn(p, n, grain, dyn_visit, &d);
+            run(p, n, grain, visit, &d);
             CHECK(!atomic_load(&d.bad));
             for (int64_t i = 0; i < n; i++) CHECK(atomic_load(&d.hits[i]) == 1);
         }
         dsf_pool_free(p);
     }
 }
+
+TEST(threads_dynamic_units) { check_claims(t, dsf_parallel_for_dyn, dyn_visit); }
 
 /* Guided jobs: every index visited exactly once, pieces of at least min_grain indices (the
  * last one may be shorter), tids within the pool. */
@@ -193,20 +199,4 @@ static void guided_visit(void *ctx, int64_t i0, int64_t i1, int tid) {
     for (int64_t i = i0; i < i1; i++) atomic_fetch_add(&d->hits[i], 1);
 }
 
-TEST(threads_guided_pieces) {
-    for (int nt = 1; nt <= 3; nt++) {
-        dsf_pool *p = dsf_pool_new(nt);
-        static dyn_ctx d;
-        for (int r = 0; r < 300; r++) {
-            int64_t n = 1 + (r * 131) % 4096, grain = 1 + (r * 17) % 97;
-            memset(&d, 0, sizeof d);
-            d.grain = grain;
-            d.n = n;
-            d.nthreads = dsf_pool_size(p);
-            dsf_parallel_for_guided(p, n, grain, guided_visit, &d);
-            CHECK(!atomic_load(&d.bad));
-            for (int64_t i = 0; i < n; i++) CHECK(atomic_load(&d.hits[i]) == 1);
-        }
-        dsf_pool_free(p);
-    }
-}
+TEST(threads_guided_pieces) { check_claims(t, dsf_parallel_for_guided, guided_visit); }
