@@ -113,10 +113,10 @@ INLINE void mxfp4_scales16(const uint8_t *p, float *out) {
  * keep re-learning: about 0.75 of the read probe against 0.95). Rows past r1 (the tail of
  * the last stream) repeat row r1 - 1 and their results are dropped. The order of rows does
  * not change any value. */
-INLINE int64_t t1_stream_len(int64_t r0, int64_t r1, int pw) { return (r1 - r0 + RB * pw - 1) / (RB * pw); }
-INLINE void t1_tile_rows(const dsf_wmat *w, int64_t r0, int64_t r1, int64_t len, int64_t k, int pw, int64_t *rr,
-                         const uint8_t **wr) {
-    for (int s = 0; s < RB; s++)
+INLINE int64_t t1_stream_len(int64_t r0, int64_t r1, int ns, int pw) { return (r1 - r0 + ns * pw - 1) / (ns * pw); }
+INLINE void t1_tile_rows(const dsf_wmat *w, int64_t r0, int64_t r1, int64_t len, int64_t k, int ns, int pw,
+                         int64_t *rr, const uint8_t **wr) {
+    for (int s = 0; s < ns; s++)
         for (int j = 0; j < pw; j++) {
             int64_t r = r0 + (s * len + k) * pw + j;
             rr[s * pw + j] = r < r1 ? r : -1;
@@ -185,9 +185,9 @@ INLINE void t1_tile_rows(const dsf_wmat *w, int64_t r0, int64_t r1, int64_t len,
         const int64_t ng = w->n_in / 32, kcg = KC / 32;                                        \
         if (T == 1) {                                                                          \
             const uint8_t *wr[RB];                                                             \
-            int64_t rr[RB], len = t1_stream_len(r0, r1, 1);                                    \
+            int64_t rr[RB], len = t1_stream_len(r0, r1, RB, 1);                                \
             for (int64_t k = 0; k < len; k++) {                                                \
-                t1_tile_rows(w, r0, r1, len, k, 1, rr, wr);                                    \
+                t1_tile_rows(w, r0, r1, len, k, RB, 1, rr, wr);                                \
                 for (int64_t g0 = 0; g0 < ng; g0 += kcg) {                                     \
                     float out[RB];                                                             \
                     T1(wr, x, g0, g0 + kcg < ng ? g0 + kcg : ng, out);                         \
@@ -202,18 +202,18 @@ INLINE void t1_tile_rows(const dsf_wmat *w, int64_t r0, int64_t r1, int64_t len,
             int64_t tc1 = tc + TC < T ? tc + TC : T;                                           \
             for (int64_t g0 = 0; g0 < ng; g0 += kcg) {                                         \
                 int64_t g1 = g0 + kcg < ng ? g0 + kcg : ng;                                    \
-                for (int64_t r = r0; r < r1; r += RBN) {                                       \
-                    for (int i = 0; i < RBN; i++)                                              \
-                        wr[i] = w->data + (uint64_t)(r + i < r1 ? r + i : r1 - 1) * w->row_bytes; \
+                int64_t rr[RBN], len = t1_stream_len(r0, r1, RBN, 1);                          \
+                for (int64_t k = 0; k < len; k++) {                                            \
+                    t1_tile_rows(w, r0, r1, len, k, RBN, 1, rr, wr);                           \
                     for (int64_t t = tc; t < tc1; t += TB) {                                   \
                         const float *xt[TB];                                                   \
                         float out[RBN * TB];                                                   \
                         for (int j = 0; j < TB; j++)                                           \
                             xt[j] = x + (t + j < tc1 ? t + j : tc1 - 1) * w->n_in;             \
                         NAME##_tn(wr, xt, g0, g1, out);                                        \
-                        for (int i = 0; i < RBN && r + i < r1; i++)                            \
-                            for (int j = 0; j < TB && t + j < tc1; j++) {                      \
-                                float *yy = &y[(t + j) * ldy + r + i];                         \
+                        for (int i = 0; i < RBN; i++)                                          \
+                            for (int j = 0; j < TB && rr[i] >= 0 && t + j < tc1; j++) {        \
+                                float *yy = &y[(t + j) * ldy + rr[i]];                         \
                                 *yy = g0 == 0 ? out[i * TB + j] : *yy + out[i * TB + j];       \
                             }                                                                  \
                     }                                                                          \
@@ -463,9 +463,9 @@ INLINE int mx_panel_row(const uint8_t *row, int64_t g0, int64_t g1, uint16_t *ds
         const int64_t ng = w->n_in / 32, kcg = XKC / 32;                                       \
         if (T == 1) {                                                                          \
             const uint8_t *w4[RB * PW];                                                        \
-            int64_t rr[RB * PW], len = t1_stream_len(r0, r1, PW);                              \
+            int64_t rr[RB * PW], len = t1_stream_len(r0, r1, RB, PW);                          \
             for (int64_t k = 0; k < len; k++) {                                                \
-                t1_tile_rows(w, r0, r1, len, k, PW, rr, w4);                                   \
+                t1_tile_rows(w, r0, r1, len, k, RB, PW, rr, w4);                               \
                 for (int64_t g0 = 0; g0 < ng; g0 += kcg) {                                     \
                     float o4[RB * PW];                                                         \
                     T1(w4, x, g0, g0 + kcg < ng ? g0 + kcg : ng, o4);                          \
@@ -480,18 +480,18 @@ INLINE int mx_panel_row(const uint8_t *row, int64_t g0, int64_t g1, uint16_t *ds
             int64_t tc1 = tc + XTC < T ? tc + XTC : T;                                         \
             for (int64_t g0 = 0; g0 < ng; g0 += kcg) {                                         \
                 int64_t g1 = g0 + kcg < ng ? g0 + kcg : ng;                                    \
-                for (int64_t r = r0; r < r1; r += XRB) {                                       \
-                    for (int i = 0; i < XRB; i++)                                              \
-                        wr[i] = w->data + (uint64_t)(r + i < r1 ? r + i : r1 - 1) * w->row_bytes; \
+                int64_t rr[XRB], len = t1_stream_len(r0, r1, XRB, 1);                          \
+                for (int64_t k = 0; k < len; k++) {                                            \
+                    t1_tile_rows(w, r0, r1, len, k, XRB, 1, rr, wr);                           \
                     for (int64_t t = tc; t < tc1; t += XTB) {                                  \
                         const uint16_t *xt[XTB];                                               \
                         float out[XRB * XTB];                                                  \
                         for (int j = 0; j < XTB; j++)                                          \
                             xt[j] = x + (t + j < tc1 ? t + j : tc1 - 1) * w->n_in;             \
                         TILE(wr, xt, g0, g1, out);                                             \
-                        for (int i = 0; i < XRB && r + i < r1; i++)                            \
-                            for (int j = 0; j < XTB && t + j < tc1; j++) {                     \
-                                float *yy = &y[(t + j) * ldy + r + i];                         \
+                        for (int i = 0; i < XRB; i++)                                          \
+                            for (int j = 0; j < XTB && rr[i] >= 0 && t + j < tc1; j++) {       \
+                                float *yy = &y[(t + j) * ldy + rr[i]];                         \
                                 *yy = g0 == 0 ? out[i * XTB + j] : *yy + out[i * XTB + j];     \
                             }                                                                  \
                     }                                                                          \
@@ -521,13 +521,15 @@ static void xmm_mxfp4(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y,
         int64_t tc1 = tc + XTC < T ? tc + XTC : T;
         for (int64_t g0 = 0; g0 < ng; g0 += kcg) {
             int64_t g1 = g0 + kcg < ng ? g0 + kcg : ng;
-            for (int64_t r = r0; r < r1; r += 4) {
+            int64_t rr[4], len = t1_stream_len(r0, r1, 4, 1);
+            for (int64_t k = 0; k < len; k++) {
                 const uint8_t *wr[4], *pr[4];
                 int exc[4];
+                t1_tile_rows(w, r0, r1, len, k, 4, 1, rr, wr);
                 for (int i = 0; i < 4; i++) {
-                    wr[i] = w->data + (uint64_t)(r + i < r1 ? r + i : r1 - 1) * w->row_bytes;
-                    exc[i] = i == 0 || r + i < r1 ? mx_panel_row(wr[i], g0, g1, panel[i]) : exc[i - 1];
-                    if (i > 0 && r + i >= r1) memcpy(panel[i], panel[i - 1], (size_t)(g1 - g0) * 64);
+                    /* rows past r1 repeat row r1 - 1 (results dropped): decode it once */
+                    exc[i] = rr[i] >= 0 || i == 0 ? mx_panel_row(wr[i], g0, g1, panel[i]) : exc[i - 1];
+                    if (rr[i] < 0 && i > 0) memcpy(panel[i], panel[i - 1], (size_t)(g1 - g0) * 64);
                     pr[i] = (const uint8_t *)panel[i];
                 }
                 for (int64_t t = tc; t < tc1; t += 4) {
@@ -535,11 +537,11 @@ static void xmm_mxfp4(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y,
                     float out[16];
                     for (int j = 0; j < 4; j++) xt[j] = x + (t + j < tc1 ? t + j : tc1 - 1) * w->n_in + g0 * 32;
                     xb_bf16_tile(pr, xt, 0, g1 - g0, out);
-                    for (int i = 0; i < 4 && r + i < r1; i++)
-                        for (int j = 0; j < 4 && t + j < tc1; j++) {
+                    for (int i = 0; i < 4; i++)
+                        for (int j = 0; j < 4 && rr[i] >= 0 && t + j < tc1; j++) {
                             double v = (double)out[i * 4 + j];
                             if (exc[i]) v += mx_row_exceptions(wr[i], x + (t + j) * w->n_in, g0, g1);
-                            float *yy = &y[(t + j) * ldy + r + i];
+                            float *yy = &y[(t + j) * ldy + rr[i]];
                             *yy = g0 == 0 ? (float)v : *yy + (float)v;
                         }
                 }
