@@ -6,11 +6,13 @@
  * 16, per-block partial sums for T > 1). No activation is ever rounded: plain mode stays fp32.
  *
  * Blocking: every weight type is consumed in groups of 32 elements (one ggml block for Q8_0
- * and MXFP4). A tile is RB = 4 weight rows (from 4 far-apart row streams) x 1 token (decode) or RBN = 4 rows x TB = 4 tokens;
- * the weight group is decoded once per tile and reused for its tokens. The reduction is cut
- * into chunks of KC elements and the tokens into chunks of TC, so the activation chunk stays
- * in L2 while each weight row chunk is read from memory once per token chunk. Edge tiles
- * (fewer rows / tokens) reuse the last valid row / token and drop the extra results.
+ * and MXFP4). A tile is RB = 4 weight rows x 1 token (decode) or RBN = 4 rows x TB = 4 tokens;
+ * its rows come from 4 far-apart streams (t1_tile_rows), so each thread reads 4 long
+ * sequential streams. The weight group is decoded once per tile and reused for its tokens.
+ * The reduction is cut into chunks of KC elements and the tokens into chunks of TC, so the
+ * activation chunk stays in L2 while each weight row chunk is read from memory once per token
+ * chunk. Edge tiles (fewer rows / tokens) reuse the last valid row / token and drop the extra
+ * results.
  *
  * Batch invariance: within a kernel family (fp32 activations; BF16 activations) every output
  * y[t][r] is computed by the same sequence of operations whatever T, the token's position in
