@@ -6,6 +6,7 @@
  * 2^n built in the exponent field; a vector holding an argument outside [-87.3, 88.3] (where
  * the result would be subnormal or near overflow) or a NaN is done lane by lane with expf. */
 #include "kernels_attn.h"
+#include "quant.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -326,6 +327,47 @@ static void add_avx2(float *a, const float *y, int64_t n) {
     for (; i < n; i++) a[i] += y[i];
 }
 
+/* QDQ_FP8 (quant.c qdq_fp8_e8m0), bit for bit; the method of kernels_attn_avx512.c's
+ * qdq_fp8_avx512 on 8-wide vectors: pow2 scale, exact v * (1 / s), clamp to +-448, e4m3
+ * round-half-even on the fp32 bits (normal range) or by adding and subtracting 2^14 (below
+ * 2^-6), times s. Groups with a NaN or an infinity take the scalar twin. */
+static void qdq_fp8_avx2(float *x, int64_t n) {
+    const __m256i absm = _mm256_set1_epi32(0x7FFFFFFF), one = _mm256_set1_epi32(1);
+    const __m256 lim = _mm256_set1_ps(448.0f), nlim = _mm256_set1_ps(-448.0f), c14 = _mm256_set1_ps(16384.0f);
+    const __m256 small = _mm256_set1_ps(0x1p-6f), fmax = _mm256_set1_ps(3.4028234664e38f);
+    for (int64_t g = 0; g + 32 <= n; g += 32) {
+        __m256 v[4], a[4];
+        int fin = 0xFF;
+        for (int h = 0; h < 4; h++) {
+            v[h] = _mm256_loadu_ps(x + g + 8 * h);
+            a[h] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_castps_si256(v[h]), absm));
+            fin &= _mm256_movemask_ps(_mm256_cmp_ps(a[h], fmax, _CMP_LE_OQ));
+        }
+        if (fin != 0xFF) {
+            qdq_fp8_e8m0(x + g, 32);
+            continue;
+        }
+        __m256 m = _mm256_max_ps(_mm256_max_ps(a[0], a[1]), _mm256_max_ps(a[2], a[3]));
+        float mm[8], amax = 0.0f;
+        _mm256_storeu_ps(mm, m);
+        for (int i = 0; i < 8; i++) amax = mm[i] > amax ? mm[i] : amax;
+        float s = pow2ceil_f32(fmaxf(amax, 1e-4f) * (1.0f / 448.0f));
+        const __m256 vs = _mm256_set1_ps(s), vinv = _mm256_set1_ps(1.0f / s);
+        for (int h = 0; h < 4; h++) {
+            __m256 y = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v[h], vinv), nlim), lim);
+            __m256i yb = _mm256_castps_si256(y);
+            __m256i sign = _mm256_andnot_si256(absm, yb), ab = _mm256_and_si256(yb, absm);
+            __m256i rn = _mm256_add_epi32(ab, _mm256_add_epi32(_mm256_set1_epi32(0x7FFFF),
+                                                                _mm256_and_si256(_mm256_srli_epi32(ab, 20), one)));
+            rn = _mm256_and_si256(rn, _mm256_set1_epi32((int)0xFFF00000u));
+            __m256 af = _mm256_castsi256_ps(ab);
+            __m256 rs = _mm256_sub_ps(_mm256_add_ps(af, c14), c14);
+            __m256 q = _mm256_blendv_ps(_mm256_castsi256_ps(rn), rs, _mm256_cmp_ps(af, small, _CMP_LT_OQ));
+            _mm256_storeu_ps(x + g + 8 * h, _mm256_mul_ps(_mm256_or_ps(q, _mm256_castsi256_ps(sign)), vs));
+        }
+    }
+}
+
 const dsf_akernels akernels_avx2 = {
     .name = "avx2",
     .attn = attn_avx2,
@@ -335,4 +377,5 @@ const dsf_akernels akernels_avx2 = {
     .hc_expand = hc_expand_avx2,
     .swiglu = swiglu_avx2,
     .add = add_avx2,
+    .qdq_fp8 = qdq_fp8_avx2,
 };
