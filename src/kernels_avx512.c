@@ -179,49 +179,61 @@ INLINE void t1_tile_rows(const dsf_wmat *w, int64_t r0, int64_t r1, int64_t len,
  * order, of per-chunk partial sums, so decode and prefill give bit-identical results), row
  * tiles over [r0, r1), token tiles within token chunks of TC. Edge tiles repeat the last
  * row/token and drop the extra results. */
-#define MATMUL(NAME, DEC, GB) TILE_T1(NAME##_t1, DEC, GB) MATMUL_WITH(NAME, NAME##_t1, DEC, GB)
-#define MATMUL_WITH(NAME, T1, DEC, GB)                                                         \
-    TILE_TN(NAME##_tn, DEC, GB)                                                                \
-    static void NAME(const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy,      \
-                     int64_t r0, int64_t r1) {                                                 \
-        const int64_t ng = w->n_in / 32, kcg = KC / 32;                                        \
-        if (T == 1) {                                                                          \
-            const uint8_t *wr[RB];                                                             \
-            int64_t rr[RB], len = t1_stream_len(r0, r1, RB, 1);                                \
-            for (int64_t k = 0; k < len; k++) {                                                \
-                t1_tile_rows(w, r0, r1, len, k, RB, 1, rr, wr);                                \
-                for (int64_t g0 = 0; g0 < ng; g0 += kcg) {                                     \
-                    float out[RB];                                                             \
-                    T1(wr, x, g0, g0 + kcg < ng ? g0 + kcg : ng, out);                         \
-                    for (int i = 0; i < RB; i++)                                               \
-                        if (rr[i] >= 0) y[rr[i]] = g0 == 0 ? out[i] : y[rr[i]] + out[i];       \
-                }                                                                              \
+/* The two loop nests shared by every matmul below; they expect w, x, T, y, ldy, r0, r1 and
+ * ng (groups of 32 per row) in scope. T1_LOOP: tiles of NS x PW rows from far-apart streams,
+ * K chunks of KCG groups, results summed in chunk order. TN_LOOP: token chunks of TCH, K
+ * chunks of KCG groups, tiles of R rows (from far-apart streams) x TBK tokens (XT: the
+ * activation element type); edge tiles repeat the last row / token and drop their results. */
+#define T1_LOOP(T1, NS, PW, KCG)                                                               \
+    do {                                                                                       \
+        const uint8_t *wr_[(NS) * (PW)];                                                       \
+        int64_t rr_[(NS) * (PW)], len_ = t1_stream_len(r0, r1, NS, PW);                        \
+        for (int64_t k_ = 0; k_ < len_; k_++) {                                                \
+            t1_tile_rows(w, r0, r1, len_, k_, NS, PW, rr_, wr_);                               \
+            for (int64_t g0 = 0; g0 < ng; g0 += (KCG)) {                                       \
+                float o_[(NS) * (PW)];                                                         \
+                T1(wr_, x, g0, g0 + (KCG) < ng ? g0 + (KCG) : ng, o_);                         \
+                for (int i = 0; i < (NS) * (PW); i++)                                          \
+                    if (rr_[i] >= 0) y[rr_[i]] = g0 == 0 ? o_[i] : y[rr_[i]] + o_[i];          \
             }                                                                                  \
-            return;                                                                            \
         }                                                                                      \
-        const uint8_t *wr[RBN];                                                                \
-        for (int64_t tc = 0; tc < T; tc += TC) {                                               \
-            int64_t tc1 = tc + TC < T ? tc + TC : T;                                           \
-            for (int64_t g0 = 0; g0 < ng; g0 += kcg) {                                         \
-                int64_t g1 = g0 + kcg < ng ? g0 + kcg : ng;                                    \
-                int64_t rr[RBN], len = t1_stream_len(r0, r1, RBN, 1);                          \
-                for (int64_t k = 0; k < len; k++) {                                            \
-                    t1_tile_rows(w, r0, r1, len, k, RBN, 1, rr, wr);                           \
-                    for (int64_t t = tc; t < tc1; t += TB) {                                   \
-                        const float *xt[TB];                                                   \
-                        float out[RBN * TB];                                                   \
-                        for (int j = 0; j < TB; j++)                                           \
+    } while (0)
+
+#define TN_LOOP(XT, TILE, R, TBK, TCH, KCG)                                                    \
+    do {                                                                                       \
+        const uint8_t *wr_[R];                                                                 \
+        for (int64_t tc = 0; tc < T; tc += (TCH)) {                                            \
+            int64_t tc1 = tc + (TCH) < T ? tc + (TCH) : T;                                     \
+            for (int64_t g0 = 0; g0 < ng; g0 += (KCG)) {                                       \
+                int64_t g1 = g0 + (KCG) < ng ? g0 + (KCG) : ng;                                \
+                int64_t rr_[R], len_ = t1_stream_len(r0, r1, R, 1);                            \
+                for (int64_t k_ = 0; k_ < len_; k_++) {                                        \
+                    t1_tile_rows(w, r0, r1, len_, k_, R, 1, rr_, wr_);                         \
+                    for (int64_t t = tc; t < tc1; t += (TBK)) {                                \
+                        const XT *xt[TBK];                                                     \
+                        float out[(R) * (TBK)];                                                \
+                        for (int j = 0; j < (TBK); j++)                                        \
                             xt[j] = x + (t + j < tc1 ? t + j : tc1 - 1) * w->n_in;             \
-                        NAME##_tn(wr, xt, g0, g1, out);                                        \
-                        for (int i = 0; i < RBN; i++)                                          \
-                            for (int j = 0; j < TB && rr[i] >= 0 && t + j < tc1; j++) {        \
-                                float *yy = &y[(t + j) * ldy + rr[i]];                         \
-                                *yy = g0 == 0 ? out[i * TB + j] : *yy + out[i * TB + j];       \
+                        TILE(wr_, xt, g0, g1, out);                                            \
+                        for (int i = 0; i < (R); i++)                                          \
+                            for (int j = 0; j < (TBK) && rr_[i] >= 0 && t + j < tc1; j++) {    \
+                                float *yy = &y[(t + j) * ldy + rr_[i]];                        \
+                                *yy = g0 == 0 ? out[i * (TBK) + j] : *yy + out[i * (TBK) + j]; \
                             }                                                                  \
                     }                                                                          \
                 }                                                                              \
             }                                                                                  \
         }                                                                                      \
+    } while (0)
+
+#define MATMUL(NAME, DEC, GB) TILE_T1(NAME##_t1, DEC, GB) MATMUL_WITH(NAME, NAME##_t1, DEC, GB)
+#define MATMUL_WITH(NAME, T1, DEC, GB)                                                         \
+    TILE_TN(NAME##_tn, DEC, GB)                                                                \
+    static void NAME(const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy,      \
+                     int64_t r0, int64_t r1) {                                                 \
+        const int64_t ng = w->n_in / 32;                                                       \
+        if (T == 1) T1_LOOP(T1, RB, 1, KC / 32);                                               \
+        else TN_LOOP(float, NAME##_tn, RBN, TB, TC, KC / 32);                                  \
     }
 
 /* MXFP4 decode tile (T = 1): the hot loop of MoE decode. Scales are prepared 16 blocks at a
@@ -462,44 +474,9 @@ INLINE int mx_panel_row(const uint8_t *row, int64_t g0, int64_t g1, uint16_t *ds
             matmul_xbf16_any_ref(w, x, T, y, ldy, r0, r1);                                     \
             return;                                                                            \
         }                                                                                      \
-        const int64_t ng = w->n_in / 32, kcg = XKC / 32;                                       \
-        if (T == 1) {                                                                          \
-            const uint8_t *w4[RB * PW];                                                        \
-            int64_t rr[RB * PW], len = t1_stream_len(r0, r1, RB, PW);                          \
-            for (int64_t k = 0; k < len; k++) {                                                \
-                t1_tile_rows(w, r0, r1, len, k, RB, PW, rr, w4);                               \
-                for (int64_t g0 = 0; g0 < ng; g0 += kcg) {                                     \
-                    float o4[RB * PW];                                                         \
-                    T1(w4, x, g0, g0 + kcg < ng ? g0 + kcg : ng, o4);                          \
-                    for (int i = 0; i < RB * PW; i++)                                          \
-                        if (rr[i] >= 0) y[rr[i]] = g0 == 0 ? o4[i] : y[rr[i]] + o4[i];         \
-                }                                                                              \
-            }                                                                                  \
-            return;                                                                            \
-        }                                                                                      \
-        const uint8_t *wr[XRB];                                                                \
-        for (int64_t tc = 0; tc < T; tc += XTC) {                                              \
-            int64_t tc1 = tc + XTC < T ? tc + XTC : T;                                         \
-            for (int64_t g0 = 0; g0 < ng; g0 += kcg) {                                         \
-                int64_t g1 = g0 + kcg < ng ? g0 + kcg : ng;                                    \
-                int64_t rr[XRB], len = t1_stream_len(r0, r1, XRB, 1);                          \
-                for (int64_t k = 0; k < len; k++) {                                            \
-                    t1_tile_rows(w, r0, r1, len, k, XRB, 1, rr, wr);                           \
-                    for (int64_t t = tc; t < tc1; t += XTB) {                                  \
-                        const uint16_t *xt[XTB];                                               \
-                        float out[XRB * XTB];                                                  \
-                        for (int j = 0; j < XTB; j++)                                          \
-                            xt[j] = x + (t + j < tc1 ? t + j : tc1 - 1) * w->n_in;             \
-                        TILE(wr, xt, g0, g1, out);                                             \
-                        for (int i = 0; i < XRB; i++)                                          \
-                            for (int j = 0; j < XTB && rr[i] >= 0 && t + j < tc1; j++) {       \
-                                float *yy = &y[(t + j) * ldy + rr[i]];                         \
-                                *yy = g0 == 0 ? out[i * XTB + j] : *yy + out[i * XTB + j];     \
-                            }                                                                  \
-                    }                                                                          \
-                }                                                                              \
-            }                                                                                  \
-        }                                                                                      \
+        const int64_t ng = w->n_in / 32;                                                       \
+        if (T == 1) T1_LOOP(T1, RB, PW, XKC / 32);                                             \
+        else TN_LOOP(uint16_t, TILE, XRB, XTB, XTC, XKC / 32);                                 \
     }
 
 XMATMUL(xmm_bf16, xb_bf16_tile, 4, 4, xb_bf16_t1, 1)
