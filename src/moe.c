@@ -61,7 +61,9 @@ static void moe_decode(const fwd *f, int64_t il, const float *vq, float *out) {
     const dsf_shape *sh = f->sh;
     const dsf_layer *L = &f->w->layers[il];
     dsf_scratch *sc = f->sc;
-    const int64_t D = sh->n_embd, K = sh->n_expert_used, ff = L->gate_sh.n_out;
+    /* slots of the widest expert (the shared one is n_shared routed widths wide) */
+    const int64_t D = sh->n_embd, K = sh->n_expert_used,
+                  ff = L->gate_sh.n_out > L->gate_exps.n_out ? L->gate_sh.n_out : L->gate_exps.n_out;
     int32_t order[64];
     int64_t ne = 0;
     for (int64_t k = 0; k < K; k++) order[ne++] = (int32_t)k;
@@ -93,10 +95,11 @@ static void moe_decode(const fwd *f, int64_t il, const float *vq, float *out) {
     const dsf_akernels *ak = akernels_get();
     for (int64_t i = 0; i <= ne; i++) {
         float *g = sc->eg + i * ff;
-        if (i < ne) ka_swiglu(ak, g, g, sc->eu + i * ff, ff, sh->swiglu_exp[il], sc->ewt[order[i]]);
-        else ka_swiglu(ak, g, g, sc->eu + i * ff, ff, sh->swiglu_shexp[il], 1.0f);
+        const int64_t n = wg[i].n_out;
+        if (i < ne) ka_swiglu(ak, g, g, sc->eu + i * ff, n, sh->swiglu_exp[il], sc->ewt[order[i]]);
+        else ka_swiglu(ak, g, g, sc->eu + i * ff, n, sh->swiglu_shexp[il], 1.0f);
         w[i] = &wd[i];
-        x[i] = fwd_act(f, g, 1, ff, sc->eu + i * ff);
+        x[i] = fwd_act(f, g, 1, n, sc->eu + i * ff);
         y[i] = sc->ey + i * D;
     }
     fwd_mm_act_multi(f, (int)(ne + 1), w, x, y);
