@@ -51,7 +51,8 @@ static int64_t mm_min_grain(const fwd *f, const dsf_wmat *w) {
 /* DSF_PROFILE=1: a time split printed to stderr at exit, for decode steps (T = 1) and prefill
  * chunks (T > 1) apart: whole forward calls, and the matmuls by path (fp32 / BF16
  * activations) and weight type, with the bytes (decode) or FLOPs (prefill) they did. A
- * debugging aid for speed work; off by default (one branch per call). */
+ * debugging aid for speed work; off by default (one branch per call). Process-wide counters
+ * without locks: meant for one engine driven by one thread (bench, logits, run). */
 enum { PROF_TYPES = 3, PROF_PATHS = 2 };
 typedef struct {
     double fwd_s, tokens, mm_s[PROF_PATHS][PROF_TYPES], mm_bytes[PROF_PATHS][PROF_TYPES], mm_flop[PROF_PATHS][PROF_TYPES];
