@@ -296,49 +296,14 @@ GUARDED(mm_mxfp4)
 
 /* ---- BF16-activation kernels (vdpbf16ps) ----
  * Products of BF16/MXFP4 weights and BF16 activations are exact in fp32; vdpbf16ps adds them
- * pairwise into fp32 lanes (flushing subnormals). Tiles: BF16 4 rows x 4 tokens (one 64-byte
- * weight load feeds 4 dot instructions), MXFP4 2 rows x 4 tokens x 2 accumulator chains (the
- * nibble decode, a vpermw lookup into a 32-word BF16 table whose exponents carry the block
- * scale, is amortized over 4 tokens). K is cut into XKC-element chunks and tokens into XTC
- * chunks (activation chunk XTC x XKC x 2 bytes = 256 KiB stays in L2). T = 1 has its own
- * tiles (xb_bf16_t1, xb_mx_t1) with the same per-output operations. */
+ * pairwise into fp32 lanes (flushing subnormals). BF16: tiles of 4 rows x 4 tokens (one
+ * 64-byte weight load feeds 4 dot instructions); T = 1 has its own tile (xb_bf16_t1) with
+ * the same per-output operations. K is cut into XKC-element chunks and tokens into XTC
+ * chunks (activation chunk XTC x XKC x 2 bytes = 256 KiB stays in L2). MXFP4: see below. */
 #define XKC 2048
 #define XTC 64
 
 INLINE __m512bh as_bh(__m512i v) { return (__m512bh)v; }
-
-INLINE double mx_block_exact(const uint8_t *p, const uint16_t *x) {
-    float wf[32];
-    dequant_row(GGML_TYPE_MXFP4, p, wf, 32);
-    double s = 0;
-    for (int i = 0; i < 32; i++) s += (double)wf[i] * (double)bf16_to_f32(x[i]);
-    return s;
-}
-
-/* Exact contribution of the blocks of one row in [g0, g1) whose scale is outside [2, 252]
- * (kept out of the hot loops: a call there would force the accumulators into memory). */
-static double mx_row_exceptions(const uint8_t *row, const uint16_t *x, int64_t g0, int64_t g1) {
-    double s = 0;
-    for (int64_t g = g0; g < g1; g++) {
-        int e = row[g * 17];
-        if (e < 2 || e > 252) s += mx_block_exact(row + g * 17, x + g * 32);
-    }
-    return s;
-}
-
-/* keep = 1: the block's BF16 weights; keep = 0: all zero (exceptional block, added exactly
- * elsewhere). The zero-masked add multiplies the nonzero table entries by 2^(e-128) (an
- * exponent add) and leaves the zero codes (entries 0, 8, 16, 24) at zero. (A zero-masked
- * table rather than a masked vdpbf16ps: GCC 12 narrows the latter's mask to 8 bits.)
- * Indices: the 16 code bytes broadcast to both halves and widened to words; the upper 16
- * words are shifted right by 4 (the high nibbles, codes 16-31); vpermw reads 5 index bits
- * and the table repeats, so the stray bit 4 of the low half does not matter. */
-INLINE __m512i mx_decode_bf16(const uint8_t *p, __m512i base, __m512i kvec, int keep) {
-    __m512i tbl = _mm512_maskz_add_epi16((__mmask32)(keep ? 0xFEFEFEFEu : 0u), base, kvec);
-    __m512i id = _mm512_cvtepu8_epi16(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(p + 1))));
-    id = _mm512_mask_srli_epi16(id, (__mmask32)0xFFFF0000u, id, 4);
-    return _mm512_permutexvar_epi16(id, tbl);
-}
 
 INLINE void xb_bf16_tile(const uint8_t *const *wr, const uint16_t *const *x, int64_t g0, int64_t g1, float *out) {
     __m512 a[4][4];
@@ -356,10 +321,6 @@ INLINE void xb_bf16_tile(const uint8_t *const *wr, const uint16_t *const *x, int
         UNROLL for (int t = 0; t < 4; t++) out[r * 4 + t] = _mm512_reduce_add_ps(a[r][t]);
 }
 
-/* kvalues_mxfp4 as BF16 bits, repeated so that vpermw (5 index bits) ignores bit 4 */
-#define KV_BF16 0x0000, 0x3F80, 0x4000, 0x4040, 0x4080, 0x40C0, 0x4100, 0x4140, \
-                0x0000, (short)0xBF80, (short)0xC000, (short)0xC040, (short)0xC080, (short)0xC0C0, (short)0xC100, (short)0xC140
-
 /* T = 1 (decode) with BF16 activations: 4 rows share each 64-byte activation load; one
  * accumulator per row as in xb_bf16_tile (batch invariance). */
 INLINE void xb_bf16_t1(const uint8_t *const *wr, const uint16_t *x, int64_t g0, int64_t g1, float *out) {
@@ -373,97 +334,6 @@ INLINE void xb_bf16_t1(const uint8_t *const *wr, const uint16_t *x, int64_t g0, 
         }
     }
     UNROLL for (int r = 0; r < 4; r++) out[r] = _mm512_reduce_add_ps(a[r]);
-}
-
-/* MXFP4 x BF16 activations, T = 1: per 16 blocks of a row, the exponent increments
- * (e - 128) << 7 are computed in one vector step and stored as doubled 16-bit words so that
- * the inner loop broadcasts them with a plain 32-bit load; blocks with e < 2 or e > 252
- * (values not normal BF16) are flagged and take the exact scalar path. */
-INLINE void mx_kw16(const uint8_t *p, int32_t *kw, uint32_t *exc) {
-    const __m512i idx = _mm512_set_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                        127, 110, 93, 76, 59, 42, 25, 8, 119, 102, 85, 68, 51, 34, 17, 0);
-    __m512i lo = _mm512_permutex2var_epi8(_mm512_loadu_si512((const void *)p), idx,
-                                          _mm512_loadu_si512((const void *)(p + 64)));
-    __m512i hi = _mm512_permutex2var_epi8(_mm512_loadu_si512((const void *)(p + 128)), idx,
-                                          _mm512_loadu_si512((const void *)(p + 192)));
-    __m512i e = _mm512_cvtepu8_epi32(_mm512_castsi512_si128(_mm512_mask_blend_epi8((__mmask64)0xFF00, lo, hi)));
-    __m512i k = _mm512_and_si512(_mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(128)), 7),
-                                 _mm512_set1_epi32(0xFFFF));
-    _mm512_storeu_si512((void *)kw, _mm512_or_si512(k, _mm512_slli_epi32(k, 16)));
-    *exc = (uint32_t)(_mm512_cmplt_epi32_mask(e, _mm512_set1_epi32(2)) | _mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(252)));
-}
-
-/* 16 blocks x MXR rows of xb_mx_t1; `masked` is a compile-time constant after inlining. */
-#define MXR 4
-INLINE void mx_t1_group(const uint8_t *const *wr, const uint16_t *x, int64_t g, __m512i base, int32_t (*kw)[16],
-                        const uint32_t *exc, __m512 *a, const int masked) {
-    for (int b = 0; b < 16; b++) {
-        __m512i xv = _mm512_loadu_si512((const void *)(x + (g + b) * 32));
-        UNROLL for (int r = 0; r < MXR; r++) {
-            const uint8_t *p = wr[r] + (g + b) * 17;
-            _mm_prefetch((const char *)(p + PF_DIST), _MM_HINT_T0);
-            __m512i wv = mx_decode_bf16(p, base, _mm512_set1_epi32(kw[r][b]), !masked || !((exc[r] >> b) & 1));
-            a[r] = _mm512_dpbf16_ps(a[r], as_bh(wv), as_bh(xv));
-        }
-    }
-}
-
-/* One accumulator per row (blocks in order), exceptional blocks added exactly per chunk:
- * the operations of the T > 1 path (an MXFP4 panel decoded to BF16, then xb_bf16_tile),
- * for batch invariance; only the scale preparation differs, which changes no value. */
-INLINE void xb_mx_t1(const uint8_t *const *wr, const uint16_t *x, int64_t g0, int64_t g1, float *out) {
-    static const short kv_bf16[32] __attribute__((aligned(64))) = {KV_BF16, KV_BF16};
-    const __m512i base = _mm512_load_si512((const void *)kv_bf16);
-    __m512 a[MXR];
-    uint32_t any_exc = 0;
-    UNROLL for (int r = 0; r < MXR; r++) a[r] = _mm512_setzero_ps();
-    int64_t g = g0;
-    for (; g + 16 <= g1; g += 16) {
-        int32_t kw[MXR][16];
-        uint32_t exc[MXR], exc_any = 0;
-        UNROLL for (int r = 0; r < MXR; r++) {
-            mx_kw16(wr[r] + g * 17, kw[r], &exc[r]);
-            any_exc |= exc[r] ? 1u << r : 0;
-            exc_any |= exc[r];
-        }
-        /* the common case (no exceptional block among these 16 x MXR) runs without per-block
-         * masks; otherwise exceptional blocks are zeroed here and added exactly afterwards */
-        if (!exc_any) mx_t1_group(wr, x, g, base, kw, exc, a, 0);
-        else mx_t1_group(wr, x, g, base, kw, exc, a, 1);
-    }
-    for (; g < g1; g++) {
-        __m512i xv = _mm512_loadu_si512((const void *)(x + g * 32));
-        UNROLL for (int r = 0; r < MXR; r++) {
-            const uint8_t *p = wr[r] + g * 17;
-            int e = p[0];
-            int bad = e < 2 || e > 252;
-            any_exc |= bad ? 1u << r : 0;
-            __m512i wv = mx_decode_bf16(p, base, _mm512_set1_epi16((short)((e - 128) * 128)), !bad);
-            a[r] = _mm512_dpbf16_ps(a[r], as_bh(wv), as_bh(xv));
-        }
-    }
-    UNROLL for (int r = 0; r < MXR; r++) {
-        double v = (double)_mm512_reduce_add_ps(a[r]);
-        if (any_exc >> r & 1) v += mx_row_exceptions(wr[r], x, g0, g1);
-        out[r] = (float)v;
-    }
-}
-
-/* Decodes blocks [g0, g1) of one MXFP4 row into BF16 (dst[(g - g0) * 32 ...]); exceptional
- * blocks (scale outside [2, 252]) become zeros. Returns 1 if there was any. */
-INLINE int mx_panel_row(const uint8_t *row, int64_t g0, int64_t g1, uint16_t *dst) {
-    static const short kv_bf16[32] __attribute__((aligned(64))) = {KV_BF16, KV_BF16};
-    const __m512i base = _mm512_load_si512((const void *)kv_bf16);
-    int any = 0;
-    for (int64_t g = g0; g < g1; g++) {
-        const uint8_t *p = row + g * 17;
-        int e = p[0], bad = e < 2 || e > 252;
-        any |= bad;
-        _mm512_storeu_si512((void *)(dst + (g - g0) * 32),
-                            mx_decode_bf16(p, base, _mm512_set1_epi16((short)((e - 128) * 128)), !bad));
-    }
-    return any;
 }
 
 #define XMATMUL(NAME, TILE, XRB, XTB, T1, PW)                                                \
@@ -480,48 +350,312 @@ INLINE int mx_panel_row(const uint8_t *row, int64_t g0, int64_t g1, uint16_t *ds
     }
 
 XMATMUL(xmm_bf16, xb_bf16_tile, 4, 4, xb_bf16_t1, 1)
-XMATMUL(xmm_mx_t1only, xb_bf16_tile, 4, 4, xb_mx_t1, 1) /* its T > 1 branch is never used */
 
-/* MXFP4 x BF16 activations. T = 1: xb_mx_t1 on far-apart row streams. T > 1: per token chunk,
- * K chunk and 4 rows, the weights are decoded once into a BF16 panel (16 KiB, L1) and the
- * BF16 tile runs over it for every 4 tokens of the chunk: the decode is amortized over up to
- * XTC tokens, and each output gets exactly the operations of xb_mx_t1 (one chain, blocks in
- * order, exceptional blocks zero in the dot and added exactly per chunk). */
+/* ---- MXFP4 x BF16 activations ----
+ * A group is 4 consecutive blocks (128 weights, 68 bytes). One vpermt2b gathers the group's
+ * 4 x 16 code bytes so that 128-bit lane i holds block i. vpermw reads the low 5 bits of each
+ * 16-bit word (the table repeats, so bit 4 does not matter): the word b[2m+1] << 8 | b[2m]
+ * shifted right by 0, 4, 8 and 12 selects elements 2m, 16+2m, 2m+1 and 17+2m of the lane's
+ * block, as unscaled e2m1 values in BF16 (W0..W3). The activations are permuted the same way
+ * (mx_perm_group), so four vdpbf16ps into a zeroed P leave in lane i the exact products of
+ * block i only, summed in fp32; one FMA applies each block's scale S = 2^(e-127) (the scale
+ * byte moved into the exponent field of its lane's 4 dwords: e2m1 x 2^(e-127) is
+ * gguf-layout §1.5's kvalues x 2^(e-128)) and adds P into the row's accumulator. This takes
+ * about 16 vector operations per 128 weights, against 22 when each block was decoded to
+ * scaled BF16 through a per-block table: a core now decodes about 40 GB/s of MXFP4 from L2
+ * (28 before), more than it can read from memory.
+ * Exceptional blocks: e = 0 (2^-127, subnormal) and e = 255 (2^128, not finite) give S = +0
+ * and +inf. Their S lane is zeroed (masked tile) and their exact contribution is added per K
+ * chunk in double (mx_row_exceptions). The fast tile only detects them (vfpclassps); a chunk
+ * that has one is recomputed by the masked tile.
+ * Batch invariance: T > 1 decodes W0..W3 and the masked S of 4 rows into a panel and runs,
+ * for each token, the same P = 4 dots from zero and acc = fma(P, S, acc) over the same K
+ * chunks, so every output gets exactly the operations of T = 1. */
+#ifndef MXKC
+#define MXKC 2048 /* K chunk (elements) of the MXFP4 kernels: 16 groups */
+#endif
+#ifndef MXTC
+#define MXTC 32 /* T > 1 token chunk: its permuted activations, MXTC x MXKC x 2 = 128 KiB (stack) */
+#endif
+
+static const uint16_t mx_e2m1_bf16[32] __attribute__((aligned(64))) = {
+    0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0, /* 0, 0.5, 1, 1.5, 2, 3, 4, 6 */
+    0x0000, 0xBF00, 0xBF80, 0xBFC0, 0xC000, 0xC040, 0xC080, 0xC0C0, /* -0 is 0, as in kvalues */
+    0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0,
+    0x0000, 0xBF00, 0xBF80, 0xBFC0, 0xC000, 0xC040, 0xC080, 0xC0C0};
+
+/* Byte indices into (p[0..63], p[4..67]): lane i gets block i's 16 code bytes p[17i+1 ...]. */
+static const uint8_t mx_idx_codes[64] __attribute__((aligned(64))) = {
+    1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16,
+    18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33,
+    35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50,
+    112, 113, 114, 115, 116, 117, 118, 119, 120, 121, 122, 123, 124, 125, 126, 127};
+
+/* Byte indices into p[0..63]: byte 3 of each dword of lane i gets block i's scale p[17i]. */
+static const uint8_t mx_idx_scales[64] __attribute__((aligned(64))) = {
+    0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,
+    17, 17, 17, 17, 17, 17, 17, 17, 17, 17, 17, 17, 17, 17, 17, 17,
+    34, 34, 34, 34, 34, 34, 34, 34, 34, 34, 34, 34, 34, 34, 34, 34,
+    51, 51, 51, 51, 51, 51, 51, 51, 51, 51, 51, 51, 51, 51, 51, 51};
+
+/* Word indices of one block's 32 activations in the W0..W3 order (see above). */
+static const uint16_t mx_idx_perm[32] __attribute__((aligned(64))) = {
+    0,  2,  4,  6,  8,  10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30,
+    1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+
+INLINE int mx_exceptional(int e) { return e == 0 || e == 255; }
+
+INLINE double mx_block_exact(const uint8_t *p, const uint16_t *x) {
+    float wf[32];
+    dequant_row(GGML_TYPE_MXFP4, p, wf, 32);
+    double s = 0;
+    for (int i = 0; i < 32; i++) s += (double)wf[i] * (double)bf16_to_f32(x[i]);
+    return s;
+}
+
+/* Exact contribution of the exceptional blocks of one row in [b0, b1) (natural activations;
+ * kept out of the hot loops: a call there would force the accumulators into memory). */
+static double mx_row_exceptions(const uint8_t *row, const uint16_t *x, int64_t b0, int64_t b1) {
+    double s = 0;
+    for (int64_t b = b0; b < b1; b++)
+        if (mx_exceptional(row[b * 17])) s += mx_block_exact(row + b * 17, x + b * 32);
+    return s;
+}
+
+/* The activations of group q (blocks 4q .. 4q+nb-1 of x; missing blocks are zeros) in the
+ * order of W0..W3: xp[32j + 8i + m] is element m of W_j's lane i. */
+INLINE void mx_perm_group(const uint16_t *x, int nb, uint16_t *xp) {
+    const __m512i idx = _mm512_load_si512((const void *)mx_idx_perm);
+    __m512i y[4];
+    UNROLL for (int i = 0; i < 4; i++)
+        y[i] = i < nb ? _mm512_permutexvar_epi16(idx, _mm512_loadu_si512((const void *)(x + 32 * i)))
+                      : _mm512_setzero_si512();
+    /* y[i]'s 128-bit quarter j holds lane i of W_j: a 4 x 4 transpose of quarters */
+    __m512i t0 = _mm512_shuffle_i64x2(y[0], y[1], 0x44), t1 = _mm512_shuffle_i64x2(y[0], y[1], 0xEE);
+    __m512i t2 = _mm512_shuffle_i64x2(y[2], y[3], 0x44), t3 = _mm512_shuffle_i64x2(y[2], y[3], 0xEE);
+    _mm512_store_si512((void *)xp, _mm512_shuffle_i64x2(t0, t2, 0x88));
+    _mm512_store_si512((void *)(xp + 32), _mm512_shuffle_i64x2(t0, t2, 0xDD));
+    _mm512_store_si512((void *)(xp + 64), _mm512_shuffle_i64x2(t1, t3, 0x88));
+    _mm512_store_si512((void *)(xp + 96), _mm512_shuffle_i64x2(t1, t3, 0xDD));
+}
+
+/* Groups [q0, q1) of a row of nbk blocks, permuted into xp (128 elements per group). */
+INLINE void mx_perm_x(const uint16_t *x, int64_t nbk, int64_t q0, int64_t q1, uint16_t *xp) {
+    for (int64_t q = q0; q < q1; q++) {
+        int64_t nb = nbk - 4 * q;
+        mx_perm_group(x + q * 128, nb < 4 ? (int)nb : 4, xp + (q - q0) * 128);
+    }
+}
+
+/* Decodes the group at p (nb blocks; nb < 4 only for a row's last group, read with a masked
+ * load so that nothing past the row is touched): W[0..3] and S; returns the exceptional
+ * lanes (as a 16-bit dword mask). */
+INLINE void mx_group_decode(const uint8_t *p, int nb, __m512i *W, __m512 *S) {
+    __m512i a, b;
+    if (nb == 4) {
+        a = _mm512_loadu_si512((const void *)p);
+        b = _mm512_loadu_si512((const void *)(p + 4));
+    } else {
+        a = _mm512_maskz_loadu_epi8(((__mmask64)1 << (17 * nb)) - 1, p);
+        b = _mm512_setzero_si512();
+    }
+    __m512i c = _mm512_permutex2var_epi8(a, _mm512_load_si512((const void *)mx_idx_codes), b);
+    __m512i e = _mm512_maskz_permutexvar_epi8((__mmask64)0x8888888888888888ull,
+                                              _mm512_load_si512((const void *)mx_idx_scales), a);
+    *S = _mm512_castsi512_ps(_mm512_srli_epi32(e, 1)); /* e << 23: 2^(e-127) */
+    const __m512i tbl = _mm512_load_si512((const void *)mx_e2m1_bf16);
+    W[0] = _mm512_permutexvar_epi16(c, tbl);
+    W[1] = _mm512_permutexvar_epi16(_mm512_srli_epi16(c, 4), tbl);
+    W[2] = _mm512_permutexvar_epi16(_mm512_srli_epi16(c, 8), tbl);
+    W[3] = _mm512_permutexvar_epi16(_mm512_srli_epi16(c, 12), tbl);
+}
+
+/* The exceptional lanes of a group's S: +0 (e = 0) or +inf (e = 255); lanes past nb blocks
+ * (zeros) are not. */
+INLINE __mmask16 mx_bad_lanes(__m512 S, int nb) {
+    __mmask16 bad = _mm512_fpclass_ps_mask(S, 0x0A);
+    return nb == 4 ? bad : (__mmask16)(bad & ((1u << (4 * nb)) - 1));
+}
+
+INLINE __m512 mx_group_dot_x(const __m512i *W, __m512 S, const __m512i *X, __m512 acc) {
+#ifdef MX_SPLIT
+    __m512 P = _mm512_dpbf16_ps(_mm512_setzero_ps(), as_bh(W[0]), as_bh(X[0]));
+    __m512 Q = _mm512_dpbf16_ps(_mm512_setzero_ps(), as_bh(W[2]), as_bh(X[2]));
+    P = _mm512_dpbf16_ps(P, as_bh(W[1]), as_bh(X[1]));
+    Q = _mm512_dpbf16_ps(Q, as_bh(W[3]), as_bh(X[3]));
+    P = _mm512_add_ps(P, Q);
+#else
+    __m512 P = _mm512_setzero_ps();
+    UNROLL for (int j = 0; j < 4; j++) P = _mm512_dpbf16_ps(P, as_bh(W[j]), as_bh(X[j]));
+#endif
+    return _mm512_fmadd_ps(P, S, acc);
+}
+
+INLINE __m512 mx_group_dot(const __m512i *W, __m512 S, const uint16_t *xp, __m512 acc) {
+    __m512i X[4];
+    UNROLL for (int j = 0; j < 4; j++) X[j] = _mm512_load_si512((const void *)(xp + 32 * j));
+    return mx_group_dot_x(W, S, X, acc);
+}
+
+/* T = 1: 4 rows over groups [q0, q1) of the permuted activations xp (group q0 first); nbl:
+ * blocks in group q1 - 1. masked = 0: returns nonzero if any block was exceptional (the
+ * results are then to be discarded); the hot loop only tracks the smallest and largest S
+ * bits (an exceptional S is 0 or 0x7F800000, every other one lies strictly between).
+ * masked = 1: zeroes the exceptional S lanes, bad[r] tells which rows had any. */
+INLINE int mx_t1_tile(const uint8_t *const *wr, const uint16_t *xp, int64_t q0, int64_t q1, int nbl, float *out,
+                      const int masked, int *bad) {
+    __m512 acc[4];
+    __mmask16 any[4] = {0, 0, 0, 0};
+    __m512i lo = _mm512_set1_epi32(0x7F000000), hi = _mm512_set1_epi32(0x00800000);
+    UNROLL for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
+    int64_t qf = nbl < 4 ? q1 - 1 : q1;
+    for (int64_t q = q0; q < qf; q++) {
+        const uint16_t *xq = xp + (q - q0) * 128;
+        UNROLL for (int r = 0; r < 4; r++) {
+            const uint8_t *p = wr[r] + q * 68;
+            _mm_prefetch((const char *)(p + PF_DIST), _MM_HINT_T0);
+            _mm_prefetch((const char *)(p + PF_DIST + 64), _MM_HINT_T0);
+            __m512i W[4];
+            __m512 S;
+            mx_group_decode(p, 4, W, &S);
+            if (masked) {
+                __mmask16 k = mx_bad_lanes(S, 4);
+                any[r] |= k;
+                S = _mm512_maskz_mov_ps((__mmask16)~k, S);
+            } else {
+                lo = _mm512_min_epu32(lo, _mm512_castps_si512(S));
+                hi = _mm512_max_epu32(hi, _mm512_castps_si512(S));
+            }
+            acc[r] = mx_group_dot(W, S, xq, acc[r]);
+        }
+    }
+    if (qf < q1) {
+        const uint16_t *xq = xp + (qf - q0) * 128;
+        for (int r = 0; r < 4; r++) {
+            __m512i W[4];
+            __m512 S;
+            mx_group_decode(wr[r] + qf * 68, nbl, W, &S);
+            __mmask16 k = mx_bad_lanes(S, nbl);
+            any[r] |= k;
+            if (masked) S = _mm512_maskz_mov_ps((__mmask16)~k, S);
+            acc[r] = mx_group_dot(W, S, xq, acc[r]);
+        }
+    }
+    UNROLL for (int r = 0; r < 4; r++) out[r] = _mm512_reduce_add_ps(acc[r]);
+    if (masked)
+        for (int r = 0; r < 4; r++) bad[r] = any[r] != 0;
+    return (any[0] | any[1] | any[2] | any[3]) != 0 || _mm512_cmpeq_epi32_mask(lo, _mm512_setzero_si512()) != 0 ||
+           _mm512_cmpeq_epi32_mask(hi, _mm512_set1_epi32(0x7F800000)) != 0;
+}
+
+/* T > 1: decodes groups [q0, q1) of one row into a panel (W0..W3 and the masked S per
+ * group, exactly as mx_t1_tile's masked pass computes them); returns 1 if any was
+ * exceptional. */
+INLINE int mx_panel(const uint8_t *row, int64_t q0, int64_t q1, int nbl, __m512i (*panel)[5]) {
+    __mmask16 any = 0;
+    for (int64_t q = q0; q < q1; q++) {
+        __m512i W[4];
+        __m512 S;
+        int nb = q == q1 - 1 ? nbl : 4;
+        mx_group_decode(row + q * 68, nb, W, &S);
+        __mmask16 k = mx_bad_lanes(S, nb);
+        any |= k;
+        for (int j = 0; j < 4; j++) _mm512_store_si512((void *)&panel[q - q0][j], W[j]);
+        _mm512_store_si512((void *)&panel[q - q0][4], _mm512_castps_si512(_mm512_maskz_mov_ps((__mmask16)~k, S)));
+    }
+    return any != 0;
+}
+
+/* T > 1: 4 panel rows x 2 tokens (permuted activations x0, x1) over nq groups. */
+INLINE void mx_tn_tile(__m512i (*const *panel)[5], const uint16_t *x0, const uint16_t *x1, int64_t nq, float *out) {
+    __m512 acc[4][2];
+    UNROLL for (int r = 0; r < 4; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int64_t q = 0; q < nq; q++) {
+        __m512i X0[4], X1[4];
+        UNROLL for (int j = 0; j < 4; j++) {
+            X0[j] = _mm512_load_si512((const void *)(x0 + q * 128 + 32 * j));
+            X1[j] = _mm512_load_si512((const void *)(x1 + q * 128 + 32 * j));
+        }
+        UNROLL for (int r = 0; r < 4; r++) {
+            __m512i W[4];
+            UNROLL for (int j = 0; j < 4; j++) W[j] = _mm512_load_si512((const void *)&panel[r][q][j]);
+            __m512 S = _mm512_castsi512_ps(_mm512_load_si512((const void *)&panel[r][q][4]));
+            acc[r][0] = mx_group_dot_x(W, S, X0, acc[r][0]);
+            acc[r][1] = mx_group_dot_x(W, S, X1, acc[r][1]);
+        }
+    }
+    UNROLL for (int r = 0; r < 4; r++) {
+        out[r * 2] = _mm512_reduce_add_ps(acc[r][0]);
+        out[r * 2 + 1] = _mm512_reduce_add_ps(acc[r][1]);
+    }
+}
+
+/* MXFP4 x BF16 activations. T = 1: tiles of 4 far-apart row streams, K chunks of MXKC.
+ * T > 1: per token chunk and K chunk, the activations are permuted once; per 4 rows the
+ * weights are decoded once into a panel (4 x 16 x 5 x 64 bytes = 20 KiB, L1) and the tile
+ * runs over it for every 2 tokens of the chunk. */
 static void xmm_mxfp4(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, int64_t ldy, int64_t r0,
                       int64_t r1) {
     if (r1 <= r0 || T <= 0) return;
-    if (T == 1 || w->n_in % 32 != 0 || w->n_in > 16384) {
-        xmm_mx_t1only(w, x, T, y, ldy, r0, r1);
+    if (w->n_in % 32 != 0 || w->n_in > 16384) {
+        matmul_xbf16_any_ref(w, x, T, y, ldy, r0, r1);
         return;
     }
-    _Alignas(64) uint16_t panel[4][XKC];
-    const int64_t ng = w->n_in / 32, kcg = XKC / 32;
-    for (int64_t tc = 0; tc < T; tc += XTC) {
-        int64_t tc1 = tc + XTC < T ? tc + XTC : T;
-        for (int64_t g0 = 0; g0 < ng; g0 += kcg) {
-            int64_t g1 = g0 + kcg < ng ? g0 + kcg : ng;
-            int64_t rr[4], len = t1_stream_len(r0, r1, 4, 1);
+    const int64_t nbk = w->n_in / 32, ngr = (nbk + 3) / 4, kcq = MXKC / 128;
+    const int nlast = (int)(nbk - 4 * (ngr - 1)); /* blocks in a row's last group */
+    int64_t rr[4], len = t1_stream_len(r0, r1, 4, 1);
+    const uint8_t *wr[4];
+    if (T == 1) {
+        _Alignas(64) uint16_t xp[16384];
+        mx_perm_x(x, nbk, 0, ngr, xp);
+        for (int64_t k = 0; k < len; k++) {
+            t1_tile_rows(w, r0, r1, len, k, 4, 1, rr, wr);
+            for (int64_t q0 = 0; q0 < ngr; q0 += kcq) {
+                int64_t q1 = q0 + kcq < ngr ? q0 + kcq : ngr;
+                int nbl = q1 == ngr ? nlast : 4;
+                float o[4];
+                int bad[4];
+                if (mx_t1_tile(wr, xp + q0 * 128, q0, q1, nbl, o, 0, bad)) {
+                    mx_t1_tile(wr, xp + q0 * 128, q0, q1, nbl, o, 1, bad);
+                    for (int i = 0; i < 4; i++)
+                        if (bad[i]) o[i] = (float)((double)o[i] + mx_row_exceptions(wr[i], x, 4 * q0, q1 == ngr ? nbk : 4 * q1));
+                }
+                for (int i = 0; i < 4; i++)
+                    if (rr[i] >= 0) y[rr[i]] = q0 == 0 ? o[i] : y[rr[i]] + o[i];
+            }
+        }
+        return;
+    }
+    _Alignas(64) uint16_t xp[MXTC * MXKC];
+    _Alignas(64) __m512i panel[4][MXKC / 128][5];
+    __m512i(*pr[4])[5] = {panel[0], panel[1], panel[2], panel[3]};
+    for (int64_t tc = 0; tc < T; tc += MXTC) {
+        int64_t tc1 = tc + MXTC < T ? tc + MXTC : T;
+        for (int64_t q0 = 0; q0 < ngr; q0 += kcq) {
+            int64_t q1 = q0 + kcq < ngr ? q0 + kcq : ngr, b1 = q1 == ngr ? nbk : 4 * q1;
+            int nbl = q1 == ngr ? nlast : 4;
+            for (int64_t t = tc; t < tc1; t++) mx_perm_x(x + t * w->n_in, nbk, q0, q1, xp + (t - tc) * MXKC);
             for (int64_t k = 0; k < len; k++) {
-                const uint8_t *wr[4], *pr[4];
                 int exc[4];
                 t1_tile_rows(w, r0, r1, len, k, 4, 1, rr, wr);
                 for (int i = 0; i < 4; i++) {
                     /* rows past r1 repeat row r1 - 1 (results dropped): decode it once */
-                    exc[i] = rr[i] >= 0 || i == 0 ? mx_panel_row(wr[i], g0, g1, panel[i]) : exc[i - 1];
-                    if (rr[i] < 0 && i > 0) memcpy(panel[i], panel[i - 1], (size_t)(g1 - g0) * 64);
-                    pr[i] = (const uint8_t *)panel[i];
+                    if (rr[i] >= 0 || i == 0) exc[i] = mx_panel(wr[i], q0, q1, nbl, panel[i]);
+                    else {
+                        exc[i] = exc[i - 1];
+                        memcpy(panel[i], panel[i - 1], sizeof panel[i]);
+                    }
                 }
-                for (int64_t t = tc; t < tc1; t += 4) {
-                    const uint16_t *xt[4];
-                    float out[16];
-                    for (int j = 0; j < 4; j++) xt[j] = x + (t + j < tc1 ? t + j : tc1 - 1) * w->n_in + g0 * 32;
-                    xb_bf16_tile(pr, xt, 0, g1 - g0, out);
+                for (int64_t t = tc; t < tc1; t += 2) {
+                    int64_t t2 = t + 1 < tc1 ? t + 1 : t;
+                    float out[8];
+                    mx_tn_tile(pr, xp + (t - tc) * MXKC, xp + (t2 - tc) * MXKC, q1 - q0, out);
                     for (int i = 0; i < 4; i++)
-                        for (int j = 0; j < 4 && rr[i] >= 0 && t + j < tc1; j++) {
-                            double v = (double)out[i * 4 + j];
-                            if (exc[i]) v += mx_row_exceptions(wr[i], x + (t + j) * w->n_in, g0, g1);
+                        for (int j = 0; j < 2 && rr[i] >= 0 && t + j < tc1; j++) {
+                            float v = out[i * 2 + j];
+                            if (exc[i]) v = (float)((double)v + mx_row_exceptions(wr[i], x + (t + j) * w->n_in, 4 * q0, b1));
                             float *yy = &y[(t + j) * ldy + rr[i]];
-                            *yy = g0 == 0 ? (float)v : *yy + (float)v;
+                            *yy = q0 == 0 ? v : *yy + v;
                         }
                 }
             }

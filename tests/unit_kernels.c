@@ -190,6 +190,13 @@ TEST(kernels_mxfp4_extreme_scales) {
          * (the min subnormal is 2^-149), so only "finite and tiny" can be asked */
         CHECKF(fabs(y[0] - want[0]) <= 1e-6 * fabs(want[0]) + 1, "%s: e=255 row %.9g vs %.9g", names[n], y[0], want[0]);
         CHECKF(isfinite(y[1]) && fabsf(y[1]) < 1e-37f, "%s: e=0 row %.9g", names[n], y[1]);
+        /* the BF16-activation kernels (x is exact in BF16) take these blocks on their exact path */
+        uint16_t xb[32];
+        kern_act_to_bf16(x, xb, 32);
+        y[0] = y[1] = NAN;
+        kern_matmul_xbf16(k, &w, xb, 1, y, 2, 0, 2);
+        CHECKF(fabs(y[0] - want[0]) <= 1e-6 * fabs(want[0]) + 1, "%s xbf16: e=255 row %.9g vs %.9g", names[n], y[0], want[0]);
+        CHECKF(isfinite(y[1]) && fabsf(y[1]) < 1e-37f, "%s xbf16: e=0 row %.9g", names[n], y[1]);
     }
 }
 
@@ -222,7 +229,9 @@ TEST(kernels_fallback_untabled_type) {
 /* BF16-activation kernels against their twin. x is rounded to BF16 first (kern_act_to_bf16),
  * as reference mode's FP8-QDQ'd activations are exact in BF16. Same tolerance as above: the
  * products are exact and only fp32 summation order differs (subnormal flushing cannot matter:
- * weights and activations here are normal, and MXFP4 blocks with e < 2 take the exact path). */
+ * weights and activations here are normal, and the AVX-512 MXFP4 kernel scales each block's fp32
+ * sum by 2^(e-127) for e = 1 .. 254, exact unless the result is subnormal, which the 1e-40
+ * term covers; e = 0 and 255 take the exact path). */
 static int check_xbf16(test_ctx *t, const dsf_kernels *k, uint32_t type, int64_t n_in, int64_t n_out, int64_t T,
                        int64_t r0, int64_t r1) {
     dsf_wmat w = {.type = type, .n_in = n_in, .n_out = n_out};
