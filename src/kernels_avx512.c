@@ -566,28 +566,26 @@ INLINE int mx_panel(const uint8_t *row, int64_t q0, int64_t q1, int nbl, __m512i
     return any != 0;
 }
 
-/* T > 1: 4 panel rows x 2 tokens (permuted activations x0, x1) over nq groups. */
-INLINE void mx_tn_tile(__m512i (*const *panel)[5], const uint16_t *x0, const uint16_t *x1, int64_t nq, float *out) {
-    __m512 acc[4][2];
-    UNROLL for (int r = 0; r < 4; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+#ifndef MXTB
+#define MXTB 4 /* tokens per T > 1 tile */
+#endif
+/* T > 1: 4 panel rows x MXTB tokens (permuted activations x[t]) over nq groups. The
+ * activations are read from L1 by each dot (memory operands) and the panel row's W0..W3 and
+ * S stay in registers for the MXTB tokens: 16 accumulators and 5 weights fit the registers. */
+INLINE void mx_tn_tile(__m512i (*const *panel)[5], const uint16_t *const *x, int64_t nq, float *out) {
+    __m512 acc[4][MXTB];
+    UNROLL for (int r = 0; r < 4; r++)
+        UNROLL for (int t = 0; t < MXTB; t++) acc[r][t] = _mm512_setzero_ps();
     for (int64_t q = 0; q < nq; q++) {
-        __m512i X0[4], X1[4];
-        UNROLL for (int j = 0; j < 4; j++) {
-            X0[j] = _mm512_load_si512((const void *)(x0 + q * 128 + 32 * j));
-            X1[j] = _mm512_load_si512((const void *)(x1 + q * 128 + 32 * j));
-        }
         UNROLL for (int r = 0; r < 4; r++) {
             __m512i W[4];
             UNROLL for (int j = 0; j < 4; j++) W[j] = _mm512_load_si512((const void *)&panel[r][q][j]);
             __m512 S = _mm512_castsi512_ps(_mm512_load_si512((const void *)&panel[r][q][4]));
-            acc[r][0] = mx_group_dot_x(W, S, X0, acc[r][0]);
-            acc[r][1] = mx_group_dot_x(W, S, X1, acc[r][1]);
+            UNROLL for (int t = 0; t < MXTB; t++) acc[r][t] = mx_group_dot(W, S, x[t] + q * 128, acc[r][t]);
         }
     }
-    UNROLL for (int r = 0; r < 4; r++) {
-        out[r * 2] = _mm512_reduce_add_ps(acc[r][0]);
-        out[r * 2 + 1] = _mm512_reduce_add_ps(acc[r][1]);
-    }
+    UNROLL for (int r = 0; r < 4; r++)
+        UNROLL for (int t = 0; t < MXTB; t++) out[r * MXTB + t] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
 /* MXFP4 x BF16 activations. T = 1: tiles of 4 far-apart row streams, K chunks of MXKC.
@@ -646,13 +644,14 @@ static void xmm_mxfp4(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y,
                         memcpy(panel[i], panel[i - 1], sizeof panel[i]);
                     }
                 }
-                for (int64_t t = tc; t < tc1; t += 2) {
-                    int64_t t2 = t + 1 < tc1 ? t + 1 : t;
-                    float out[8];
-                    mx_tn_tile(pr, xp + (t - tc) * MXKC, xp + (t2 - tc) * MXKC, q1 - q0, out);
+                for (int64_t t = tc; t < tc1; t += MXTB) {
+                    const uint16_t *xt[MXTB];
+                    float out[4 * MXTB];
+                    for (int j = 0; j < MXTB; j++) xt[j] = xp + ((t + j < tc1 ? t + j : tc1 - 1) - tc) * MXKC;
+                    mx_tn_tile(pr, xt, q1 - q0, out);
                     for (int i = 0; i < 4; i++)
-                        for (int j = 0; j < 2 && rr[i] >= 0 && t + j < tc1; j++) {
-                            float v = out[i * 2 + j];
+                        for (int j = 0; j < MXTB && rr[i] >= 0 && t + j < tc1; j++) {
+                            float v = out[i * MXTB + j];
                             if (exc[i]) v = (float)((double)v + mx_row_exceptions(wr[i], x + (t + j) * w->n_in, 4 * q0, b1));
                             float *yy = &y[(t + j) * ldy + rr[i]];
                             *yy = q0 == 0 ? v : *yy + v;
