@@ -365,14 +365,27 @@ void attn_forward(const fwd *f, int64_t il, const float *u, float *out) {
     }
     /* grouped wo_a (a BF16 product in the reference: no activation quant), then wo_b */
     const int64_t og = sh->o_groups, olr = sh->o_lora, gin = H * dh / og;
-    for (int64_t g = 0; g < og; g++) {
-        for (int64_t t = 0; t < T; t++)
-            memcpy(sc->q + t * gin, sc->o + t * H * dh + g * gin, (size_t)gin * sizeof(float));
-        dsf_wmat wg = L->wo_a;
-        wg.n_out = olr;
-        wg.data = L->wo_a.data + (uint64_t)(g * olr) * L->wo_a.row_bytes;
-        fwd_mm(f, &wg, sc->q, T, sc->ya + g * olr, og * olr);
-    }
+    if (T == 1 && og <= 64) { /* decode: the og products in one job (one join instead of og) */
+        dsf_wmat wg[64];
+        const dsf_wmat *wp[64];
+        const float *xp[64];
+        float *yp[64];
+        for (int64_t g = 0; g < og; g++) {
+            wg[g] = L->wo_a;
+            wg[g].n_out = olr;
+            wg[g].data = L->wo_a.data + (uint64_t)(g * olr) * L->wo_a.row_bytes;
+            wp[g] = &wg[g], xp[g] = sc->o + g * gin, yp[g] = sc->ya + g * olr;
+        }
+        fwd_mm_multi(f, (int)og, wp, xp, yp);
+    } else
+        for (int64_t g = 0; g < og; g++) {
+            for (int64_t t = 0; t < T; t++)
+                memcpy(sc->q + t * gin, sc->o + t * H * dh + g * gin, (size_t)gin * sizeof(float));
+            dsf_wmat wg = L->wo_a;
+            wg.n_out = olr;
+            wg.data = L->wo_a.data + (uint64_t)(g * olr) * L->wo_a.row_bytes;
+            fwd_mm(f, &wg, sc->q, T, sc->ya + g * olr, og * olr);
+        }
     const float *yaq = fwd_act(f, sc->ya, T, og * olr, sc->yaq);
     fwd_mm_act(f, &L->wo_b, yaq, T, out, sh->n_embd);
 }

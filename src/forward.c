@@ -229,7 +229,9 @@ static void run_units(const fwd *f, mm_unit *units, int64_t nu) {
 }
 
 #define MULTI_MAX 64    /* products per call */
-void fwd_mm_act_multi(const fwd *f, int n, const dsf_wmat *const *w, const float *const *xq, float *const *y) {
+/* act: products as fwd_mm_act computes them (BF16 activations when exact in reference mode);
+ * otherwise as fwd_mm does (the fp32 family). */
+static void mm_multi(const fwd *f, int n, const dsf_wmat *const *w, const float *const *xq, float *const *y, bool act) {
     DSF_ASSERT(n >= 0 && n <= MULTI_MAX);
     mm_unit units[MULTI_UNITS];
     int64_t nu = 0, used = 0;
@@ -237,7 +239,7 @@ void fwd_mm_act_multi(const fwd *f, int n, const dsf_wmat *const *w, const float
     double t0 = prof_enabled() ? dsf_now() : 0;
     for (int i = 0; i < n; i++) {
         DSF_ASSERT(w[i]->n_in <= f->sc->xb_cap);
-        if (i == 0 || xq[i] != xq[i - 1]) { /* a new activation: its BF16 copy, if exact */
+        if (act && (i == 0 || xq[i] != xq[i - 1])) { /* a new activation: its BF16 copy, if exact */
             if (used + w[i]->n_in > f->sc->xb_cap) { /* full: run what refers to it first */
                 run_units(f, units, nu);
                 nu = used = 0;
@@ -260,8 +262,16 @@ void fwd_mm_act_multi(const fwd *f, int n, const dsf_wmat *const *w, const float
         double tot = 0, dt = dsf_now() - t0;
         for (int i = 0; i < n; i++) tot += (double)w[i]->row_bytes * (double)w[i]->n_out;
         for (int i = 0; i < n; i++)
-            prof_mm(f, w[i], 1, f->ref, dsf_now() - dt * (double)w[i]->row_bytes * (double)w[i]->n_out / tot);
+            prof_mm(f, w[i], 1, act && f->ref, dsf_now() - dt * (double)w[i]->row_bytes * (double)w[i]->n_out / tot);
     }
+}
+
+void fwd_mm_act_multi(const fwd *f, int n, const dsf_wmat *const *w, const float *const *xq, float *const *y) {
+    mm_multi(f, n, w, xq, y, true);
+}
+
+void fwd_mm_multi(const fwd *f, int n, const dsf_wmat *const *w, const float *const *x, float *const *y) {
+    mm_multi(f, n, w, x, y, false);
 }
 
 const float *fwd_act(const fwd *f, const float *x, int64_t T, int64_t n, float *xq) {

@@ -35,6 +35,9 @@ const float *fwd_act(const fwd *f, const float *x, int64_t T, int64_t n, float *
  * full, the products so far run as one job first). Cuts the per-call synchronization of
  * decode, where a token's experts are many small products. */
 void fwd_mm_act_multi(const fwd *f, int n, const dsf_wmat *const *w, const float *const *xq, float *const *y);
+/* The same for products without activation quantization: each exactly as fwd_mm computes it
+ * (the fp32 family), in one job (decode's 8 grouped wo_a products). */
+void fwd_mm_multi(const fwd *f, int n, const dsf_wmat *const *w, const float *const *x, float *const *y);
 /* Debug dump of a chunk tensor to $DSF_DUMP/<name>.f32 (no-op unless set). */
 void fwd_dump(const fwd *f, const char *name, const void *data, size_t bytes);
 
