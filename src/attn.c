@@ -74,8 +74,15 @@ static void compressor(const fwd *f, int64_t il, const float *u) {
         return;
     }
     DSF_ASSERT(r == 2);
-    fwd_mm(f, &L->comp_wkv, u, T, sc->ca, dh);
-    fwd_mm(f, &L->comp_wgate, u, T, sc->cg, dh);
+    if (T == 1) { /* decode: both products in one job */
+        const dsf_wmat *w2[2] = {&L->comp_wkv, &L->comp_wgate};
+        const float *x2[2] = {u, u};
+        float *y2[2] = {sc->ca, sc->cg};
+        fwd_mm_multi(f, 2, w2, x2, y2);
+    } else {
+        fwd_mm(f, &L->comp_wkv, u, T, sc->ca, dh);
+        fwd_mm(f, &L->comp_wgate, u, T, sc->cg, dh);
+    }
     int64_t nr = 0;
     for (int64_t t = 0; t < T; t++) {
         const int64_t p = f->tpos[t];
@@ -345,12 +352,17 @@ void attn_forward(const fwd *f, int64_t il, const float *u, float *out) {
     const float *freq = rope_table(f, il);
 
     const float *uq = fwd_act(f, u, T, sh->n_embd, sc->uq);
-    fwd_mm_act(f, &L->wq_a, uq, T, sc->qa, ql);
+    if (T == 1) { /* decode: wq_a and wkv (same input) in one job */
+        const dsf_wmat *w2[2] = {&L->wq_a, &L->wkv};
+        const float *x2[2] = {uq, uq};
+        float *y2[2] = {sc->qa, sc->kvw};
+        fwd_mm_act_multi(f, 2, w2, x2, y2);
+    } else fwd_mm_act(f, &L->wq_a, uq, T, sc->qa, ql);
     core_job cj = {f, akernels_get(), il, freq, (float)(1.0 / sqrt((double)dh))};
     dsf_parallel_for(f->e->pool, T, 16384 / ql + 1, qnorm_range, &cj);
     const float *qrq = fwd_act(f, sc->qr, T, ql, sc->qrq);
     fwd_mm_act(f, &L->wq_b, qrq, T, sc->q, H * dh);
-    fwd_mm_act(f, &L->wkv, uq, T, sc->kvw, dh);
+    if (T > 1) fwd_mm_act(f, &L->wkv, uq, T, sc->kvw, dh);
     dsf_parallel_for(f->e->pool, T, 8, qkv_range, &cj);
     if (r > 0) {
         if (sh->kv_src[il] == il) compressor(f, il, u);
