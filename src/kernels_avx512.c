@@ -603,8 +603,10 @@ static void xmm_mxfp4(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y,
     const int nlast = (int)(nbk - 4 * (ngr - 1)); /* blocks in a row's last group */
     int64_t rr[4], len = t1_stream_len(r0, r1, 4, 1);
     const uint8_t *wr[4];
+    /* the permuted activations: T = 1 a whole row (n_in <= 16384), T > 1 a chunk */
+    _Static_assert(MXTC * MXKC >= 16384, "the T = 1 activations must fit the chunk buffer");
+    _Alignas(64) uint16_t xp[MXTC * MXKC];
     if (T == 1) {
-        _Alignas(64) uint16_t xp[16384];
         mx_perm_x(x, nbk, 0, ngr, xp);
         for (int64_t k = 0; k < len; k++) {
             t1_tile_rows(w, r0, r1, len, k, 4, 1, rr, wr);
@@ -624,7 +626,6 @@ static void xmm_mxfp4(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y,
         }
         return;
     }
-    _Alignas(64) uint16_t xp[MXTC * MXKC];
     _Alignas(64) __m512i panel[4][MXKC / 128][5];
     __m512i(*pr[4])[5] = {panel[0], panel[1], panel[2], panel[3]};
     for (int64_t tc = 0; tc < T; tc += MXTC) {

@@ -190,13 +190,21 @@ TEST(kernels_mxfp4_extreme_scales) {
          * (the min subnormal is 2^-149), so only "finite and tiny" can be asked */
         CHECKF(fabs(y[0] - want[0]) <= 1e-6 * fabs(want[0]) + 1, "%s: e=255 row %.9g vs %.9g", names[n], y[0], want[0]);
         CHECKF(isfinite(y[1]) && fabsf(y[1]) < 1e-37f, "%s: e=0 row %.9g", names[n], y[1]);
-        /* the BF16-activation kernels (x is exact in BF16) take these blocks on their exact path */
-        uint16_t xb[32];
+        /* the BF16-activation kernels (x is exact in BF16) take these blocks on their exact
+         * path, for decode (T = 1) and prefill (T = 2: the same token twice) */
+        uint16_t xb[64];
         kern_act_to_bf16(x, xb, 32);
-        y[0] = y[1] = NAN;
-        kern_matmul_xbf16(k, &w, xb, 1, y, 2, 0, 2);
-        CHECKF(fabs(y[0] - want[0]) <= 1e-6 * fabs(want[0]) + 1, "%s xbf16: e=255 row %.9g vs %.9g", names[n], y[0], want[0]);
-        CHECKF(isfinite(y[1]) && fabsf(y[1]) < 1e-37f, "%s xbf16: e=0 row %.9g", names[n], y[1]);
+        memcpy(xb + 32, xb, 32 * sizeof *xb);
+        for (int T = 1; T <= 2; T++) {
+            float yt[4] = {NAN, NAN, NAN, NAN};
+            kern_matmul_xbf16(k, &w, xb, T, yt, 2, 0, 2);
+            for (int tt = 0; tt < T; tt++) {
+                CHECKF(fabs(yt[2 * tt] - want[0]) <= 1e-6 * fabs(want[0]) + 1, "%s xbf16 T=%d: e=255 row %.9g vs %.9g",
+                       names[n], T, yt[2 * tt], want[0]);
+                CHECKF(isfinite(yt[2 * tt + 1]) && fabsf(yt[2 * tt + 1]) < 1e-37f, "%s xbf16 T=%d: e=0 row %.9g", names[n], T,
+                       yt[2 * tt + 1]);
+            }
+        }
     }
 }
 
