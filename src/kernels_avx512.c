@@ -22,6 +22,7 @@
 
 #if defined(__x86_64__) && defined(__AVX512F__)
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "quant.h"
@@ -364,10 +365,13 @@ XMATMUL(xmm_bf16, xb_bf16_tile, 4, 4, xb_bf16_t1, 1)
  * about 16 vector operations per 128 weights, against 22 when each block was decoded to
  * scaled BF16 through a per-block table: a core now decodes about 40 GB/s of MXFP4 from L2
  * (28 before), more than it can read from memory.
- * Exceptional blocks: e = 0 (2^-127, subnormal) and e = 255 (2^128, not finite) give S = +0
- * and +inf. Their S lane is zeroed (masked tile) and their exact contribution is added per K
- * chunk in double (mx_row_exceptions). The fast tile only detects them (vfpclassps); a chunk
- * that has one is recomputed by the masked tile.
+ * Scale e = 0 is 2^-127, a subnormal S (vpmaxud raises e << 23 = 0 to it; the FMA is exact up
+ * to the rounding of a subnormal result). e = 255 is 2^128, not finite in fp32: S = +inf.
+ * Such an exceptional block gets a zero S lane (masked tile) and its exact contribution is
+ * added per K chunk in double (mx_row_exceptions). The fast tile checks nothing in its loop:
+ * the activations are finite, so an exceptional block makes the row's result non-finite, and
+ * a chunk with a non-finite result is recomputed by the masked tile (which gives a genuine
+ * overflow again).
  * Batch invariance: T > 1 decodes W0..W3 and the masked S of 4 rows into a panel and runs,
  * for each token, the same P = 4 dots from zero and acc = fma(P, S, acc) over the same K
  * chunks, so every output gets exactly the operations of T = 1. */
@@ -403,7 +407,7 @@ static const uint16_t mx_idx_perm[32] __attribute__((aligned(64))) = {
     0,  2,  4,  6,  8,  10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30,
     1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
 
-INLINE int mx_exceptional(int e) { return e == 0 || e == 255; }
+INLINE int mx_exceptional(int e) { return e == 255; }
 
 INLINE double mx_block_exact(const uint8_t *p, const uint16_t *x) {
     float wf[32];
@@ -462,7 +466,8 @@ INLINE void mx_group_decode(const uint8_t *p, int nb, __m512i *W, __m512 *S) {
     __m512i c = _mm512_permutex2var_epi8(a, _mm512_load_si512((const void *)mx_idx_codes), b);
     __m512i e = _mm512_maskz_permutexvar_epi8((__mmask64)0x8888888888888888ull,
                                               _mm512_load_si512((const void *)mx_idx_scales), a);
-    *S = _mm512_castsi512_ps(_mm512_srli_epi32(e, 1)); /* e << 23: 2^(e-127) */
+    /* e << 23 is 2^(e-127); e = 0 gives 0, raised to 0x00400000, the subnormal 2^-127 */
+    *S = _mm512_castsi512_ps(_mm512_max_epu32(_mm512_srli_epi32(e, 1), _mm512_set1_epi32(0x00400000)));
     const __m512i tbl = _mm512_load_si512((const void *)mx_e2m1_bf16);
     W[0] = _mm512_permutexvar_epi16(c, tbl);
     W[1] = _mm512_permutexvar_epi16(_mm512_srli_epi16(c, 4), tbl);
@@ -470,24 +475,12 @@ INLINE void mx_group_decode(const uint8_t *p, int nb, __m512i *W, __m512 *S) {
     W[3] = _mm512_permutexvar_epi16(_mm512_srli_epi16(c, 12), tbl);
 }
 
-/* The exceptional lanes of a group's S: +0 (e = 0) or +inf (e = 255); lanes past nb blocks
- * (zeros) are not. */
-INLINE __mmask16 mx_bad_lanes(__m512 S, int nb) {
-    __mmask16 bad = _mm512_fpclass_ps_mask(S, 0x0A);
-    return nb == 4 ? bad : (__mmask16)(bad & ((1u << (4 * nb)) - 1));
-}
+/* The exceptional lanes of a group's S: +inf (e = 255). */
+INLINE __mmask16 mx_bad_lanes(__m512 S) { return _mm512_fpclass_ps_mask(S, 0x08); }
 
 INLINE __m512 mx_group_dot_x(const __m512i *W, __m512 S, const __m512i *X, __m512 acc) {
-#ifdef MX_SPLIT
-    __m512 P = _mm512_dpbf16_ps(_mm512_setzero_ps(), as_bh(W[0]), as_bh(X[0]));
-    __m512 Q = _mm512_dpbf16_ps(_mm512_setzero_ps(), as_bh(W[2]), as_bh(X[2]));
-    P = _mm512_dpbf16_ps(P, as_bh(W[1]), as_bh(X[1]));
-    Q = _mm512_dpbf16_ps(Q, as_bh(W[3]), as_bh(X[3]));
-    P = _mm512_add_ps(P, Q);
-#else
     __m512 P = _mm512_setzero_ps();
     UNROLL for (int j = 0; j < 4; j++) P = _mm512_dpbf16_ps(P, as_bh(W[j]), as_bh(X[j]));
-#endif
     return _mm512_fmadd_ps(P, S, acc);
 }
 
@@ -498,15 +491,14 @@ INLINE __m512 mx_group_dot(const __m512i *W, __m512 S, const uint16_t *xp, __m51
 }
 
 /* T = 1: 4 rows over groups [q0, q1) of the permuted activations xp (group q0 first); nbl:
- * blocks in group q1 - 1. masked = 0: returns nonzero if any block was exceptional (the
- * results are then to be discarded); the hot loop only tracks the smallest and largest S
- * bits (an exceptional S is 0 or 0x7F800000, every other one lies strictly between).
- * masked = 1: zeroes the exceptional S lanes, bad[r] tells which rows had any. */
+ * blocks in group q1 - 1. masked = 0: returns nonzero if a result is not finite, which an
+ * exceptional block (S = +inf) always causes (the activations are finite), and then the
+ * results are to be discarded; the hot loop checks nothing. masked = 1: zeroes the
+ * exceptional S lanes, bad[r] tells which rows had any. */
 INLINE int mx_t1_tile(const uint8_t *const *wr, const uint16_t *xp, int64_t q0, int64_t q1, int nbl, float *out,
                       const int masked, int *bad) {
     __m512 acc[4];
     __mmask16 any[4] = {0, 0, 0, 0};
-    __m512i lo = _mm512_set1_epi32(0x7F000000), hi = _mm512_set1_epi32(0x00800000);
     UNROLL for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
     int64_t qf = nbl < 4 ? q1 - 1 : q1;
     for (int64_t q = q0; q < qf; q++) {
@@ -520,12 +512,9 @@ INLINE int mx_t1_tile(const uint8_t *const *wr, const uint16_t *xp, int64_t q0, 
             __m512 S;
             mx_group_decode(p, 4, W, &S);
             if (masked) {
-                __mmask16 k = mx_bad_lanes(S, 4);
+                __mmask16 k = mx_bad_lanes(S);
                 any[r] |= k;
                 S = _mm512_maskz_mov_ps((__mmask16)~k, S);
-            } else {
-                lo = _mm512_min_epu32(lo, _mm512_castps_si512(S));
-                hi = _mm512_max_epu32(hi, _mm512_castps_si512(S));
             }
             acc[r] = mx_group_dot(W, S, xq, acc[r]);
         }
@@ -536,7 +525,7 @@ INLINE int mx_t1_tile(const uint8_t *const *wr, const uint16_t *xp, int64_t q0, 
             __m512i W[4];
             __m512 S;
             mx_group_decode(wr[r] + qf * 68, nbl, W, &S);
-            __mmask16 k = mx_bad_lanes(S, nbl);
+            __mmask16 k = mx_bad_lanes(S);
             any[r] |= k;
             if (masked) S = _mm512_maskz_mov_ps((__mmask16)~k, S);
             acc[r] = mx_group_dot(W, S, xq, acc[r]);
@@ -545,8 +534,9 @@ INLINE int mx_t1_tile(const uint8_t *const *wr, const uint16_t *xp, int64_t q0, 
     UNROLL for (int r = 0; r < 4; r++) out[r] = _mm512_reduce_add_ps(acc[r]);
     if (masked)
         for (int r = 0; r < 4; r++) bad[r] = any[r] != 0;
-    return (any[0] | any[1] | any[2] | any[3]) != 0 || _mm512_cmpeq_epi32_mask(lo, _mm512_setzero_si512()) != 0 ||
-           _mm512_cmpeq_epi32_mask(hi, _mm512_set1_epi32(0x7F800000)) != 0;
+    int redo = (any[0] | any[1] | any[2] | any[3]) != 0;
+    for (int r = 0; r < 4; r++) redo |= !isfinite(out[r]);
+    return redo;
 }
 
 /* T > 1: decodes groups [q0, q1) of one row into a panel (W0..W3 and the masked S per
@@ -559,7 +549,7 @@ INLINE int mx_panel(const uint8_t *row, int64_t q0, int64_t q1, int nbl, __m512i
         __m512 S;
         int nb = q == q1 - 1 ? nbl : 4;
         mx_group_decode(row + q * 68, nb, W, &S);
-        __mmask16 k = mx_bad_lanes(S, nb);
+        __mmask16 k = mx_bad_lanes(S);
         any |= k;
         for (int j = 0; j < 4; j++) _mm512_store_si512((void *)&panel[q - q0][j], W[j]);
         _mm512_store_si512((void *)&panel[q - q0][4], _mm512_castps_si512(_mm512_maskz_mov_ps((__mmask16)~k, S)));
