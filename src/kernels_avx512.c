@@ -363,8 +363,8 @@ XMATMUL(xmm_bf16, xb_bf16_tile, 4, 4, xb_bf16_t1, 1)
  * byte moved into the exponent field of its lane's 4 dwords: e2m1 x 2^(e-127) is
  * gguf-layout §1.5's kvalues x 2^(e-128)) and adds P into the row's accumulator. This takes
  * about 16 vector operations per 128 weights, against 22 when each block was decoded to
- * scaled BF16 through a per-block table: a core now decodes about 40 GB/s of MXFP4 from L2
- * (28 before), more than it can read from memory.
+ * scaled BF16 through a per-block table: a core now decodes 36-41 GB/s of MXFP4 from L2
+ * (27-28 before), about what it reads from memory in this machine's faster bandwidth mode.
  * Scale e = 0 is 2^-127, a subnormal S (vpmaxud raises e << 23 = 0 to it; the FMA is exact up
  * to the rounding of a subnormal result). e = 255 is 2^128, not finite in fp32: S = +inf.
  * Such an exceptional block gets a zero S lane (masked tile) and its exact contribution is
