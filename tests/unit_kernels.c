@@ -208,6 +208,59 @@ TEST(kernels_mxfp4_extreme_scales) {
     }
 }
 
+/* An e = 255 block inside full groups of 4 blocks (the AVX-512 BF16-activation decode detects
+ * it only through the row's non-finite result there) and an e = 0 block (a subnormal scale),
+ * among ordinary blocks, in rows not a multiple of the row tile, for T = 1 and T = 3. The
+ * expected sums are computed here in double from the bytes (value = kv * 2^(e-128)). */
+TEST(kernels_mxfp4_extreme_scale_in_full_group) {
+    static const double kv[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    enum { NI = 256, NO = 5, NB = NI / 32 };
+    uint8_t wb[NO * NB * 17];
+    for (int r = 0; r < NO; r++)
+        for (int b = 0; b < NB; b++) {
+            uint8_t *p = wb + (r * NB + b) * 17;
+            int big = r == 1 && b == 5, tiny = r == 3 && b == 1;
+            p[0] = big ? 255 : tiny ? 0 : (uint8_t)(120 + rnd() % 10);
+            for (int j = 0; j < 16; j++) /* the e = 255 block: codes 0 / +-1 keep it below FLT_MAX */
+                p[1 + j] = big ? (uint8_t)(j % 3 == 0 ? 0x91 : j % 3 == 1 ? 0x19 : 0x00) : (uint8_t)rnd();
+        }
+    dsf_wmat w = {.type = GGML_TYPE_MXFP4, .n_in = NI, .n_out = NO, .row_bytes = NB * 17, .data = wb};
+    float x[3 * NI];
+    uint16_t xb[3 * NI];
+    for (int i = 0; i < 3 * NI; i++) x[i] = ldexpf(1.0f + (float)(i % 97) / 128.0f, -100);
+    kern_act_to_bf16(x, xb, 3 * NI);
+    for (int i = 0; i < 3 * NI; i++) x[i] = bf16_to_f32(xb[i]);
+    double want[3][NO], mag[3][NO];
+    for (int tt = 0; tt < 3; tt++)
+        for (int r = 0; r < NO; r++) {
+            want[tt][r] = mag[tt][r] = 0;
+            for (int i = 0; i < NI; i++) {
+                const uint8_t *p = wb + (r * NB + i / 32) * 17;
+                int j = i % 32, code = j < 16 ? p[1 + j] & 15 : p[1 + j - 16] >> 4;
+                double v = kv[code] * ldexp(1.0, p[0] - 128) * x[tt * NI + i];
+                want[tt][r] += v;
+                mag[tt][r] += fabs(v);
+            }
+        }
+    const char *names[] = {"ref", "avx2", "avx512"};
+    for (int n = 0; n < 3; n++) {
+        const dsf_kernels *k = kernels_by_name(names[n]);
+        if (!k) continue;
+        for (int fam = 0; fam < 2; fam++)
+            for (int T = 1; T <= 3; T += 2) {
+                float y[3 * NO];
+                for (int i = 0; i < 3 * NO; i++) y[i] = NAN;
+                if (fam) kern_matmul_xbf16(k, &w, xb, T, y, NO, 0, NO);
+                else kern_matmul(k, &w, x, T, y, NO, 0, NO);
+                for (int tt = 0; tt < T; tt++)
+                    for (int r = 0; r < NO; r++)
+                        CHECKF(fabs(y[tt * NO + r] - want[tt][r]) <= 1e-5 * mag[tt][r] + 1e-37,
+                               "%s %s T=%d: y[%d][%d] = %.9g, want %.9g", names[n], fam ? "xbf16" : "fp32", T, tt, r,
+                               y[tt * NO + r], want[tt][r]);
+            }
+    }
+}
+
 TEST(kernels_dispatch_env) {
     /* DSF_KERNELS=ref must force the twins (bisecting relies on it) */
     setenv("DSF_KERNELS", "ref", 1);
