@@ -203,29 +203,22 @@ static void multi_range(void *ctx, int64_t i0, int64_t i1, int tid) {
 
 #define MULTI_UNITS 512 /* units per threaded job (24 KiB of stack); more run as further jobs */
 
-/* Runs units as one job. Compute-bound MXFP4 units and bandwidth-bound ones are interleaved
- * evenly (units are independent, so the order changes no value): with dynamic claiming the
- * threads then tend to run one of each at a time, and the decode-heavy MXFP4 work overlaps
- * with streaming instead of all threads first computing, then all streaming. */
+/* Runs units as one job. Compute-bound MXFP4 units go first and bandwidth-bound ones last,
+ * and the threads claim from both ends (dsf_parallel_for_ends): one thread decodes MXFP4
+ * while the other streams the dense units (in MoE decode, the shared expert), until one kind
+ * runs out. A core decodes MXFP4 from memory at only ~70 % of the rate it reads BF16, so
+ * pairing the two kinds keeps the memory busier than running either kind on both threads
+ * (the MoE jobs gained 3-5 % over interleaving the kinds on one shared counter). Units are
+ * independent, so order and split change no value. */
 static void run_units(const fwd *f, mm_unit *units, int64_t nu) {
     mm_unit tmp[MULTI_UNITS];
-    int64_t nm = 0, nb = 0;
-    for (int64_t i = 0; i < nu; i++) nm += units[i].w->type == GGML_TYPE_MXFP4;
-    nb = nu - nm;
-    if (nm && nb) {
-        int64_t im = 0, ib = 0, o = 0;
-        const mm_unit *m[MULTI_UNITS], *b[MULTI_UNITS];
-        for (int64_t i = 0; i < nu; i++) {
-            if (units[i].w->type == GGML_TYPE_MXFP4) m[im++] = &units[i];
-            else b[ib++] = &units[i];
-        }
-        im = ib = 0;
-        while (o < nu) /* the next unit from the list that is furthest behind its share */
-            tmp[o++] = (ib == nb || (im < nm && im * nb <= ib * nm)) ? *m[im++] : *b[ib++];
-        memcpy(units, tmp, (size_t)nu * sizeof *units);
-    }
-    multi_job j = {f->e->kern, units};
-    dsf_parallel_for_dyn(f->e->pool, nu, 1, multi_range, &j);
+    int64_t o = 0;
+    for (int64_t i = 0; i < nu; i++)
+        if (units[i].w->type == GGML_TYPE_MXFP4) tmp[o++] = units[i];
+    for (int64_t i = 0; i < nu; i++)
+        if (units[i].w->type != GGML_TYPE_MXFP4) tmp[o++] = units[i];
+    multi_job j = {f->e->kern, tmp};
+    dsf_parallel_for_ends(f->e->pool, nu, multi_range, &j);
 }
 
 #define MULTI_MAX 64    /* products per call */

@@ -39,8 +39,10 @@ struct dsf_pool {
     int64_t n_items, grain, units;
     int nch;
     int dynamic;                           /* 1: units claimed one at a time (dsf_parallel_for_dyn);
-                                              2: shrinking pieces (dsf_parallel_for_guided) */
-    _Alignas(64) atomic_int_fast64_t next; /* next unclaimed unit of a dynamic job */
+                                              2: shrinking pieces (dsf_parallel_for_guided);
+                                              3: from both ends (dsf_parallel_for_ends) */
+    _Alignas(64) atomic_int_fast64_t next; /* next unclaimed unit of a dynamic job; mode 3:
+                                              front in the low 32 bits, back in the high */
 
     _Alignas(64) atomic_uint_fast64_t gen; /* bumped once per job */
     atomic_int stop;
@@ -89,6 +91,17 @@ static void run_chunk(dsf_pool *p, int k) {
             if (!atomic_compare_exchange_weak(&p->next, &i0, i1)) continue; /* i0 reloaded */
             p->fn(p->ctx, i0, i1, k);
             i0 = atomic_load(&p->next);
+        }
+    } else if (p->dynamic == 3) { /* units [front, back) are unclaimed */
+        const int from_back = k & 1;
+        int_fast64_t v = atomic_load(&p->next);
+        for (;;) {
+            const int64_t front = v & 0xffffffff, back = v >> 32;
+            if (front >= back) break;
+            if (!atomic_compare_exchange_weak(&p->next, &v, from_back ? v - ((int_fast64_t)1 << 32) : v + 1)) continue;
+            i0 = from_back ? back - 1 : front;
+            p->fn(p->ctx, i0, i0 + 1, k);
+            v = atomic_load(&p->next);
         }
     } else if (p->dynamic) {
         for (int64_t u; (u = atomic_fetch_add(&p->next, 1)) < p->units;) {
@@ -201,6 +214,11 @@ void dsf_parallel_for_guided(dsf_pool *p, int64_t n, int64_t min_grain, dsf_rang
     parallel_run(p, n, min_grain, fn, ctx, 2);
 }
 
+void dsf_parallel_for_ends(dsf_pool *p, int64_t n, dsf_range_fn fn, void *ctx) {
+    DSF_ASSERT(n < ((int64_t)1 << 31));
+    parallel_run(p, n, 1, fn, ctx, 3);
+}
+
 static void parallel_run(dsf_pool *p, int64_t n, int64_t grain, dsf_range_fn fn, void *ctx, int dynamic) {
     if (n <= 0) return;
     if (grain < 1) grain = 1;
@@ -208,7 +226,8 @@ static void parallel_run(dsf_pool *p, int64_t n, int64_t grain, dsf_range_fn fn,
     DSF_ASSERT(!tl_in_chunk);
     if (!p || p->n <= 1) {
         tl_in_chunk = 1;
-        for (int64_t i0 = 0; i0 < n; i0 += dynamic == 1 ? grain : n) fn(ctx, i0, dynamic == 1 && n - i0 > grain ? i0 + grain : n, 0);
+        const int units = dynamic == 1 || dynamic == 3; /* one fn call per grain */
+        for (int64_t i0 = 0; i0 < n; i0 += units ? grain : n) fn(ctx, i0, units && n - i0 > grain ? i0 + grain : n, 0);
         tl_in_chunk = 0;
         return;
     }
@@ -223,7 +242,7 @@ static void parallel_run(dsf_pool *p, int64_t n, int64_t grain, dsf_range_fn fn,
     p->units = units;
     p->nch = units < p->n ? (int)units : p->n;
     p->dynamic = dynamic;
-    atomic_store(&p->next, 0);
+    atomic_store(&p->next, dynamic == 3 ? (int_fast64_t)units << 32 : 0);
     if (p->nch == 1) {
         run_chunk(p, 0);
         atomic_store(&p->busy, 0);

@@ -159,6 +159,7 @@ typedef struct {
     atomic_int bad;
     int64_t grain, n;
     int nthreads;
+    int64_t last[8]; /* dsf_parallel_for_ends: the unit each thread claimed last */
 } dyn_ctx;
 static void dyn_visit(void *ctx, int64_t i0, int64_t i1, int tid) {
     dyn_ctx *d = ctx;
@@ -200,3 +201,26 @@ static void guided_visit(void *ctx, int64_t i0, int64_t i1, int tid) {
 }
 
 TEST(threads_guided_pieces) { check_claims(t, dsf_parallel_for_guided, guided_visit); }
+
+/* Two-ended jobs: every unit visited exactly once, one unit per call; even threads claim
+ * front to back (their units rise), odd threads back to front (their units fall). */
+static void ends_visit(void *ctx, int64_t i0, int64_t i1, int tid) {
+    dyn_ctx *d = ctx;
+    if (i1 != i0 + 1 || tid < 0 || tid >= d->nthreads || tid >= 8) {
+        atomic_store(&d->bad, 1);
+        return;
+    }
+    if (d->last[tid] >= 0 && ((tid & 1) ? i0 >= d->last[tid] : i0 <= d->last[tid])) atomic_store(&d->bad, 1);
+    d->last[tid] = i0;
+    atomic_fetch_add(&d->hits[i0], 1);
+}
+
+static void ends_run(dsf_pool *p, int64_t n, int64_t grain, dsf_range_fn fn, void *ctx) {
+    dyn_ctx *d = ctx;
+    (void)grain;
+    d->grain = 1;
+    for (int i = 0; i < 8; i++) d->last[i] = -1;
+    dsf_parallel_for_ends(p, n, fn, ctx);
+}
+
+TEST(threads_ends_units) { check_claims(t, ends_run, ends_visit); }
