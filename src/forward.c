@@ -45,7 +45,7 @@ static int64_t mm_grain(const fwd *f, const dsf_wmat *w) {
 
 static int64_t mm_min_grain(const fwd *f, const dsf_wmat *w) {
     int64_t grain = w->n_out / (2 * MM_UNITS * dsf_pool_size(f->e->pool));
-    return grain < 16 ? 16 : grain;
+    return grain < 4 ? 4 : grain; /* one kernel tile: a 24-row product splits 6 + 4 + ... */
 }
 
 /* DSF_PROFILE=1: a time split printed to stderr at exit, for decode steps (T = 1) and prefill
