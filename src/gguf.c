@@ -451,6 +451,7 @@ static gguf_file *parse(const uint8_t *p, uint64_t size, const char *name, char 
     f->size = size;
     f->path = dsf_xstrdup(name);
     f->priv = dsf_xcalloc(1, sizeof(reader_priv));
+    f->fd = -1;
 
     uint32_t version;
     uint64_t n_tensors, n_kv;
@@ -533,17 +534,19 @@ gguf_file *gguf_open(const char *path, char *err) {
     }
     uint64_t size = (uint64_t)st.st_size;
     void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
-    close(fd);
     if (m == MAP_FAILED) {
         dsf_seterr(err, "%s: mmap failed: %s", path, strerror(errno));
+        close(fd);
         return NULL;
     }
     gguf_file *f = parse(m, size, path, err);
     if (!f) {
         munmap(m, (size_t)size);
+        close(fd);
         return NULL;
     }
     ((reader_priv *)f->priv)->mapped = true;
+    f->fd = fd;
     return f;
 }
 
@@ -551,6 +554,7 @@ void gguf_close(gguf_file *f) {
     if (!f) return;
     reader_priv *pv = f->priv;
     if (pv && pv->mapped) munmap((void *)f->map, (size_t)f->size);
+    if (f->fd >= 0) close(f->fd);
     free_tables(f);
     free(f->path);
     free(f);

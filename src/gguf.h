@@ -86,6 +86,7 @@ typedef struct gguf_file {
     const uint8_t *map;
     uint64_t size;
     char *path;
+    int fd;                /* the file, kept open for pread (gguf_open), or -1 (gguf_open_mem) */
     void *priv;            /* reader-private state (hash tables etc.) */
 } gguf_file;
 
