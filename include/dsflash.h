@@ -35,13 +35,22 @@ typedef enum {
 typedef struct {
     dsf_numerics numerics;
     int n_threads; /* <= 0: all online cores */
+    /* Routed experts (MXFP4) repacked into memory at open for the AVX-512 decode kernels:
+     * 0 = auto (reference numerics, AVX-512 kernels, and the model fits in 80 % of RAM with
+     * the copy; DSF_REPACK=0/1 in the environment overrides auto), > 0 = whenever the kernels
+     * can use it, < 0 = never. The copy is as large as the experts in the file; the values
+     * and the logits are bit for bit the same either way. */
+    int repack;
 } dsf_engine_params;
 
 void dsf_engine_params_default(dsf_engine_params *p);
-/* Maps a deepseek41 GGUF, validates its shape and binds every tensor. Reads no tensor data. */
+/* Maps a deepseek41 GGUF, validates its shape and binds every tensor. Reads no tensor data,
+ * except the routed experts when it repacks them (see repack above). */
 dsf_engine *dsf_engine_open(const char *path, const dsf_engine_params *p, char *err);
 void dsf_engine_close(dsf_engine *e);
 int dsf_engine_n_vocab(const dsf_engine *e);
+/* Bytes of routed experts repacked in memory at open (0: they are read from the file). */
+size_t dsf_engine_repacked_bytes(const dsf_engine *e);
 int dsf_engine_n_ctx_train(const dsf_engine *e);
 /* Human-readable description of the model (dsflash inspect): metadata, layer roles, tensors. */
 void dsf_engine_describe(const dsf_engine *e, void (*emit)(void *ud, const char *line), void *ud);

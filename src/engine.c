@@ -52,6 +52,98 @@ static void advise_huge_pages(const gguf_file *g) {
 #endif
 }
 
+/* ---- repacked experts --------------------------------------------------------------- */
+
+enum { REPACK_MATS = 3 };
+static dsf_wmat *repack_mat(dsf_engine *e, int64_t il, int m) {
+    dsf_layer *L = &e->w.layers[il];
+    return m == 0 ? &L->gate_exps : m == 1 ? &L->up_exps : &L->down_exps;
+}
+
+/* Stacked rows of a repackable expert tensor (0 if it is not one). */
+static int64_t repack_rows(const dsf_engine *e, const dsf_wmat *w) {
+    if (w->type != GGML_TYPE_MXFP4 || !w->data || !mxfp4r_row_bytes(w->n_in) || w->n_in > 16384) return 0;
+    return w->n_out * e->shape.n_expert;
+}
+
+typedef struct {
+    dsf_wmat *dst[64 * REPACK_MATS]; /* the engine's tensor */
+    dsf_wmat src[64 * REPACK_MATS];  /* its MXFP4 copy with n_out = all stacked rows */
+    uint8_t *codes[64 * REPACK_MATS], *scales[64 * REPACK_MATS];
+    int64_t first[64 * REPACK_MATS + 1]; /* prefix sums of rows */
+    int n;
+} repack_job;
+
+static void repack_range(void *ctx, int64_t r0, int64_t r1, int tid) {
+    (void)tid;
+    const repack_job *j = ctx;
+    for (int i = 0; i < j->n && r0 < r1; i++) {
+        int64_t a = r0 > j->first[i] ? r0 : j->first[i], b = r1 < j->first[i + 1] ? r1 : j->first[i + 1];
+        if (a < b) mxfp4r_repack(&j->src[i], a - j->first[i], b - j->first[i], j->codes[i], j->scales[i]);
+    }
+}
+
+static bool repack_wanted(const dsf_engine *e, const dsf_engine_params *p, uint64_t bytes, uint64_t orig) {
+    if (!bytes || e->numerics != DSF_NUMERICS_REFERENCE || !e->kern->mxfp4r_xbf16 || p->repack < 0) return false;
+    if (p->repack > 0) return true;
+    const char *v = dsf_knob("DSF_REPACK");
+    if (v && *v) return strcmp(v, "0") != 0;
+    /* the part of the file still read (all but the experts) plus the copy */
+    double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    return ram > 0 && (double)e->gguf->size - (double)orig + (double)bytes <= 0.8 * ram;
+}
+
+/* A tensor's repacked bytes: its codes, then its scales padded to 64 bytes. */
+static uint64_t repack_codes_bytes(const dsf_wmat *w) { return mxfp4r_row_bytes(w->n_in) * (uint64_t)w->n_out; }
+static uint64_t repack_scales_bytes(const dsf_wmat *w) { return (repack_codes_bytes(w) / 16 + 63) / 64 * 64; }
+
+/* Copies the routed experts into DSF_TYPE_MXFP4R (kernels.h) when repack_wanted says so;
+ * the copy is anonymous memory in 2 MiB pages, filled by the pool. Failure to map it only
+ * leaves the experts in the file. */
+static void repack_experts(dsf_engine *e, const dsf_engine_params *p) {
+    if (e->shape.n_layer > 64 || e->shape.n_expert <= 0) return;
+    repack_job *j = dsf_xcalloc(1, sizeof *j);
+    uint64_t bytes = 0, orig = 0;
+    for (int64_t il = 0; il < e->shape.n_layer; il++)
+        for (int m = 0; m < REPACK_MATS; m++) {
+            dsf_wmat *w = repack_mat(e, il, m);
+            int64_t rows = repack_rows(e, w);
+            if (!rows) continue;
+            int i = j->n++;
+            j->dst[i] = w;
+            j->src[i] = *w;
+            j->src[i].n_out = rows;
+            j->first[i + 1] = j->first[i] + rows;
+            bytes += repack_codes_bytes(&j->src[i]) + repack_scales_bytes(&j->src[i]);
+            orig += (uint64_t)rows * w->row_bytes;
+        }
+    if (!repack_wanted(e, p, bytes, orig)) {
+        free(j);
+        return;
+    }
+    void *map = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (map == MAP_FAILED) {
+        dsf_log(1, "dsflash: cannot map %.1f GB for the repacked experts; using them from the file", bytes / 1e9);
+        free(j);
+        return;
+    }
+#ifdef MADV_HUGEPAGE
+    madvise(map, (size_t)bytes, MADV_HUGEPAGE);
+#endif
+    uint8_t *at = map;
+    for (int i = 0; i < j->n; i++) {
+        j->codes[i] = at;
+        j->scales[i] = at + repack_codes_bytes(&j->src[i]);
+        at = j->scales[i] + repack_scales_bytes(&j->src[i]);
+    }
+    dsf_parallel_for(e->pool, j->first[j->n], 256, repack_range, j);
+    for (int i = 0; i < j->n; i++) *j->dst[i] = mxfp4r_view(j->dst[i], j->codes[i], j->scales[i]);
+    e->repack_map = map;
+    e->repack_size = (size_t)bytes;
+    dsf_log(2, "dsflash: repacked %d expert tensors (%.2f GB) for the %s kernels", j->n, bytes / 1e9, e->kern->name);
+    free(j);
+}
+
 dsf_engine *dsf_engine_open(const char *path, const dsf_engine_params *p, char *err) {
     dsf_engine_params def;
     if (!p) {
@@ -91,6 +183,7 @@ dsf_engine *dsf_engine_open(const char *path, const dsf_engine_params *p, char *
         nt = n > 0 ? (int)n : 1;
     }
     e->pool = dsf_pool_new(nt);
+    repack_experts(e, p);
     e->model_id = fnv1a(FNV_INIT, g->map, (size_t)g->data_offset);
     e->name = dsf_xstrdup(path);
     return e;
@@ -106,6 +199,7 @@ fail:
 void dsf_engine_close(dsf_engine *e) {
     if (!e) return;
     weights_free(&e->w, &e->shape);
+    if (e->repack_map) munmap(e->repack_map, e->repack_size);
     shape_free(&e->shape);
     free(e->rope.freq_main);
     free(e->rope.freq_compress);
@@ -116,6 +210,7 @@ void dsf_engine_close(dsf_engine *e) {
 }
 
 int dsf_engine_n_vocab(const dsf_engine *e) { return (int)e->shape.n_vocab; }
+size_t dsf_engine_repacked_bytes(const dsf_engine *e) { return e->repack_map ? e->repack_size : 0; }
 int dsf_engine_n_ctx_train(const dsf_engine *e) { return (int)e->shape.n_ctx_train; }
 
 /* ---- sessions --------------------------------------------------------------------------- */
@@ -420,6 +515,9 @@ void dsf_engine_describe(const dsf_engine *e, void (*emit)(void *ud, const char 
     if (sh->cand_src >= 0)
         EMIT("  candidates: source layer %d, %lld blocks of %lld rows", sh->cand_src, (long long)sh->cand_topk_blocks,
              (long long)sh->cand_block);
+    if (e->repack_map)
+        EMIT("  routed experts: repacked in memory for the %s kernels (%.2f GB; DSF_REPACK=0 keeps them in the file)",
+             e->kern->name, (double)e->repack_size / 1e9);
     EMIT("== layer roles ==");
     EMIT("  %5s %5s %8s %9s %10s %-22s %s", "layer", "ratio", "rope", "kv_src", "topk_src", "candidate", "engram");
     for (int64_t il = 0; il < sh->n_layer; il++) {

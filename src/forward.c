@@ -95,9 +95,9 @@ static int prof_enabled(void) {
 
 static void prof_mm(const fwd *f, const dsf_wmat *w, int64_t T, int path, double t0) {
     prof_phase *q = &prof.ph[f->T > 1];
-    int type = w->type != GGML_TYPE_MXFP4 ? 0 : w->n_in < 4096 ? 2 : 1;
+    int type = !wmat_is_mxfp4(w) ? 0 : w->n_in < 4096 ? 2 : 1;
     q->mm_s[path][type] += dsf_now() - t0;
-    q->mm_bytes[path][type] += (double)w->row_bytes * (double)w->n_out;
+    q->mm_bytes[path][type] += (double)wmat_row_read_bytes(w) * (double)w->n_out;
     q->mm_flop[path][type] += 2.0 * (double)w->n_in * (double)w->n_out * (double)T;
     q->mm_calls++;
 }
@@ -214,9 +214,9 @@ static void run_units(const fwd *f, mm_unit *units, int64_t nu) {
     mm_unit tmp[MULTI_UNITS];
     int64_t o = 0;
     for (int64_t i = 0; i < nu; i++)
-        if (units[i].w->type == GGML_TYPE_MXFP4) tmp[o++] = units[i];
+        if (wmat_is_mxfp4(units[i].w)) tmp[o++] = units[i];
     for (int64_t i = 0; i < nu; i++)
-        if (units[i].w->type != GGML_TYPE_MXFP4) tmp[o++] = units[i];
+        if (!wmat_is_mxfp4(units[i].w)) tmp[o++] = units[i];
     multi_job j = {f->e->kern, tmp};
     dsf_parallel_for_ends(f->e->pool, nu, multi_range, &j);
 }
@@ -253,9 +253,9 @@ static void mm_multi(const fwd *f, int n, const dsf_wmat *const *w, const float 
     run_units(f, units, nu);
     if (t0 > 0) { /* one clock for the whole job: split it by bytes */
         double tot = 0, dt = dsf_now() - t0;
-        for (int i = 0; i < n; i++) tot += (double)w[i]->row_bytes * (double)w[i]->n_out;
+        for (int i = 0; i < n; i++) tot += (double)wmat_row_read_bytes(w[i]) * (double)w[i]->n_out;
         for (int i = 0; i < n; i++)
-            prof_mm(f, w[i], 1, act && f->ref, dsf_now() - dt * (double)w[i]->row_bytes * (double)w[i]->n_out / tot);
+            prof_mm(f, w[i], 1, act && f->ref, dsf_now() - dt * (double)wmat_row_read_bytes(w[i]) * (double)w[i]->n_out / tot);
     }
 }
 

@@ -69,6 +69,35 @@ const dsf_kernels *kernels_get(void) {
     return cur;
 }
 
+uint64_t mxfp4r_row_bytes(int64_t n_in) { return n_in > 0 && n_in % 32 == 0 ? (uint64_t)(n_in / 32 + 3) / 4 * 64 : 0; }
+
+void mxfp4r_repack(const dsf_wmat *src, int64_t r0, int64_t r1, uint8_t *codes, uint8_t *scales) {
+    const int64_t nbk = src->n_in / 32;
+    const uint64_t rb = mxfp4r_row_bytes(src->n_in), sb = rb / 16;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *in = src->data + (uint64_t)r * src->row_bytes;
+        uint8_t *c = codes + (uint64_t)r * rb, *sc = scales + (uint64_t)r * sb;
+        for (uint64_t b = 0; b < sb; b++) { /* sb = 4 ngr blocks, the padding included */
+            if ((int64_t)b < nbk) {
+                sc[b] = in[b * 17];
+                memcpy(c + b * 16, in + b * 17 + 1, 16);
+            } else {
+                sc[b] = 0;
+                memset(c + b * 16, 0, 16);
+            }
+        }
+    }
+}
+
+dsf_wmat mxfp4r_view(const dsf_wmat *src, const uint8_t *codes, const uint8_t *scales) {
+    dsf_wmat m = *src;
+    m.type = DSF_TYPE_MXFP4R;
+    m.row_bytes = mxfp4r_row_bytes(src->n_in);
+    m.data = codes;
+    m.scales = scales;
+    return m;
+}
+
 void kern_matmul(const dsf_kernels *k, const dsf_wmat *w, const float *x, int64_t T, float *y,
                  int64_t ldy, int64_t r0, int64_t r1) {
     matmul_fn fn = (k && w->type < GGML_TYPE_COUNT) ? k->matmul[w->type] : NULL;
@@ -90,6 +119,7 @@ uint64_t kern_peak_probe(const dsf_kernels *k, int64_t iters, int bf16, float *s
 void kern_matmul_xbf16(const dsf_kernels *k, const dsf_wmat *w, const uint16_t *x, int64_t T, float *y,
                        int64_t ldy, int64_t r0, int64_t r1) {
     matmul_xbf16_fn fn = (k && w->type < GGML_TYPE_COUNT) ? k->matmul_xbf16[w->type] : NULL;
+    if (k && w->type == DSF_TYPE_MXFP4R) fn = k->mxfp4r_xbf16;
     if (!fn) fn = matmul_xbf16_any_ref;
     fn(w, x, T, y, ldy, r0, r1);
 }

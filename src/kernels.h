@@ -11,13 +11,38 @@
 
 #include "gguf.h"
 
-/* A weight matrix [n_out rows][n_in] in a ggml block type, rows contiguous. */
+/* A weight matrix [n_out rows][n_in] in a ggml block type, rows contiguous; or in
+ * DSF_TYPE_MXFP4R (below). */
 typedef struct {
-    uint32_t type;        /* enum ggml_type */
+    uint32_t type;        /* enum ggml_type, or DSF_TYPE_MXFP4R */
     int64_t n_in, n_out;
     uint64_t row_bytes;
     const uint8_t *data;
+    const uint8_t *scales; /* DSF_TYPE_MXFP4R only: row r's scale bytes at scales + r * row_bytes / 16 */
 } dsf_wmat;
+
+/* An internal weight type, never in a file: MXFP4 repacked at load (engine.c) so that the
+ * AVX-512 decode needs no byte gather. A row of n_in = 32 nbk elements is ngr = ceil(nbk / 4)
+ * groups of 4 blocks; its codes are ngr x 64 bytes at data + r * row_bytes (row_bytes = 64 ngr),
+ * 16 bytes per block, exactly the 16 code bytes of the ggml block (gguf-layout §1.5); its
+ * scales are ngr x 4 bytes, the E8M0 byte of block b at scales[r * ngr * 4 + b]. The blocks
+ * that pad the last group have zero codes and a zero scale, i.e. value 0. The values are
+ * those of the MXFP4 rows it was made from, bit for bit; only the layout differs. */
+#define DSF_TYPE_MXFP4R 0x10000u
+/* Bytes a product reads per row (codes and scales for DSF_TYPE_MXFP4R). */
+static inline uint64_t wmat_row_read_bytes(const dsf_wmat *w) {
+    return w->type == DSF_TYPE_MXFP4R ? w->row_bytes + w->row_bytes / 16 : w->row_bytes;
+}
+static inline bool wmat_is_mxfp4(const dsf_wmat *w) { return w->type == GGML_TYPE_MXFP4 || w->type == DSF_TYPE_MXFP4R; }
+/* MXFP4 -> DSF_TYPE_MXFP4R. out_row_bytes: a repacked row's code bytes (64 ngr), or 0 if
+ * the shape cannot be repacked (n_in not a multiple of 32). mxfp4r_repack converts rows
+ * [r0, r1) of src (MXFP4) into codes/scales laid out for the whole matrix. */
+uint64_t mxfp4r_row_bytes(int64_t n_in);
+void mxfp4r_repack(const dsf_wmat *src, int64_t r0, int64_t r1, uint8_t *codes, uint8_t *scales);
+/* The dsf_wmat over the repacked arrays of src (same shape). */
+dsf_wmat mxfp4r_view(const dsf_wmat *src, const uint8_t *codes, const uint8_t *scales);
+/* Row r of any supported weight type as fp32 (n_in values). */
+void wmat_dequant_row(const dsf_wmat *w, int64_t r, float *out);
 
 /* y[t*ldy + r] = sum_i W[r][i] * x[t*n_in + i]  for t in [0,T), r in [r0, r1).
  * x is fp32 (activation prep, e.g. FP8 QDQ, has already been applied); y is fp32.
@@ -49,6 +74,9 @@ typedef struct {
     const char *name;                 /* "ref", "avx2", "avx512" */
     matmul_fn matmul[GGML_TYPE_COUNT]; /* by weight type; NULL -> ref */
     matmul_xbf16_fn matmul_xbf16[GGML_TYPE_COUNT]; /* BF16 activations; NULL -> ref */
+    /* DSF_TYPE_MXFP4R with BF16 activations. NULL: the table has no fast kernel for it, and
+     * the engine does not repack (the fp32 family always runs it through the twin). */
+    matmul_xbf16_fn mxfp4r_xbf16;
     read_probe_fn read_probe;          /* NULL -> ref */
     peak_probe_fn peak_probe;          /* NULL -> ref */
 } dsf_kernels;

@@ -7,17 +7,31 @@
 
 #include <string.h>
 
+void wmat_dequant_row(const dsf_wmat *w, int64_t r, float *out) {
+    if (w->type != DSF_TYPE_MXFP4R) {
+        dequant_row(w->type, w->data + (uint64_t)r * w->row_bytes, out, w->n_in);
+        return;
+    }
+    /* each block back in its ggml form: the scale byte, then its 16 code bytes */
+    const uint8_t *c = w->data + (uint64_t)r * w->row_bytes, *sc = w->scales + (uint64_t)r * (w->row_bytes / 16);
+    for (int64_t b = 0; b < w->n_in / 32; b++) {
+        uint8_t blk[17];
+        blk[0] = sc[b];
+        memcpy(blk + 1, c + b * 16, 16);
+        dequant_row(GGML_TYPE_MXFP4, blk, out + b * 32, 32);
+    }
+}
+
 void matmul_any_ref(const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy,
                     int64_t r0, int64_t r1) {
     float row[16384];
     DSF_ASSERT(w->n_in <= 16384 || w->type == GGML_TYPE_F32);
     for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *src = w->data + (uint64_t)r * w->row_bytes;
         const float *wr;
         if (w->type == GGML_TYPE_F32) {
-            wr = (const float *)(const void *)src;
+            wr = (const float *)(const void *)(w->data + (uint64_t)r * w->row_bytes);
         } else {
-            dequant_row(w->type, src, row, w->n_in);
+            wmat_dequant_row(w, r, row);
             wr = row;
         }
         for (int64_t t = 0; t < T; t++) {
@@ -34,12 +48,11 @@ void matmul_xbf16_any_ref(const dsf_wmat *w, const uint16_t *x, int64_t T, float
     float row[16384];
     DSF_ASSERT(w->n_in <= 16384 || w->type == GGML_TYPE_F32);
     for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *src = w->data + (uint64_t)r * w->row_bytes;
         const float *wr;
         if (w->type == GGML_TYPE_F32) {
-            wr = (const float *)(const void *)src;
+            wr = (const float *)(const void *)(w->data + (uint64_t)r * w->row_bytes);
         } else {
-            dequant_row(w->type, src, row, w->n_in);
+            wmat_dequant_row(w, r, row);
             wr = row;
         }
         for (int64_t t = 0; t < T; t++) {

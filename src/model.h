@@ -112,6 +112,8 @@ struct dsf_engine {
     uint64_t model_id; /* hash of the header (keys + tensor table), recorded in snapshots */
     uint64_t data_id;  /* hash of sampled tensor bytes; computed on the first snapshot (0 = not yet) */
     char *name;
+    void *repack_map; /* the repacked routed experts (DSF_TYPE_MXFP4R), or NULL */
+    size_t repack_size;
 };
 
 /* shape.c */

@@ -32,6 +32,7 @@ typedef struct {
     int n_ctx;              /* tokens per slot; <= 0: min(model's training context, 4096) */
     const char *api_key;    /* NULL: no authentication */
     int n_threads;          /* engine worker threads; <= 0: all cores */
+    int repack;             /* dsf_engine_params.repack */
     size_t max_body;        /* request body limit in bytes; default 8 MiB */
     int max_queue;          /* requests waiting for a slot before 503; default 256 */
     int keepalive_ms;       /* SSE keep-alive comment period while nothing is sent; default 5000 */

@@ -90,6 +90,7 @@ static int bind_vec(binder *b, dsf_weights *w, fvec *v, const char *name, int64_
 dsf_wmat wmat_expert(const dsf_wmat *stack, int64_t e) {
     dsf_wmat m = *stack;
     m.data = stack->data + (uint64_t)e * (uint64_t)stack->n_out * stack->row_bytes;
+    if (stack->scales) m.scales = stack->scales + (uint64_t)e * (uint64_t)stack->n_out * (stack->row_bytes / 16);
     return m;
 }
 
@@ -180,7 +181,7 @@ int weights_bind(dsf_weights *w, const dsf_shape *s, const gguf_file *f, char *e
                 goto fail;
             }
             L->wo_a = (dsf_wmat){t->type, gin, rows,
-                                 (uint64_t)(gin / ggml_blck_size(t->type)) * ggml_type_size(t->type), t->data};
+                                 (uint64_t)(gin / ggml_blck_size(t->type)) * ggml_type_size(t->type), t->data, NULL};
         }
         if (s->kv_src[il] == il) {
             if (bind_mat(b, &L->comp_wkv, N("blk.%d.attn_compressor_kv.weight", i), D, dh, 1, true) < 0 ||

@@ -569,3 +569,50 @@ TEST(golden_refuses_out_of_range_floats) {
     }
     free(buf);
 }
+
+static void describe_cb(void *ud, const char *line) {
+    if (strstr(line, "routed experts: repacked")) *(int *)ud = 1;
+}
+
+/* The routed experts repacked at open (DSF_TYPE_MXFP4R, reference numerics with the AVX-512
+ * kernels) must give the same bits as the experts read from the file, for a prefill and for
+ * decode steps (plain-long's 200 tokens: every expert of the model is used). Guards the
+ * repack, its views per expert and the engine's choice of kernels. */
+TEST(golden_repacked_experts_same_bits) {
+    golden g;
+    if (load_golden("plain-long", &g) < 0) SKIP("needs ../shared/" GDIR "plain-long.*");
+    const char *p = test_shared("testdata/tiny41/tiny41.gguf");
+    dsf_engine *e[2] = {NULL, NULL};
+    int repacked[2] = {0, 0};
+    for (int i = 0; i < 2; i++) {
+        dsf_engine_params ep;
+        dsf_engine_params_default(&ep);
+        ep.n_threads = 2;
+        ep.repack = i ? -1 : 1;
+        char err[DSF_ERR_LEN];
+        e[i] = dsf_engine_open(p, &ep, err);
+        CHECKF(e[i], "open: %s", err);
+        dsf_engine_describe(e[i], describe_cb, &repacked[i]);
+        CHECK(repacked[i] == (dsf_engine_repacked_bytes(e[i]) > 0));
+    }
+    CHECK(!repacked[1]);
+    if (!repacked[0]) {
+        dsf_engine_close(e[0]);
+        dsf_engine_close(e[1]);
+        free_golden(&g);
+        SKIP("the kernels here have no repacked MXFP4 path (AVX-512)");
+    }
+    static const int chunks[] = {0, 1};
+    for (int c = 0; c < 2; c++) {
+        char err[DSF_ERR_LEN];
+        float *a = run(e[0], g.tokens, g.n, chunks[c], err), *b = run(e[1], g.tokens, g.n, chunks[c], err);
+        CHECKF(a && b, "%s", err);
+        CHECKF(!memcmp(a, b, (size_t)g.n * (size_t)g.vocab * sizeof(float)), "chunk %d: repacked logits differ (max %.3g)",
+               chunks[c], max_diff(a, b, (size_t)g.n * (size_t)g.vocab));
+        free(a);
+        free(b);
+    }
+    dsf_engine_close(e[0]);
+    dsf_engine_close(e[1]);
+    free_golden(&g);
+}

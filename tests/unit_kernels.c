@@ -441,3 +441,101 @@ TEST(kernels_batch_invariant) {
         }
     }
 }
+
+/* DSF_TYPE_MXFP4R (the experts repacked at load) against the MXFP4 rows it was made from.
+ * The repacked kernel runs the same operations on the same values, so its results must be
+ * the same bits as the MXFP4 kernel's, for decode and prefill token counts, partial groups
+ * (n_in = 32, 64, 96, 160), K chunk boundaries (2048 + 96), row ranges and the exceptional
+ * scales (e = 0 and e = 255); the twins (both activation families) must also agree bit for
+ * bit, and the row dequantizer must give the same floats. Guards against a wrong scale lane
+ * (the rotation), a wrong code layout or padding, and a scale row offset that is off. */
+static int check_repacked(test_ctx *t, int64_t n_in, int64_t n_out, int64_t T, int64_t r0, int64_t r1, int extreme) {
+    dsf_wmat w = {.type = GGML_TYPE_MXFP4, .n_in = n_in, .n_out = n_out};
+    uint8_t *data = make_weights(GGML_TYPE_MXFP4, n_in, n_out, &w.row_bytes);
+    w.data = data;
+    const int64_t nbk = n_in / 32;
+    if (extreme) /* an e = 255 block with codes 0 / +-1 in the middle row, e = 0 in the last */
+        for (int64_t b = 0; b < nbk; b += 3) {
+            uint8_t *p = data + (uint64_t)(n_out / 2) * w.row_bytes + b * 17;
+            p[0] = 255;
+            for (int j = 0; j < 16; j++) p[1 + j] = (uint8_t)(j % 3 == 0 ? 0x91 : j % 3 == 1 ? 0x19 : 0x00);
+            data[(uint64_t)(n_out - 1) * w.row_bytes + b * 17] = 0;
+        }
+    const uint64_t rb = mxfp4r_row_bytes(n_in);
+    uint8_t *codes = aligned_alloc(64, rb * (uint64_t)n_out), *scales = malloc(rb / 16 * (uint64_t)n_out);
+    memset(codes, 0xAA, rb * (uint64_t)n_out); /* the padding must be written */
+    memset(scales, 0xAA, rb / 16 * (uint64_t)n_out);
+    mxfp4r_repack(&w, 0, n_out, codes, scales);
+    dsf_wmat wr = mxfp4r_view(&w, codes, scales);
+    float *x = malloc((size_t)(T * n_in) * sizeof *x);
+    uint16_t *xb = malloc((size_t)(T * n_in) * sizeof *xb);
+    for (int64_t i = 0; i < T * n_in; i++) x[i] = extreme ? ldexpf(1.0f + rnd_unit(), -100) : rnd_unit() * 2.0f;
+    kern_act_to_bf16(x, xb, T * n_in);
+    for (int64_t i = 0; i < T * n_in; i++) x[i] = bf16_to_f32(xb[i]);
+    const int64_t ldy = n_out + 1;
+    const size_t ny = (size_t)(T * ldy);
+    float *ya = malloc(ny * sizeof *ya), *yb = malloc(ny * sizeof *yb);
+    float *ra = malloc((size_t)n_in * sizeof *ra), *rb_ = malloc((size_t)n_in * sizeof *rb_);
+    int rc = 0;
+    for (int64_t r = 0; r < n_out && !rc; r++) {
+        wmat_dequant_row(&w, r, ra);
+        wmat_dequant_row(&wr, r, rb_);
+        if (memcmp(ra, rb_, (size_t)n_in * sizeof *ra)) rc = -1;
+        for (uint64_t b = (uint64_t)nbk; b < rb / 16 && !rc; b++) /* padding blocks: zero */
+            if (scales[(uint64_t)r * (rb / 16) + b] || codes[(uint64_t)r * rb + b * 16] || codes[(uint64_t)r * rb + b * 16 + 15])
+                rc = -1;
+    }
+    if (rc) test_fail(t, __FILE__, __LINE__, "mxfp4r n_in=%lld: repacked rows or padding differ", (long long)n_in);
+    const char *names[] = {"avx512", "avx2", "ref"};
+    for (int n = 0; n < 3 && !rc; n++) {
+        const dsf_kernels *k = kernels_by_name(names[n]);
+        if (!k) continue;
+        for (int fam = 0; fam < 2 && !rc; fam++) {
+            for (size_t i = 0; i < ny; i++) ya[i] = yb[i] = NAN;
+            if (fam) {
+                kern_matmul_xbf16(k, &w, xb, T, ya, ldy, r0, r1);
+                kern_matmul_xbf16(k, &wr, xb, T, yb, ldy, r0, r1);
+            } else {
+                kern_matmul(k, &w, x, T, ya, ldy, r0, r1);
+                kern_matmul(k, &wr, x, T, yb, ldy, r0, r1);
+            }
+            /* the fp32 family, and tables without a repacked kernel, run repacked weights
+             * through the twin: compare with the twin on the MXFP4 rows */
+            if (!fam) matmul_any_ref(&w, x, T, ya, ldy, r0, r1);
+            else if (!k->mxfp4r_xbf16) matmul_xbf16_any_ref(&w, xb, T, ya, ldy, r0, r1);
+            for (int64_t tt = 0; tt < T && !rc; tt++)
+                for (int64_t r = 0; r < ldy && !rc; r++) {
+                    float a = ya[tt * ldy + r], b = yb[tt * ldy + r];
+                    bool same = r < r0 || r >= r1 ? isnan(b) : !memcmp(&a, &b, sizeof a);
+                    if (!same) {
+                        test_fail(t, __FILE__, __LINE__, "%s %s mxfp4r n_in=%lld T=%lld rows [%lld,%lld)%s: y[%lld][%lld] = %.9g, mxfp4 %.9g",
+                                  names[n], fam ? "xbf16" : "fp32", (long long)n_in, (long long)T, (long long)r0,
+                                  (long long)r1, extreme ? " extreme" : "", (long long)tt, (long long)r, b, a);
+                        rc = -1;
+                    }
+                }
+        }
+    }
+    free(data);
+    free(codes);
+    free(scales);
+    free(x);
+    free(xb);
+    free(ya);
+    free(yb);
+    free(ra);
+    free(rb_);
+    return rc;
+}
+
+TEST(kernels_mxfp4r_same_bits) {
+    static const int64_t n_ins[] = {32, 64, 96, 160, 2048 + 96};
+    static const int64_t Ts[] = {1, 2, 3, 7, 9, 33};
+    for (unsigned a = 0; a < sizeof n_ins / sizeof *n_ins; a++)
+        for (unsigned c = 0; c < sizeof Ts / sizeof *Ts; c++)
+            for (int ex = 0; ex < 2; ex++) {
+                if (check_repacked(t, n_ins[a], 11, Ts[c], 0, 11, ex)) return;
+                if (check_repacked(t, n_ins[a], 11, Ts[c], 3, 10, ex)) return;
+            }
+    CHECK(mxfp4r_row_bytes(5120) == 40 * 64 && mxfp4r_row_bytes(2304) == 18 * 64 && mxfp4r_row_bytes(48) == 0);
+}

@@ -198,6 +198,8 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
         {"mxfp4 expert down", GGML_TYPE_MXFP4, 2304, 5120, 1, 0},  /* ffn_down_exps slice */
         {"mxfp4 gemv xbf16", GGML_TYPE_MXFP4, 5120, 2304, 1, 1},  /* the same, reference mode */
         {"mxfp4 down xbf16", GGML_TYPE_MXFP4, 2304, 5120, 1, 1},
+        {"mxfp4r gemv xbf16", DSF_TYPE_MXFP4R, 5120, 2304, 1, 1}, /* repacked at load (engine.c) */
+        {"mxfp4r down xbf16", DSF_TYPE_MXFP4R, 2304, 5120, 1, 1},
         {"bf16 gemv", GGML_TYPE_BF16, 5120, 8192, 1, 0},           /* dense projections */
         {"bf16 gemv xbf16", GGML_TYPE_BF16, 5120, 8192, 1, 1},
         {"bf16 gemv lmhead", GGML_TYPE_BF16, 5120, 16384, 1, 0},
@@ -209,6 +211,7 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
         {"bf16 gemm T=4", GGML_TYPE_BF16, 5120, 4096, 4, 0},
         {"bf16 gemm xbf16", GGML_TYPE_BF16, 5120, 4096, 64, 1}, /* prefill, BF16 activations */
         {"mxfp4 gemm xbf16", GGML_TYPE_MXFP4, 5120, 2304, 64, 1},
+        {"mxfp4r gemm xbf16", DSF_TYPE_MXFP4R, 5120, 2304, 64, 1},
         {"bf16 gemm xbf16 256", GGML_TYPE_BF16, 5120, 4096, 256, 1},
     };
     const int n_cases = (int)(sizeof cases / sizeof *cases);
@@ -234,17 +237,25 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
     /* Decode kernels (T = 1) are paired with read probes, prefill kernels (T > 1) with dot-peak
      * probes: kernel, probe, kernel, probe...; each pass is compared with the mean of the probes
      * run just before and just after it, and the pass with the median ratio is reported. */
-    double bw_sum = 0, frac_mx = 0, frac_bf = 0, pf_bf = 0, pf_xbf = 0, pf_mx = 0;
+    double bw_sum = 0, frac_mx = 0, frac_mxr = 0, frac_bf = 0, pf_bf = 0, pf_xbf = 0, pf_mx = 0;
     int n_bw = 0;
     for (int c = 0; c < n_cases; c++) {
         const bench_case *bc = &cases[c];
         const int decode = bc->T == 1;
-        uint64_t row_bytes = (uint64_t)bc->n_in / ggml_blck_size(bc->type) * ggml_type_size(bc->type);
-        uint64_t mat_bytes = row_bytes * (uint64_t)bc->n_out;
+        /* a repacked matrix: its codes, then its scales (kernels.h) */
+        const int rp = bc->type == DSF_TYPE_MXFP4R;
+        uint64_t row_bytes = rp ? mxfp4r_row_bytes(bc->n_in)
+                                : (uint64_t)bc->n_in / ggml_blck_size(bc->type) * ggml_type_size(bc->type);
+        uint64_t mat_bytes = (rp ? row_bytes + row_bytes / 16 : row_bytes) * (uint64_t)bc->n_out;
         int64_t n_mat = (int64_t)(arena_n / mat_bytes);
         if (n_mat < 1) n_mat = 1;
-        sanitize(arena, arena_n, bc->type);
-        for (int64_t m = 0; m < n_mat; m++) sanitize_blocks(arena + (uint64_t)m * mat_bytes, mat_bytes, bc->type);
+        if (!rp) sanitize(arena, arena_n, bc->type);
+        for (int64_t m = 0; m < n_mat; m++) {
+            uint8_t *mp = arena + (uint64_t)m * mat_bytes;
+            if (!rp) sanitize_blocks(mp, mat_bytes, bc->type);
+            else
+                for (uint64_t i = row_bytes * (uint64_t)bc->n_out; i < mat_bytes; i++) mp[i] = (uint8_t)(120 + mp[i] % 16);
+        }
         /* decode passes read every matrix of the arena once; prefill runs one matrix (compute-bound) */
         int64_t use = decode ? n_mat : 1;
         double gbs[16], gflops[16], ref[16], fr[16];
@@ -256,6 +267,7 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
             for (int64_t m = 0; m < use; m++) {
                 dsf_wmat w = {.type = bc->type, .n_in = bc->n_in, .n_out = bc->n_out, .row_bytes = row_bytes,
                               .data = arena + (uint64_t)m * mat_bytes};
+                if (rp) w.scales = w.data + row_bytes * (uint64_t)bc->n_out;
                 mm_job j = {.k = k, .w = &w, .x = x, .xb = bc->xbf16 ? xb : NULL, .T = bc->T, .y = y};
                 dsf_parallel_for(pool, bc->n_out, 16, mm_chunk, &j);
             }
@@ -283,6 +295,7 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
         }
         /* the summary keys, by case label (the reference-mode kernels for the decode keys) */
         if (!strcmp(bc->label, "mxfp4 gemv xbf16")) frac_mx = fr[med];
+        if (!strcmp(bc->label, "mxfp4r gemv xbf16")) frac_mxr = fr[med];
         if (!strcmp(bc->label, "bf16 gemv xbf16")) frac_bf = fr[med];
         if (!strcmp(bc->label, "bf16 gemm T=64")) pf_bf = fr[med];
         if (!strcmp(bc->label, "bf16 gemm xbf16")) pf_xbf = fr[med];
@@ -291,9 +304,9 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
     }
     printf("kernels=%s threads=%d read_bw=%.2f bf16_peak=%.1f fma_peak=%.1f mxfp4_bw_fraction=%.3f "
            "bf16_bw_fraction=%.3f bf16_gemm_peak_fraction=%.3f bf16_gemm_xbf16_peak_fraction=%.3f "
-           "mxfp4_gemm_xbf16_peak_fraction=%.3f\n",
+           "mxfp4_gemm_xbf16_peak_fraction=%.3f mxfp4r_bw_fraction=%.3f\n",
            k->name, dsf_pool_size(pool), n_bw ? bw_sum / n_bw : 0, bf16_peak, fma_peak, frac_mx, frac_bf, pf_bf,
-           pf_xbf, pf_mx);
+           pf_xbf, pf_mx, frac_mxr);
     dsf_pool_free(pool);
     arena_free(arena);
     free(x);
@@ -383,7 +396,7 @@ static int cmp_dbl(const void *a, const void *b) {
 }
 
 static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads, const char *csv, int plain,
-                       uint64_t arena_mb, int cold) {
+                       uint64_t arena_mb, int cold, int repack) {
     char err[DSF_ERR_LEN] = "";
     if (cold) { /* drop the file's clean cached pages: the engine then reads it in 2 MiB folios */
         int fd = open(path, O_RDONLY);
@@ -400,6 +413,7 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
     dsf_engine_params_default(&ep);
     ep.n_threads = n_threads;
     ep.numerics = plain ? DSF_NUMERICS_PLAIN : DSF_NUMERICS_REFERENCE;
+    ep.repack = repack;
     dsf_engine *e = dsf_engine_open(path, &ep, err);
     if (!e) {
         fprintf(stderr, "dsflash bench: %s\n", err);
@@ -494,6 +508,10 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
            plain ? "plain" : "reference", git_commit(), rss / 1024.0);
     printf("  weights read per decoded token: %.3f GB; matmul FLOPs per token: %.2f GFLOP\n", tok_bytes / 1e9,
            tok_flops / 1e9);
+    if (dsf_engine_repacked_bytes(e))
+        printf("  routed experts repacked in memory: %.2f GB (--no-repack reads them from the file)\n",
+               (double)dsf_engine_repacked_bytes(e) / 1e9);
+    else printf("  routed experts read from the file (not repacked)\n");
     double pmd = model_pmd_share(path);
     if (pmd >= 0)
         printf("  model mapping in 2 MiB pages: %.0f %%%s\n", 100 * pmd,
@@ -535,6 +553,7 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
 
 static void usage(FILE *f) {
     fprintf(f, "usage: dsflash bench -m MODEL [--prompt N] [--gen N] [--threads N] [--csv FILE] [--plain] [--cold]\n"
+               "                     [--no-repack]\n"
                "       dsflash bench --kernels [--threads N] [--set ref|avx2|avx512] [--arena-mb MB] [--reps N]\n"
                "\n"
                "  -m MODEL      end to end: a prefill of --prompt tokens (default 512), then --gen greedy\n"
@@ -543,6 +562,7 @@ static void usage(FILE *f) {
                "                fraction, prefill GFLOP/s against the BF16 dot peak probed around it\n"
                "  --csv FILE    append one row of results (a header first if the file is new)\n"
                "  --plain       numerics plain (fp32, no QDQ) instead of reference\n"
+               "  --no-repack   keep the routed experts in the file instead of repacking them in memory\n"
                "  --cold        first drop the model file's cached pages, so that the engine reads it\n"
                "                afresh into 2 MiB page-cache folios (pages cached earlier in 4 KiB\n"
                "                folios stay that way and cost TLB misses; see docs/PERFORMANCE.md)\n"
@@ -561,7 +581,7 @@ static int cmd_bench(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    int kernels = 0, reps = 5, n_prompt = 512, n_gen = 64, plain = 0, cold = 0;
+    int kernels = 0, reps = 5, n_prompt = 512, n_gen = 64, plain = 0, cold = 0, repack = 0;
     const char *model = NULL, *csv = NULL;
     long threads = sysconf(_SC_NPROCESSORS_ONLN);
     const char *set = NULL;
@@ -582,6 +602,8 @@ static int cmd_bench(int argc, char **argv) {
             plain = 1;
         } else if (!strcmp(a, "--cold")) {
             cold = 1;
+        } else if (!strcmp(a, "--no-repack")) {
+            repack = -1;
         } else if ((!strcmp(a, "--prompt") || !strcmp(a, "--gen")) && v) {
             long n = strtol(v, &end, 10);
             if (*end || n < (a[2] == 'p' ? 2 : 1) || n > 1000000) {
@@ -626,7 +648,7 @@ static int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "dsflash bench: give either -m MODEL or --kernels (try --help)\n");
         return 2;
     }
-    if (model) return bench_model(model, n_prompt, n_gen, (int)threads, csv, plain, arena_mb, cold);
+    if (model) return bench_model(model, n_prompt, n_gen, (int)threads, csv, plain, arena_mb, cold, repack);
     return bench_kernels((int)threads, set, arena_mb, reps);
 }
 

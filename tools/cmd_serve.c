@@ -22,6 +22,7 @@ static void usage(void) {
            "  --ctx N              tokens per slot (default: min(training context, 4096))\n"
            "  --api-key KEY        require 'Authorization: Bearer KEY' (not on /health)\n"
            "  --threads T          engine worker threads (default: all cores)\n"
+           "  --no-repack          keep the routed experts in the file instead of repacking them in memory\n"
            "  --alias NAME         model id in /v1/models and replies (default: file name)\n"
            "  --max-body BYTES     request body limit (default 8388608); larger -> 413\n"
            "  --max-queue N        requests waiting for a slot before 503 (default 256)\n"
@@ -64,6 +65,10 @@ static int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--api-key")) p.api_key = v;
         else if (!strcmp(a, "--alias")) p.model_name = v;
         else if (!strcmp(a, "--port-file")) port_file = v;
+        else if (!strcmp(a, "--no-repack")) {
+            p.repack = -1;
+            takes = 0;
+        }
         else if (!strcmp(a, "--numerics")) {
             if (v && !strcmp(v, "plain")) p.numerics = DSF_NUMERICS_PLAIN;
             else if (v && !strcmp(v, "reference")) p.numerics = DSF_NUMERICS_REFERENCE;
