@@ -130,6 +130,7 @@ static void repack_experts(dsf_engine *e, const dsf_engine_params *p) {
 #ifdef MADV_HUGEPAGE
     madvise(map, (size_t)bytes, MADV_HUGEPAGE);
 #endif
+    const double t0 = dsf_now();
     uint8_t *at = map;
     for (int i = 0; i < j->n; i++) {
         j->codes[i] = at;
@@ -140,7 +141,11 @@ static void repack_experts(dsf_engine *e, const dsf_engine_params *p) {
     for (int i = 0; i < j->n; i++) *j->dst[i] = mxfp4r_view(j->dst[i], j->codes[i], j->scales[i]);
     e->repack_map = map;
     e->repack_size = (size_t)bytes;
-    dsf_log(2, "dsflash: repacked %d expert tensors (%.2f GB) for the %s kernels", j->n, bytes / 1e9, e->kern->name);
+    /* the time is mostly the first touch of fresh memory (kernel zeroing; under some
+     * hypervisors well below 1 GB/s): say so when it is noticeable */
+    const double dt = dsf_now() - t0;
+    dsf_log(dt >= 1.0 ? 1 : 2, "dsflash: repacked the routed experts (%d tensors, %.2f GB) for the %s kernels in %.1f s "
+            "(--no-repack or DSF_REPACK=0 reads them from the file)", j->n, bytes / 1e9, e->kern->name, dt);
     free(j);
 }
 
