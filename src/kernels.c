@@ -125,6 +125,11 @@ void kern_matmul_xbf16(const dsf_kernels *k, const dsf_wmat *w, const uint16_t *
 }
 
 bool kern_act_to_bf16(const float *x, uint16_t *xb, int64_t n) {
+    const dsf_kernels *k = kernels_get();
+    return (k->act_to_bf16 ? k->act_to_bf16 : act_to_bf16_ref)(x, xb, n);
+}
+
+bool act_to_bf16_ref(const float *x, uint16_t *xb, int64_t n) {
     bool exact = true;
     for (int64_t i = 0; i < n; i++) {
         uint32_t u;

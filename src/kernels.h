@@ -77,6 +77,8 @@ typedef struct {
     /* DSF_TYPE_MXFP4R with BF16 activations. NULL: the table has no fast kernel for it, and
      * the engine does not repack (the fp32 family always runs it through the twin). */
     matmul_xbf16_fn mxfp4r_xbf16;
+    /* kern_act_to_bf16 (same results bit for bit); NULL -> act_to_bf16_ref */
+    bool (*act_to_bf16)(const float *x, uint16_t *xb, int64_t n);
     read_probe_fn read_probe;          /* NULL -> ref */
     peak_probe_fn peak_probe;          /* NULL -> ref */
 } dsf_kernels;
@@ -100,6 +102,8 @@ void kern_matmul_xbf16(const dsf_kernels *k, const dsf_wmat *w, const uint16_t *
  * was already exact in BF16 (then kern_matmul_xbf16 computes the same exact products as
  * kern_matmul; only the summation order, and the flushing of subnormals, differ). */
 bool kern_act_to_bf16(const float *x, uint16_t *xb, int64_t n);
+/* Its scalar twin (the rounding rule of quant.c's f32_to_bf16). */
+bool act_to_bf16_ref(const float *x, uint16_t *xb, int64_t n);
 
 /* Probes through the table with fallback to the scalar versions. */
 double kern_read_probe(const dsf_kernels *k, const uint8_t *p, uint64_t n);

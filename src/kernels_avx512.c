@@ -751,6 +751,25 @@ XWIDEN(xw_f32, mm_f32)
 XWIDEN(xw_f16, mm_f16)
 XWIDEN(xw_q8_0, mm_q8_0)
 
+/* kern_act_to_bf16, 16 values at a time with the twin's integer rounding (vcvtneps2bf16
+ * would flush subnormal inputs): round to nearest even, a NaN keeps its bits with the quiet
+ * bit set; exact iff no value had low bits. */
+static bool act_to_bf16(const float *x, uint16_t *xb, int64_t n) {
+    const __m512i absm = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
+    const __m512i half = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1), low = _mm512_set1_epi32(0xFFFF);
+    __mmask16 inexact = 0;
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        const __m512i u = _mm512_maskz_loadu_epi32(m, x + i);
+        const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, absm), inf);
+        __m512i h = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(half, _mm512_and_si512(_mm512_srli_epi32(u, 16), one))), 16);
+        h = _mm512_mask_mov_epi32(h, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+        _mm256_mask_storeu_epi16(xb + i, m, _mm512_cvtepi32_epi16(h));
+        inexact |= _mm512_test_epi32_mask(u, low);
+    }
+    return inexact == 0;
+}
+
 /* ---- benchmark probes ---- */
 
 /* Four concurrent streams (one per quarter of the range), like a matmul tile's rows: one
@@ -817,6 +836,7 @@ const dsf_kernels kernels_avx512 = {
         [GGML_TYPE_MXFP4] = mm_mxfp4_any,
     },
     .mxfp4r_xbf16 = xmm_mxfp4r,
+    .act_to_bf16 = act_to_bf16,
 };
 
 #else

@@ -539,3 +539,35 @@ TEST(kernels_mxfp4r_same_bits) {
             }
     CHECK(mxfp4r_row_bytes(5120) == 40 * 64 && mxfp4r_row_bytes(2304) == 18 * 64 && mxfp4r_row_bytes(48) == 0);
 }
+
+/* The fast activation rounding against its twin, bit for bit, with the exactness flag: random
+ * bit patterns (NaNs, infinities, subnormals, ties included), exact values, all tail lengths,
+ * and no write past n (sentinels). */
+TEST(kernels_act_to_bf16_vs_twin) {
+    const char *names[] = {"avx512", "avx2", "ref"};
+    enum { N = 600 };
+    float x[N];
+    uint16_t a[N + 8], b[N + 8];
+    for (int n = 0; n < 3; n++) {
+        const dsf_kernels *k = kernels_by_name(names[n]);
+        if (!k || !k->act_to_bf16) continue;
+        for (int round = 0; round < 40; round++) {
+            for (int i = 0; i < N; i++) {
+                uint32_t u = (uint32_t)rnd();
+                int kind = (int)(rnd() % 8);
+                if (kind == 0) u &= 0x807FFFFFu;                       /* subnormal or zero */
+                else if (kind == 1) u = (u & 0xFFFF0000u) | 0x8000u;   /* a tie */
+                else if (kind == 2) u |= 0x7F800000u;                  /* inf or NaN */
+                else if (kind == 3 || round % 2) u &= 0xFFFF0000u;     /* exact in BF16 */
+                memcpy(&x[i], &u, 4);
+            }
+            int len = round < 20 ? round * 3 + 1 : N - (int)(rnd() % 40);
+            memset(a, 0x5A, sizeof a);
+            memset(b, 0x5A, sizeof b);
+            bool ea = k->act_to_bf16(x, a, len), eb = act_to_bf16_ref(x, b, len);
+            int d = 0;
+            while (d < N + 8 && a[d] == b[d]) d++;
+            CHECKF(ea == eb && d == N + 8, "%s: len %d, exact %d vs %d, first difference at %d", names[n], len, ea, eb, d);
+        }
+    }
+}
