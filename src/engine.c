@@ -121,7 +121,9 @@ static void repack_experts(dsf_engine *e, const dsf_engine_params *p) {
         free(j);
         return;
     }
-    void *map = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    /* not MAP_NORESERVE: under the kernel's overcommit checks a copy that cannot fit is
+     * refused here, and the experts stay in the file */
+    void *map = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (map == MAP_FAILED) {
         dsf_log(1, "dsflash: cannot map %.1f GB for the repacked experts; using them from the file", bytes / 1e9);
         free(j);

@@ -596,6 +596,17 @@ TEST(golden_repacked_experts_same_bits) {
         CHECK(repacked[i] == (dsf_engine_repacked_bytes(e[i]) > 0));
     }
     CHECK(!repacked[1]);
+    { /* plain numerics never repack: their fp32-activation kernels read the file's rows */
+        dsf_engine_params ep;
+        dsf_engine_params_default(&ep);
+        ep.numerics = DSF_NUMERICS_PLAIN;
+        ep.repack = 1;
+        char err[DSF_ERR_LEN];
+        dsf_engine *pe = dsf_engine_open(p, &ep, err);
+        CHECKF(pe, "open: %s", err);
+        CHECK(dsf_engine_repacked_bytes(pe) == 0);
+        dsf_engine_close(pe);
+    }
     if (!repacked[0]) {
         dsf_engine_close(e[0]);
         dsf_engine_close(e[1]);
