@@ -79,7 +79,8 @@ static cmp_stats compare(const float *a, const float *gold, int rows, int V, dou
     return st;
 }
 
-static dsf_engine *open_model(const char *file, dsf_numerics num, test_ctx *t) {
+/* repack: dsf_engine_params.repack (0 = auto) */
+static dsf_engine *open_model_rp(const char *file, dsf_numerics num, int repack, test_ctx *t) {
     char rel[256];
     snprintf(rel, sizeof rel, "testdata/tiny41/%s", file);
     const char *p = test_shared(rel);
@@ -88,10 +89,15 @@ static dsf_engine *open_model(const char *file, dsf_numerics num, test_ctx *t) {
     dsf_engine_params_default(&ep);
     ep.numerics = num;
     ep.n_threads = 2;
+    ep.repack = repack;
     char err[DSF_ERR_LEN];
     dsf_engine *e = dsf_engine_open(p, &ep, err);
     if (!e) test_fail(t, __FILE__, __LINE__, "open %s: %s", file, err);
     return e;
+}
+
+static dsf_engine *open_model(const char *file, dsf_numerics num, test_ctx *t) {
+    return open_model_rp(file, num, 0, t);
 }
 
 /* Runs tokens in chunks of `chunk` (0 = all at once) and returns [n][V] logits. */
@@ -581,30 +587,18 @@ static void describe_cb(void *ud, const char *line) {
 TEST(golden_repacked_experts_same_bits) {
     golden g;
     if (load_golden("plain-long", &g) < 0) SKIP("needs ../shared/" GDIR "plain-long.*");
-    const char *p = test_shared("testdata/tiny41/tiny41.gguf");
-    dsf_engine *e[2] = {NULL, NULL};
+    dsf_engine *e[2];
     int repacked[2] = {0, 0};
     for (int i = 0; i < 2; i++) {
-        dsf_engine_params ep;
-        dsf_engine_params_default(&ep);
-        ep.n_threads = 2;
-        ep.repack = i ? -1 : 1;
-        char err[DSF_ERR_LEN];
-        e[i] = dsf_engine_open(p, &ep, err);
-        CHECKF(e[i], "open: %s", err);
+        e[i] = open_model_rp("tiny41.gguf", DSF_NUMERICS_REFERENCE, i ? -1 : 1, t);
+        CHECK(e[i]);
         dsf_engine_describe(e[i], describe_cb, &repacked[i]);
         CHECK(repacked[i] == (dsf_engine_repacked_bytes(e[i]) > 0));
     }
     CHECK(!repacked[1]);
     { /* plain numerics never repack: their fp32-activation kernels read the file's rows */
-        dsf_engine_params ep;
-        dsf_engine_params_default(&ep);
-        ep.numerics = DSF_NUMERICS_PLAIN;
-        ep.repack = 1;
-        char err[DSF_ERR_LEN];
-        dsf_engine *pe = dsf_engine_open(p, &ep, err);
-        CHECKF(pe, "open: %s", err);
-        CHECK(dsf_engine_repacked_bytes(pe) == 0);
+        dsf_engine *pe = open_model_rp("tiny41.gguf", DSF_NUMERICS_PLAIN, 1, t);
+        CHECK(pe && dsf_engine_repacked_bytes(pe) == 0);
         dsf_engine_close(pe);
     }
     if (!repacked[0]) {
