@@ -97,6 +97,10 @@ static void scores_4x4(float *s, const float *q, int64_t dh, const float *const 
     if (k < nk) scores_tile(s + k, nk, q, dh, keys + k, nk - k, scale, 4);
 }
 
+#ifndef ATT_PF
+#define ATT_PF 8 /* keys ahead for the P.V pass's software prefetch */
+#endif
+
 /* o[i][x..x+16*XN) = sum_k p[i][k] key_k[x..] / den[i] for HN heads. */
 AI void acc_tile(float *o, const float *p, int64_t nk, int64_t dh, const float *const *keys, int64_t x,
                  const float *den, const int HN, const int XN) {
@@ -107,6 +111,11 @@ AI void acc_tile(float *o, const float *p, int64_t nk, int64_t dh, const float *
         for (int j = 0; j < XN; j++) a[i][j] = _mm512_setzero_ps();
     for (int64_t k = 0; k < nk; k++) {
         const float *kr = keys[k] + x;
+        /* this pass reads 64 bytes x XN of each key row, 2 KiB apart: the hardware
+         * prefetchers do not follow that, so fetch the rows ATT_PF keys ahead */
+        if (k + ATT_PF < nk)
+#pragma GCC unroll 4
+            for (int j = 0; j < XN; j++) _mm_prefetch((const char *)(keys[k + ATT_PF] + x + 16 * j), _MM_HINT_T0);
         __m512 kv[4];
 #pragma GCC unroll 4
         for (int j = 0; j < XN; j++) kv[j] = _mm512_loadu_ps(kr + 16 * j);
