@@ -101,7 +101,12 @@ static uint64_t repack_scales_bytes(const dsf_wmat *w) { return (repack_codes_by
  * the copy is anonymous memory in 2 MiB pages, filled by the pool. Failure to map it only
  * leaves the experts in the file. */
 static void repack_experts(dsf_engine *e, const dsf_engine_params *p) {
-    if (e->shape.n_layer > 64 || e->shape.n_expert <= 0) return;
+    if (e->shape.n_expert <= 0) return;
+    if (e->shape.n_layer > 64) { /* repack_job's arrays; V4.1-Flash has 43 */
+        dsf_log(2, "dsflash: %lld layers: the routed experts are read from the file (repacking handles 64)",
+                (long long)e->shape.n_layer);
+        return;
+    }
     repack_job *j = dsf_xcalloc(1, sizeof *j);
     uint64_t bytes = 0, orig = 0;
     for (int64_t il = 0; il < e->shape.n_layer; il++)
