@@ -6,10 +6,26 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
+/* Arrays of 1 MiB or more (the KV rows of a layer) go in 2 MiB pages: the attention reads
+ * them after each layer's weight stream has evicted its TLB entries, and under a hypervisor
+ * every 4 KiB miss is a nested page walk. Zeroed here, like calloc. */
+#define HUGE_MIN ((size_t)1 << 20)
+#define HUGE_PAGE ((size_t)2 << 20)
 static void *take(size_t n, size_t *bytes, int *fail) {
     if (*fail) return NULL;
-    void *p = calloc(n ? n : 1, 1);
+    void *p = NULL;
+    if (n >= HUGE_MIN) {
+        size_t r = (n + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+        if (posix_memalign(&p, HUGE_PAGE, r) != 0) p = NULL;
+#ifdef MADV_HUGEPAGE
+        if (p) madvise(p, r, MADV_HUGEPAGE);
+#endif
+        if (p) memset(p, 0, n);
+    } else {
+        p = calloc(n ? n : 1, 1);
+    }
     if (!p) *fail = 1;
     *bytes += n;
     return p;
