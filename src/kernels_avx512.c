@@ -473,6 +473,15 @@ INLINE void mx_perm_x(const uint16_t *x, int64_t nbk, int64_t q0, int64_t q1, ui
     }
 }
 
+/* A group's code bytes (lane i = block i) -> the unscaled e2m1 values W0..W3 in BF16. */
+INLINE void mx_codes_to_w(__m512i c, __m512i *W) {
+    const __m512i tbl = _mm512_load_si512((const void *)mx_e2m1_bf16);
+    W[0] = _mm512_permutexvar_epi16(c, tbl);
+    W[1] = _mm512_permutexvar_epi16(_mm512_srli_epi16(c, 4), tbl);
+    W[2] = _mm512_permutexvar_epi16(_mm512_srli_epi16(c, 8), tbl);
+    W[3] = _mm512_permutexvar_epi16(_mm512_srli_epi16(c, 12), tbl);
+}
+
 /* Decodes the group at p (nb blocks; nb < 4 only for a row's last group, read with a masked
  * load so that nothing past the row is touched): W[0..3] and S; returns the exceptional
  * lanes (as a 16-bit dword mask). */
@@ -490,11 +499,7 @@ INLINE void mx_group_decode(const uint8_t *p, int nb, __m512i *W, __m512 *S) {
                                               _mm512_load_si512((const void *)mx_idx_scales), a);
     /* e << 23 is 2^(e-127); e = 0 gives 0, raised to 0x00400000, the subnormal 2^-127 */
     *S = _mm512_castsi512_ps(_mm512_max_epu32(_mm512_srli_epi32(e, 1), _mm512_set1_epi32(0x00400000)));
-    const __m512i tbl = _mm512_load_si512((const void *)mx_e2m1_bf16);
-    W[0] = _mm512_permutexvar_epi16(c, tbl);
-    W[1] = _mm512_permutexvar_epi16(_mm512_srli_epi16(c, 4), tbl);
-    W[2] = _mm512_permutexvar_epi16(_mm512_srli_epi16(c, 8), tbl);
-    W[3] = _mm512_permutexvar_epi16(_mm512_srli_epi16(c, 12), tbl);
+    mx_codes_to_w(c, W);
 }
 
 /* The same for a DSF_TYPE_MXFP4R group: its 64 code bytes (aligned, lane i = block i) and its
@@ -512,11 +517,7 @@ INLINE void mxr_group_decode(const uint8_t *codes, const uint8_t *sc4, __m512i *
     const __m512i rot = _mm512_set_epi32(31, 31, 31, 31, 7, 7, 7, 7, 15, 15, 15, 15, 23, 23, 23, 23);
     __m512i e = _mm512_rolv_epi32(_mm512_and_si512(_mm512_set1_epi32(s4), keep), rot);
     *S = _mm512_castsi512_ps(_mm512_max_epu32(e, _mm512_set1_epi32(0x00400000)));
-    const __m512i tbl = _mm512_load_si512((const void *)mx_e2m1_bf16);
-    W[0] = _mm512_permutexvar_epi16(c, tbl);
-    W[1] = _mm512_permutexvar_epi16(_mm512_srli_epi16(c, 4), tbl);
-    W[2] = _mm512_permutexvar_epi16(_mm512_srli_epi16(c, 8), tbl);
-    W[3] = _mm512_permutexvar_epi16(_mm512_srli_epi16(c, 12), tbl);
+    mx_codes_to_w(c, W);
 }
 
 /* Group q of a row in either layout: R = 0, MXFP4 rows (row: the row, nb blocks); R = 1,
