@@ -37,14 +37,15 @@ void engram_hash(const dsf_shape *sh, int64_t e, const int32_t *tokens, int64_t 
     }
 }
 
-/* The gated add of each token's Engram value into its hc copies, threaded over tokens (each
- * token's stream rows are written by exactly one chunk). */
+/* The gated add of each token's Engram value into its hc copies, threaded over (token, copy)
+ * items i = t * hc + c (each stream row is written by exactly one chunk; a decode step has hc
+ * items, not one). */
 typedef struct {
     const fwd *f;
     const dsf_layer *L;
 } gate_job;
 
-static void gate_range(void *ctx, int64_t t0, int64_t t1, int tid) {
+static void gate_range(void *ctx, int64_t i0, int64_t i1, int tid) {
     (void)tid;
     const gate_job *j = ctx;
     const dsf_shape *sh = j->f->sh;
@@ -52,24 +53,23 @@ static void gate_range(void *ctx, int64_t t0, int64_t t1, int tid) {
     dsf_scratch *sc = j->f->sc;
     const int64_t D = sh->n_embd, hc = sh->hc, nout = (hc + 1) * D;
     const float dscale = (float)(1.0 / sqrt((double)D));
-    for (int64_t t = t0; t < t1; t++) {
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t t = i / hc, c = i % hc;
         const float *kv = sc->ekv + t * nout, *val = kv + hc * D;
-        for (int64_t c = 0; c < hc; c++) {
-            float *x = sc->X + (t * hc + c) * D;
-            const float *key = kv + c * D, *gw = L->engram_gate + c * D;
-            double sx = 0, sk = 0, dot = 0;
-            for (int64_t d = 0; d < D; d++) {
-                sx += (double)x[d] * x[d];
-                sk += (double)key[d] * key[d];
-                dot += (double)x[d] * gw[d] * key[d];
-            }
-            float rx = (float)(1.0 / sqrt(sx / (double)D + (double)sh->eps));
-            float rk = (float)(1.0 / sqrt(sk / (double)D + (double)sh->eps));
-            float dd = (float)dot * rx * rk * dscale;
-            /* spec §4.2.4: sign via copysign, +0 counts as positive */
-            float g = op_sigmoid(copysignf(sqrtf(fmaxf(fabsf(dd), 1e-6f)), dd));
-            for (int64_t d = 0; d < D; d++) x[d] += g * val[d];
+        float *x = sc->X + (t * hc + c) * D;
+        const float *key = kv + c * D, *gw = L->engram_gate + c * D;
+        double sx = 0, sk = 0, dot = 0;
+        for (int64_t d = 0; d < D; d++) {
+            sx += (double)x[d] * x[d];
+            sk += (double)key[d] * key[d];
+            dot += (double)x[d] * gw[d] * key[d];
         }
+        float rx = (float)(1.0 / sqrt(sx / (double)D + (double)sh->eps));
+        float rk = (float)(1.0 / sqrt(sk / (double)D + (double)sh->eps));
+        float dd = (float)dot * rx * rk * dscale;
+        /* spec §4.2.4: sign via copysign, +0 counts as positive */
+        float g = op_sigmoid(copysignf(sqrtf(fmaxf(fabsf(dd), 1e-6f)), dd));
+        for (int64_t d = 0; d < D; d++) x[d] += g * val[d];
     }
 }
 
@@ -78,13 +78,12 @@ static int cmp_i64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* madvise(WILLNEED) over the pages holding rows[0..n) of the table (tmp: n int64 scratch).
- * A hint only: failures are ignored and nothing is read here. */
-static void prefetch_rows(const gguf_tensor *ple, const int64_t *rows, int64_t n, int64_t *tmp) {
+/* madvise(WILLNEED) over the pages holding rows[0..n) of the table (sorted in place). A hint
+ * only: failures are ignored and nothing is read here. */
+static void prefetch_rows(const gguf_tensor *ple, int64_t *tmp, int64_t n) {
     static long pg;
     if (!pg) pg = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
     const uintptr_t base = (uintptr_t)ple->data;
-    for (int64_t i = 0; i < n; i++) tmp[i] = rows[i];
     qsort(tmp, (size_t)n, sizeof *tmp, cmp_i64);
     uintptr_t lo = 0, hi = 0; /* current page range [lo, hi) */
     for (int64_t i = 0; i < n; i++) {
@@ -101,18 +100,37 @@ static void prefetch_rows(const gguf_tensor *ple, const int64_t *rows, int64_t n
     if (hi) madvise((void *)lo, hi - lo, MADV_WILLNEED);
 }
 
-/* Row `row` of the table as fp32 into out. Reads it with pread when the model is a file:
- * the table's pages are mapped without huge pages and a decode step touches rows it never
- * touched before, and a first touch through the mapping is a page fault each (~20 us under a
- * hypervisor, 24 rows per Engram layer), where a pread of the cached page costs ~1 us. A
- * failed or short read (or a row too long for the buffer) falls back to the mapping. */
-static void gather_row(const gguf_file *g, const gguf_tensor *ple, int64_t row, float *out, int64_t pd) {
+/* Table row `row` as fp32 into out, read with pread (gguf_read_span): the table's pages are
+ * mapped without huge pages and a decode step touches rows it never touched before (24 rows
+ * per Engram layer). nowait: only if no disk read is needed; returns false otherwise. */
+static bool gather_row(const gguf_file *g, const gguf_tensor *ple, int64_t row, float *out, int64_t pd, bool nowait) {
     _Alignas(64) uint8_t buf[8192];
-    const uint8_t *src = ple->data + (uint64_t)row * ple->row_bytes;
-    if (g && g->fd >= 0 && ple->row_bytes <= sizeof buf && src >= g->map && src + ple->row_bytes <= g->map + g->size &&
-        pread(g->fd, buf, (size_t)ple->row_bytes, (off_t)(src - g->map)) == (ssize_t)ple->row_bytes)
-        src = buf;
+    const uint8_t *src = gguf_read_span(g, ple->data + (uint64_t)row * ple->row_bytes, (size_t)ple->row_bytes, buf,
+                                        sizeof buf, nowait);
+    if (!src) return false;
     dequant_row(ple->type, src, out, pd);
+    return true;
+}
+
+/* Gathers of the chunk's rows, threaded over rows (item i = row c of token t, i = t * cols +
+ * c; each writes only its own erow slot). First pass (blocking = 0): the rows already in the
+ * page cache, emiss[i] = 1 for the others; second pass: those, after their readahead. */
+typedef struct {
+    const fwd *f;
+    const gguf_tensor *ple;
+    int64_t pd;
+    bool blocking;
+} gather_job;
+
+static void gather_range(void *ctx, int64_t i0, int64_t i1, int tid) {
+    (void)tid;
+    const gather_job *j = ctx;
+    dsf_scratch *sc = j->f->sc;
+    for (int64_t i = i0; i < i1; i++) {
+        float *out = sc->erow + i * j->pd; /* erow is [T][cols * pd] */
+        if (!j->blocking) sc->emiss[i] = !gather_row(j->f->e->gguf, j->ple, sc->rows[i], out, j->pd, true);
+        else if (sc->emiss[i]) gather_row(j->f->e->gguf, j->ple, sc->rows[i], out, j->pd, false);
+    }
 }
 
 void engram_forward(const fwd *f, int64_t il) {
@@ -122,20 +140,26 @@ void engram_forward(const fwd *f, int64_t il) {
     const int64_t e = sh->engram_of[il], T = f->T, D = sh->n_embd, hc = sh->hc;
     const int64_t cols = sh->ple_cols, pd = sh->ple_dim, nin = cols * pd;
     const gguf_tensor *ple = f->w->ple;
-    /* Hash every token of the chunk first, then ask the kernel for all the table pages at
-     * once (sorted, de-duplicated, adjacent pages merged) before gathering: on the real model
-     * the table is ~400 GB and mostly not resident, so one batch of readahead beats faulting
-     * the rows in one by one. */
+    /* Hash every token of the chunk first and read the rows already in the page cache; then
+     * ask the kernel for the pages of all the others at once (sorted, de-duplicated, adjacent
+     * pages merged) before reading them: on the real model the table is ~200 GB and mostly not
+     * resident, so one batch of readahead beats faulting the rows in one by one, and a row that
+     * is cached costs one syscall. */
     for (int64_t t = 0; t < T; t++) engram_hash(sh, e, f->tkv[t]->tokens, f->tpos[t], sc->rows + t * cols);
-    prefetch_rows(ple, sc->rows, T * cols, sc->prow);
-    for (int64_t t = 0; t < T; t++) {
-        const int64_t *rows = sc->rows + t * cols;
-        for (int64_t c = 0; c < cols; c++) gather_row(f->e->gguf, ple, rows[c], sc->erow + t * nin + c * pd, pd);
+    gather_job gj = {f, ple, pd, false};
+    dsf_parallel_for(f->e->pool, T * cols, 4, gather_range, &gj);
+    int64_t m = 0;
+    for (int64_t i = 0; i < T * cols; i++)
+        if (sc->emiss[i]) sc->prow[m++] = sc->rows[i];
+    if (m) {
+        prefetch_rows(ple, sc->prow, m);
+        gj.blocking = true;
+        dsf_parallel_for(f->e->pool, T * cols, 4, gather_range, &gj);
     }
     if (T == f->T) fwd_dump(f, "engram_rows", sc->rows, (size_t)(T * cols) * sizeof(int64_t));
     const float *xin = fwd_act(f, sc->erow, T, nin, sc->erow); /* in place: rows are not reused */
     const int64_t nout = (hc + 1) * D;
     fwd_mm_act(f, &L->engram_kv, xin, T, sc->ekv, nout);
     gate_job j = {f, L};
-    dsf_parallel_for(f->e->pool, T, 16384 / (hc * D) + 1, gate_range, &j);
+    dsf_parallel_for(f->e->pool, T * hc, 16384 / D + 1, gate_range, &j);
 }

@@ -401,7 +401,10 @@ void forward_tokens(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, con
     double prof_t0 = prof_enabled() ? dsf_now() : 0;
     const int64_t D = sh->n_embd, hc = sh->hc;
     for (int64_t t = 0; t < T; t++) {
-        dequant_row(w->tok_embd.type, w->tok_embd.data + (uint64_t)tok[t] * w->tok_embd.row_bytes, sc->h, D);
+        /* one row per token, at random: read it (gguf_read_span) rather than fault it in */
+        _Alignas(64) uint8_t row[32768];
+        const uint8_t *src = w->tok_embd.data + (uint64_t)tok[t] * w->tok_embd.row_bytes;
+        dequant_row(w->tok_embd.type, gguf_read_span(e->gguf, src, (size_t)w->tok_embd.row_bytes, row, sizeof row, false), sc->h, D);
         for (int64_t c = 0; c < hc; c++) memcpy(sc->X + (t * hc + c) * D, sc->h, (size_t)D * sizeof(float));
         for (int64_t c = 0; c < hc; c++) sc->pre[t * hc + c] = c == 0 ? 1.0f : 0.0f; /* layer 0: one-hot, no eps */
     }

@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #define GGUF_MAX_STRING (1ull << 30)   /* GGUF_MAX_STRING_LENGTH */
@@ -566,6 +567,22 @@ const gguf_kv *gguf_find_kv(const gguf_file *f, const char *key) {
     if (!f || !f->priv || !key) return NULL;
     int64_t i = ht_find(&((reader_priv *)f->priv)->kv, f, kv_name, key);
     return i < 0 ? NULL : &f->kv[i];
+}
+
+const uint8_t *gguf_read_span(const gguf_file *f, const uint8_t *src, size_t n, uint8_t *buf, size_t cap, bool nowait) {
+    if (!f || f->fd < 0 || n > cap || src < f->map || (uint64_t)(src - f->map) > f->size ||
+        n > f->size - (uint64_t)(src - f->map))
+        return src; /* not a file span that fits: through the mapping */
+    const off_t off = (off_t)(src - f->map);
+    if (nowait) {
+#ifdef RWF_NOWAIT
+        struct iovec v = {buf, n};
+        return preadv2(f->fd, &v, 1, off, RWF_NOWAIT) == (ssize_t)n ? buf : NULL;
+#else
+        return NULL;
+#endif
+    }
+    return pread(f->fd, buf, n, off) == (ssize_t)n ? buf : src; /* failed or short: the mapping */
 }
 
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name) {

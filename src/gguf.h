@@ -99,6 +99,15 @@ gguf_file *gguf_open(const char *path, char *err);
 gguf_file *gguf_open_mem(const void *data, uint64_t size, const char *name, char *err);
 void gguf_close(gguf_file *f);
 
+/* Bytes [src, src + n) of the mapping, for tables read a row at a time at random (the token
+ * embeddings, the Engram table): returns buf filled by pread when the file is open and the
+ * span fits buf (cap bytes), else src itself (then the caller reads through the mapping). A
+ * first touch through the mapping is a page fault per page (~20 us under a hypervisor), where
+ * a pread of a cached page costs ~1 us. nowait: only if that needs no disk read (all of it in
+ * the page cache, preadv2 RWF_NOWAIT); returns NULL where it would (or where the kernel cannot
+ * tell), and the caller then asks for it the blocking way. */
+const uint8_t *gguf_read_span(const gguf_file *f, const uint8_t *src, size_t n, uint8_t *buf, size_t cap, bool nowait);
+
 const gguf_kv *gguf_find_kv(const gguf_file *f, const char *key);
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
 

@@ -63,6 +63,44 @@ static void expert(const fwd *f, const dsf_wmat *wg, const dsf_wmat *wu, const d
     dsf_parallel_for(f->e->pool, n, 16384 / D + 1, acc_range, &j);
 }
 
+/* Decode, between and after the two product jobs, threaded: item i = expert slot i
+ * (swiglu, then the activation prep of its down input), or a range of output elements (the
+ * sum over the slots, in slot order). Every value is computed as in the serial form. */
+typedef struct {
+    const fwd *f;
+    const dsf_akernels *k;
+    const dsf_wmat *wg;
+    const float *lim, *wt; /* per slot */
+    int64_t ff, D, ns;
+    const float **x; /* out: each slot's down input */
+    float *out;
+} dec_job;
+
+static void dec_swiglu_range(void *ctx, int64_t i0, int64_t i1, int tid) {
+    (void)tid;
+    const dec_job *j = ctx;
+    dsf_scratch *sc = j->f->sc;
+    for (int64_t i = i0; i < i1; i++) {
+        float *g = sc->eg + i * j->ff, *u = sc->eu + i * j->ff;
+        const int64_t n = j->wg[i].n_out;
+        ka_swiglu(j->k, g, g, u, n, j->lim[i], j->wt[i]);
+        if (!j->f->ref) {
+            j->x[i] = g;
+            continue;
+        }
+        memcpy(u, g, (size_t)n * sizeof(float)); /* as fwd_act: the QDQ'd copy in u */
+        ka_qdq_fp8(j->k, u, n);
+        j->x[i] = u;
+    }
+}
+
+static void dec_sum_range(void *ctx, int64_t d0, int64_t d1, int tid) {
+    (void)tid;
+    const dec_job *j = ctx;
+    memset(j->out + d0, 0, (size_t)(d1 - d0) * sizeof(float));
+    for (int64_t i = 0; i < j->ns; i++) ka_add(j->k, j->out + d0, j->f->sc->ey + i * j->D + d0, d1 - d0);
+}
+
 /* Decode (one token): the top-k experts and the shared expert as two threaded jobs (all
  * gate/up products, then all down products) instead of seven calls per expert. Every value
  * is computed by the same operations as expert() does, and the outputs are added in the same
@@ -102,20 +140,20 @@ static void moe_decode(const fwd *f, int64_t il, const float *vq, float *out) {
         w[2 * i + 1] = &wu[i], x[2 * i + 1] = vq, y[2 * i + 1] = sc->eu + i * ff;
     }
     fwd_mm_act_multi(f, (int)(2 * (ne + 1)), w, x, y);
-    const dsf_akernels *ak = akernels_get();
+    float lim[65], wt[65];
     for (int64_t i = 0; i <= ne; i++) {
-        float *g = sc->eg + i * ff;
-        const int64_t n = wg[i].n_out;
-        if (i < ne) ka_swiglu(ak, g, g, sc->eu + i * ff, n, sh->swiglu_exp[il], sc->ewt[order[i]]);
-        else ka_swiglu(ak, g, g, sc->eu + i * ff, n, sh->swiglu_shexp[il], 1.0f);
+        lim[i] = i < ne ? sh->swiglu_exp[il] : sh->swiglu_shexp[il];
+        wt[i] = i < ne ? sc->ewt[order[i]] : 1.0f;
+    }
+    dec_job dj = {f, akernels_get(), wg, lim, wt, ff, D, ne + 1, x, out};
+    dsf_parallel_for(f->e->pool, ne + 1, 1, dec_swiglu_range, &dj);
+    for (int64_t i = 0; i <= ne; i++) {
         w[i] = &wd[i];
-        x[i] = fwd_act(f, g, 1, n, sc->eu + i * ff);
         y[i] = sc->ey + i * D;
     }
     fwd_mm_act_multi(f, (int)(ne + 1), w, x, y);
-    memset(sc->acc, 0, (size_t)D * sizeof(float));
-    for (int64_t i = 0; i <= ne; i++) ka_add(ak, sc->acc, sc->ey + i * D, D);
-    memcpy(out, sc->acc, (size_t)D * sizeof(float));
+    /* the sum in increasing expert id, then the shared expert (sc->acc is not needed here) */
+    dsf_parallel_for(f->e->pool, D, 1024, dec_sum_range, &dj);
 }
 
 void moe_forward(const fwd *f, int64_t il, const float *v, float *out) {

@@ -708,3 +708,42 @@ TEST(gguf_tiny41_mutations) {
     free(orig);
     (void)accepted;
 }
+
+/* gguf_read_span: a span of a file-backed tensor comes back in the caller's buffer with the
+ * file's bytes, blocking or not (the file was just written, so it is in the page cache);
+ * spans that do not fit the buffer or lie outside the mapping, and memory-backed files, come
+ * back as the mapping itself. */
+TEST(gguf_read_span_rows) {
+    bb b = {0};
+    hdr(&b, 3, 1, 1);
+    key(&b, "general.architecture", GGUF_VT_STRING);
+    str(&b, "x");
+    tinfo(&b, "t", 64, 4, GGML_TYPE_F32, 0);
+    pad(&b, 32);
+    const size_t ds = b.n;
+    for (int i = 0; i < 256; i++) f32(&b, (float)i * 0.25f - 7.0f);
+    char path[512], err[512];
+    snprintf(path, sizeof path, "%s/span.gguf", test_tmpdir());
+    FILE *fp = fopen(path, "wb");
+    CHECK(fp && fwrite(b.d, 1, b.n, fp) == b.n && fclose(fp) == 0);
+    gguf_file *f = gguf_open(path, err);
+    CHECKF(f, "%s", err);
+    const gguf_tensor *tt = gguf_find_tensor(f, "t");
+    CHECK(tt && tt->row_bytes == 256);
+    _Alignas(64) uint8_t buf[512];
+    for (int nw = 0; nw < 2; nw++) {
+        const uint8_t *src = tt->data + 2 * tt->row_bytes, *got = gguf_read_span(f, src, 256, buf, sizeof buf, nw);
+        CHECKF(got == buf || (nw && got == NULL), "nowait %d: not read into the buffer", nw);
+        if (got) CHECK(memcmp(buf, b.d + ds + 512, 256) == 0);
+    }
+    CHECK(gguf_read_span(f, tt->data, 256, buf, 128, false) == tt->data);         /* too long for buf */
+    CHECK(gguf_read_span(f, f->map + f->size - 8, 16, buf, sizeof buf, false) == f->map + f->size - 8); /* past the end */
+    gguf_close(f);
+    f = gguf_open_mem(b.d, b.n, "m.gguf", err);
+    CHECKF(f, "%s", err);
+    tt = gguf_find_tensor(f, "t");
+    CHECK(tt && gguf_read_span(f, tt->data, 256, buf, sizeof buf, true) == tt->data);
+    gguf_close(f);
+    remove(path);
+    free(b.d);
+}
