@@ -8,7 +8,6 @@
 #include "session.h"
 #include "util.h"
 
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,9 +39,7 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
  * large folios; elsewhere it is a no-op). The tables read a row at a time at random (the token
  * embeddings, the Engram table) are excluded: a 2 MiB read per row would turn a cold table into
  * a disk storm (measured on the bench model: a cold token row cost 1.4 ms per decode step).
- * Their rows are read with pread (gguf_read_span). The token embeddings (~2 GB on V4.1-Flash,
- * against ~500 GB of weights) are also read ahead, asynchronously; the Engram table (~200 GB)
- * is not. Failures are ignored (advice only). */
+ * Their rows are read with pread (gguf_read_span). Failures are ignored (advice only). */
 static void advise_pages(const gguf_file *g) {
     static const char *const random_rows[] = {"token_embd.weight", "per_layer_token_embd.weight"};
 #ifdef MADV_HUGEPAGE
@@ -51,12 +48,10 @@ static void advise_pages(const gguf_file *g) {
     for (int i = 0; i < 2; i++) {
         const gguf_tensor *t = gguf_find_tensor(g, random_rows[i]);
         if (!t || !t->nbytes) continue;
-        uintptr_t lo = (uintptr_t)t->data & ~(uintptr_t)4095, hi = ((uintptr_t)t->data + t->nbytes + 4095) & ~(uintptr_t)4095;
 #ifdef MADV_NOHUGEPAGE
+        uintptr_t lo = (uintptr_t)t->data & ~(uintptr_t)4095, hi = ((uintptr_t)t->data + t->nbytes + 4095) & ~(uintptr_t)4095;
         madvise((void *)lo, hi - lo, MADV_NOHUGEPAGE);
 #endif
-        if (i == 0 && g->fd >= 0)
-            posix_fadvise(g->fd, (off_t)(t->data - g->map), (off_t)t->nbytes, POSIX_FADV_WILLNEED);
     }
 }
 
