@@ -69,7 +69,7 @@ typedef struct {
     float *acc;                  /* [T][D] fp32 accumulator */
     /* Engram */
     int64_t *rows;               /* [T][cols] */
-    int64_t *prow;               /* [T][cols] sorted copy for the table prefetch */
+    int64_t *prow;               /* [T][cols] the uncached rows, sorted for their readahead */
     int64_t *emiss;              /* [T][cols] the rows not in the page cache (engram.c) */
     float *erow;                 /* [T][cols*ple_dim] */
     float *ekv;                  /* [T][(hc+1)*D] */
