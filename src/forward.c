@@ -336,26 +336,38 @@ static void hc_mixes(const fwd *f, const dsf_wmat *fn, const float *scale, const
     dsf_parallel_for(f->e->pool, T, tok_grain(hc * sh->n_embd), mixes_range, &j);
 }
 
-static void collapse_range(void *ctx, int64_t t0, int64_t t1, int tid) {
+/* collapse / expand items: (token, block of HC_BLOCK elements of D), i = t * nb + b, so that a
+ * decode step (one token) splits over both threads too; every element is computed as in one
+ * call over the whole row (the sums run over copies, per element). */
+#define HC_BLOCK 1024
+
+static int64_t hc_blocks(const fwd *f) { return (f->sh->n_embd + HC_BLOCK - 1) / HC_BLOCK; }
+
+static void collapse_range(void *ctx, int64_t i0, int64_t i1, int tid) {
     (void)tid;
     const tok_job *j = ctx;
-    const int64_t hc = j->f->sh->hc, D = j->f->sh->n_embd;
-    for (int64_t t = t0; t < t1; t++) ka_hc_collapse(j->k, j->out + t * D, j->X + t * hc * D, j->ipre + t * hc, hc, D);
+    const int64_t hc = j->f->sh->hc, D = j->f->sh->n_embd, nb = hc_blocks(j->f);
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t t = i / nb, d0 = i % nb * HC_BLOCK, n = D - d0 < HC_BLOCK ? D - d0 : HC_BLOCK;
+        ka_hc_collapse(j->k, j->out + t * D + d0, j->X + t * hc * D + d0, j->ipre + t * hc, hc, n, D);
+    }
 }
 
 /* out[T][D] = sum_c pre[c] X[c] */
 static void hc_collapse(const fwd *f, const float *X, const float *pre, float *out) {
     tok_job j = {.f = f, .k = akernels_get(), .X = X, .ipre = pre, .out = out};
-    dsf_parallel_for(f->e->pool, f->T, tok_grain(f->sh->hc * f->sh->n_embd), collapse_range, &j);
+    dsf_parallel_for(f->e->pool, f->T * hc_blocks(f), tok_grain(f->sh->hc * HC_BLOCK), collapse_range, &j);
 }
 
-static void expand_range(void *ctx, int64_t t0, int64_t t1, int tid) {
+static void expand_range(void *ctx, int64_t i0, int64_t i1, int tid) {
     (void)tid;
     const tok_job *j = ctx;
-    const int64_t hc = j->f->sh->hc, D = j->f->sh->n_embd;
-    for (int64_t t = t0; t < t1; t++)
-        ka_hc_expand(j->k, j->out + t * hc * D, j->fo + t * D, j->X + t * hc * D, j->ipost + t * hc,
-                     j->icomb + t * hc * hc, hc, D);
+    const int64_t hc = j->f->sh->hc, D = j->f->sh->n_embd, nb = hc_blocks(j->f);
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t t = i / nb, d0 = i % nb * HC_BLOCK, n = D - d0 < HC_BLOCK ? D - d0 : HC_BLOCK;
+        ka_hc_expand(j->k, j->out + t * hc * D + d0, j->fo + t * D + d0, j->X + t * hc * D + d0, j->ipost + t * hc,
+                     j->icomb + t * hc * hc, hc, n, D);
+    }
 }
 
 /* Y[j] = post[j] fo + sum_i comb[i][j] R[i]   (i = source copy, j = destination);
@@ -363,7 +375,7 @@ static void expand_range(void *ctx, int64_t t0, int64_t t1, int tid) {
  * (fp32 rounding feeds the FP8 decisions downstream; kernels_attn.h keeps it bit for bit) */
 static void hc_expand(const fwd *f, const float *fo, const float *R, const float *post, const float *comb, float *Y) {
     tok_job j = {.f = f, .k = akernels_get(), .fo = fo, .X = R, .ipost = post, .icomb = comb, .out = Y};
-    dsf_parallel_for(f->e->pool, f->T, tok_grain(f->sh->hc * f->sh->hc * f->sh->n_embd), expand_range, &j);
+    dsf_parallel_for(f->e->pool, f->T * hc_blocks(f), tok_grain(f->sh->hc * f->sh->hc * HC_BLOCK), expand_range, &j);
 }
 
 static void norm_range(void *ctx, int64_t t0, int64_t t1, int tid) {

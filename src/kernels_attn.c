@@ -65,21 +65,21 @@ double sumsq_ref(const float *x, int64_t n) {
     return ss;
 }
 
-void hc_collapse_ref(float *out, const float *X, const float *pre, int64_t hc, int64_t D) {
+void hc_collapse_ref(float *out, const float *X, const float *pre, int64_t hc, int64_t D, int64_t ld) {
     for (int64_t d = 0; d < D; d++) {
         float s = 0.0f;
-        for (int64_t c = 0; c < hc; c++) s += pre[c] * X[c * D + d];
+        for (int64_t c = 0; c < hc; c++) s += pre[c] * X[c * ld + d];
         out[d] = s;
     }
 }
 
 void hc_expand_ref(float *Y, const float *fo, const float *R, const float *post, const float *comb, int64_t hc,
-                   int64_t D) {
+                   int64_t D, int64_t ld) {
     for (int64_t j = 0; j < hc; j++)
         for (int64_t d = 0; d < D; d++) {
             float s = 0.0f;
-            for (int64_t i = 0; i < hc; i++) s += comb[i * hc + j] * R[i * D + d];
-            Y[j * D + d] = post[j] * fo[d] + s;
+            for (int64_t i = 0; i < hc; i++) s += comb[i * hc + j] * R[i * ld + d];
+            Y[j * ld + d] = post[j] * fo[d] + s;
         }
 }
 
@@ -150,13 +150,14 @@ double ka_sumsq(const dsf_akernels *k, const float *x, int64_t n) {
     return (k && k->sumsq ? k->sumsq : sumsq_ref)(x, n);
 }
 
-void ka_hc_collapse(const dsf_akernels *k, float *out, const float *X, const float *pre, int64_t hc, int64_t D) {
-    (k && k->hc_collapse ? k->hc_collapse : hc_collapse_ref)(out, X, pre, hc, D);
+void ka_hc_collapse(const dsf_akernels *k, float *out, const float *X, const float *pre, int64_t hc, int64_t D,
+                    int64_t ld) {
+    (k && k->hc_collapse ? k->hc_collapse : hc_collapse_ref)(out, X, pre, hc, D, ld);
 }
 
 void ka_hc_expand(const dsf_akernels *k, float *Y, const float *fo, const float *R, const float *post,
-                  const float *comb, int64_t hc, int64_t D) {
-    (k && k->hc_expand ? k->hc_expand : hc_expand_ref)(Y, fo, R, post, comb, hc, D);
+                  const float *comb, int64_t hc, int64_t D, int64_t ld) {
+    (k && k->hc_expand ? k->hc_expand : hc_expand_ref)(Y, fo, R, post, comb, hc, D, ld);
 }
 
 void ka_swiglu(const dsf_akernels *k, float *z, const float *g, const float *u, int64_t n, float lim, float wt) {

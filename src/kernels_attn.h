@@ -38,13 +38,14 @@ typedef void (*index_fn)(float *scores, const float *q, const float *w, const fl
 /* sum_i x[i]^2 accumulated in double (RMSNorm and the hc mixes' rms). */
 typedef double (*sumsq_fn)(const float *x, int64_t n);
 
-/* One token: out[d] = sum_c pre[c] X[c][d]   (X: [hc][D]; the sum in increasing c). */
-typedef void (*hc_collapse_fn)(float *out, const float *X, const float *pre, int64_t hc, int64_t D);
+/* One token: out[d] = sum_c pre[c] X[c][d]   (X: hc rows ld apart, d < D <= ld; the sum in
+ * increasing c). */
+typedef void (*hc_collapse_fn)(float *out, const float *X, const float *pre, int64_t hc, int64_t D, int64_t ld);
 
-/* One token: Y[j][d] = post[j] fo[d] + sum_i comb[i][j] R[i][d]   (R, Y: [hc][D]; comb: [hc][hc];
- * the residual sum over increasing i first, then the sublayer term added). */
+/* One token: Y[j][d] = post[j] fo[d] + sum_i comb[i][j] R[i][d]   (R, Y: hc rows ld apart, d < D
+ * <= ld; comb: [hc][hc]; the residual sum over increasing i first, then the sublayer term added). */
 typedef void (*hc_expand_fn)(float *Y, const float *fo, const float *R, const float *post, const float *comb,
-                             int64_t hc, int64_t D);
+                             int64_t hc, int64_t D, int64_t ld);
 
 /* z[i] = wt * (silu(min(g[i], lim)) * clamp(u[i], -lim, lim)); lim <= 0: no clamps; silu(x) =
  * x / (1 + exp(-x)). z may alias g or u. */
@@ -84,9 +85,10 @@ void ka_attn(const dsf_akernels *k, float *o, const float *q, int64_t nh, int64_
 void ka_index(const dsf_akernels *k, float *scores, const float *q, const float *w, const float *ik, int64_t j0,
               int64_t j1, int64_t ih, int64_t id, const uint8_t *cmask, int64_t B);
 double ka_sumsq(const dsf_akernels *k, const float *x, int64_t n);
-void ka_hc_collapse(const dsf_akernels *k, float *out, const float *X, const float *pre, int64_t hc, int64_t D);
+void ka_hc_collapse(const dsf_akernels *k, float *out, const float *X, const float *pre, int64_t hc, int64_t D,
+                    int64_t ld);
 void ka_hc_expand(const dsf_akernels *k, float *Y, const float *fo, const float *R, const float *post,
-                  const float *comb, int64_t hc, int64_t D);
+                  const float *comb, int64_t hc, int64_t D, int64_t ld);
 void ka_swiglu(const dsf_akernels *k, float *z, const float *g, const float *u, int64_t n, float lim, float wt);
 void ka_add(const dsf_akernels *k, float *a, const float *y, int64_t n);
 void ka_qdq_fp8(const dsf_akernels *k, float *x, int64_t n);
@@ -106,9 +108,9 @@ void attn_ref(float *o, const float *q, int64_t nh, int64_t dh, const float *con
 void index_ref(float *scores, const float *q, const float *w, const float *ik, int64_t j0, int64_t j1, int64_t ih,
                int64_t id, const uint8_t *cmask, int64_t B);
 double sumsq_ref(const float *x, int64_t n);
-void hc_collapse_ref(float *out, const float *X, const float *pre, int64_t hc, int64_t D);
+void hc_collapse_ref(float *out, const float *X, const float *pre, int64_t hc, int64_t D, int64_t ld);
 void hc_expand_ref(float *Y, const float *fo, const float *R, const float *post, const float *comb, int64_t hc,
-                   int64_t D);
+                   int64_t D, int64_t ld);
 void swiglu_ref(float *z, const float *g, const float *u, int64_t n, float lim, float wt);
 void add_ref(float *a, const float *y, int64_t n);
 

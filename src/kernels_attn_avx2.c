@@ -263,18 +263,18 @@ static double sumsq_avx2(const float *x, int64_t n) {
 
 /* Bit-identical to the twin: the same products and sums, each rounded, in the same order
  * (the scalar tails keep product and sum in separate statements so nothing is fused). */
-static void hc_collapse_avx2(float *out, const float *X, const float *pre, int64_t hc, int64_t D) {
+static void hc_collapse_avx2(float *out, const float *X, const float *pre, int64_t hc, int64_t D, int64_t ld) {
     int64_t d = 0;
     for (; d + 8 <= D; d += 8) {
         __m256 s = _mm256_setzero_ps();
         for (int64_t c = 0; c < hc; c++)
-            s = _mm256_add_ps(s, _mm256_mul_ps(_mm256_set1_ps(pre[c]), _mm256_loadu_ps(X + c * D + d)));
+            s = _mm256_add_ps(s, _mm256_mul_ps(_mm256_set1_ps(pre[c]), _mm256_loadu_ps(X + c * ld + d)));
         _mm256_storeu_ps(out + d, s);
     }
     for (; d < D; d++) {
         float s = 0.0f;
         for (int64_t c = 0; c < hc; c++) {
-            float p = pre[c] * X[c * D + d];
+            float p = pre[c] * X[c * ld + d];
             s = s + p;
         }
         out[d] = s;
@@ -282,24 +282,24 @@ static void hc_collapse_avx2(float *out, const float *X, const float *pre, int64
 }
 
 static void hc_expand_avx2(float *Y, const float *fo, const float *R, const float *post, const float *comb,
-                           int64_t hc, int64_t D) {
+                           int64_t hc, int64_t D, int64_t ld) {
     for (int64_t j = 0; j < hc; j++) {
         const __m256 pj = _mm256_set1_ps(post[j]);
         int64_t d = 0;
         for (; d + 8 <= D; d += 8) {
             __m256 s = _mm256_setzero_ps();
             for (int64_t i = 0; i < hc; i++)
-                s = _mm256_add_ps(s, _mm256_mul_ps(_mm256_set1_ps(comb[i * hc + j]), _mm256_loadu_ps(R + i * D + d)));
-            _mm256_storeu_ps(Y + j * D + d, _mm256_add_ps(_mm256_mul_ps(pj, _mm256_loadu_ps(fo + d)), s));
+                s = _mm256_add_ps(s, _mm256_mul_ps(_mm256_set1_ps(comb[i * hc + j]), _mm256_loadu_ps(R + i * ld + d)));
+            _mm256_storeu_ps(Y + j * ld + d, _mm256_add_ps(_mm256_mul_ps(pj, _mm256_loadu_ps(fo + d)), s));
         }
         for (; d < D; d++) {
             float s = 0.0f;
             for (int64_t i = 0; i < hc; i++) {
-                float p = comb[i * hc + j] * R[i * D + d];
+                float p = comb[i * hc + j] * R[i * ld + d];
                 s = s + p;
             }
             float pf = post[j] * fo[d];
-            Y[j * D + d] = pf + s;
+            Y[j * ld + d] = pf + s;
         }
     }
 }

@@ -287,27 +287,27 @@ static double sumsq_avx512(const float *x, int64_t n) {
 }
 
 /* Bit-identical to the twin: the same products and sums, each rounded, in the same order. */
-static void hc_collapse_avx512(float *out, const float *X, const float *pre, int64_t hc, int64_t D) {
+static void hc_collapse_avx512(float *out, const float *X, const float *pre, int64_t hc, int64_t D, int64_t ld) {
     for (int64_t d = 0; d < D; d += 16) {
         __mmask16 m = tail_mask(D - d);
         __m512 s = _mm512_setzero_ps();
         for (int64_t c = 0; c < hc; c++)
-            s = _mm512_add_ps(s, _mm512_mul_ps(_mm512_set1_ps(pre[c]), _mm512_maskz_loadu_ps(m, X + c * D + d)));
+            s = _mm512_add_ps(s, _mm512_mul_ps(_mm512_set1_ps(pre[c]), _mm512_maskz_loadu_ps(m, X + c * ld + d)));
         _mm512_mask_storeu_ps(out + d, m, s);
     }
 }
 
 static void hc_expand_avx512(float *Y, const float *fo, const float *R, const float *post, const float *comb,
-                             int64_t hc, int64_t D) {
+                             int64_t hc, int64_t D, int64_t ld) {
     for (int64_t j = 0; j < hc; j++) {
         const __m512 pj = _mm512_set1_ps(post[j]);
         for (int64_t d = 0; d < D; d += 16) {
             __mmask16 m = tail_mask(D - d);
             __m512 s = _mm512_setzero_ps();
             for (int64_t i = 0; i < hc; i++)
-                s = _mm512_add_ps(s, _mm512_mul_ps(_mm512_set1_ps(comb[i * hc + j]), _mm512_maskz_loadu_ps(m, R + i * D + d)));
+                s = _mm512_add_ps(s, _mm512_mul_ps(_mm512_set1_ps(comb[i * hc + j]), _mm512_maskz_loadu_ps(m, R + i * ld + d)));
             __m512 y = _mm512_add_ps(_mm512_mul_ps(pj, _mm512_maskz_loadu_ps(m, fo + d)), s);
-            _mm512_mask_storeu_ps(Y + j * D + d, m, y);
+            _mm512_mask_storeu_ps(Y + j * ld + d, m, y);
         }
     }
 }

@@ -315,12 +315,24 @@ TEST(kattn_hc_collapse_expand_add_bit_identical) {
                 fill(post, hc, 2.0f);
                 fill(comb, hc * hc, 1.0f);
                 float *c0 = guarded(D), *c1 = guarded(D), *y0 = guarded(hc * D), *y1 = guarded(hc * D);
-                hc_collapse_ref(c0, X, pre, hc, D);
-                k->hc_collapse(c1, X, pre, hc, D);
-                hc_expand_ref(y0, fo, X, post, comb, hc, D);
-                k->hc_expand(y1, fo, X, post, comb, hc, D);
+                hc_collapse_ref(c0, X, pre, hc, D, D);
+                k->hc_collapse(c1, X, pre, hc, D, D);
+                hc_expand_ref(y0, fo, X, post, comb, hc, D, D);
+                k->hc_expand(y1, fo, X, post, comb, hc, D, D);
                 int ok = !memcmp(c0, c1, (size_t)(D + GUARD) * sizeof(float)) &&
                          !memcmp(y0, y1, (size_t)(hc * D + GUARD) * sizeof(float));
+                /* a column range [d0, d0 + n) of the rows (ld = D): the same elements */
+                const int64_t d0 = D / 3, n = D - d0 > 5 ? D - d0 - 5 : D - d0;
+                float *c2 = guarded(D), *y2 = guarded(hc * D);
+                memcpy(y2, y0, (size_t)(hc * D) * sizeof(float));
+                for (int64_t i = 0; i < hc; i++)
+                    for (int64_t d = d0; d < d0 + n; d++) y2[i * D + d] = -1.0f;
+                k->hc_collapse(c2 + d0, X + d0, pre, hc, n, D);
+                k->hc_expand(y2 + d0, fo + d0, X + d0, post, comb, hc, n, D);
+                ok = ok && !memcmp(c2 + d0, c0 + d0, (size_t)n * sizeof(float)) &&
+                     !memcmp(y2, y0, (size_t)(hc * D) * sizeof(float)) && guard_ok(y2, hc * D);
+                free(c2);
+                free(y2);
                 memcpy(c1, c0, (size_t)D * sizeof(float));
                 add_ref(c0, fo, D);
                 k->add(c1, fo, D);
