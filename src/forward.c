@@ -34,7 +34,7 @@ static void mm_range(void *ctx, int64_t i0, int64_t i1, int tid) {
 /* Rows per unit of a threaded matmul: MM_UNITS units per thread, claimed dynamically (the
  * kernels give every row the same value whatever its range, so the split changes nothing).
  * A single product is claimed guided instead (pieces shrink from a quarter of the rows per
- * thread down to this grain / 2), so that both threads finish together. */
+ * thread down to mm_min_grain), so that both threads finish together. */
 #ifndef MM_UNITS
 #define MM_UNITS 4
 #endif
@@ -43,8 +43,22 @@ static int64_t mm_grain(const fwd *f, const dsf_wmat *w) {
     return grain < 16 ? 16 : grain;
 }
 
-static int64_t mm_min_grain(const fwd *f, const dsf_wmat *w) {
+/* The smallest guided piece. T = 1 streams each row once, so the last pieces are what one
+ * thread still reads while the other waits at the join: they are cut down to MM_TAIL_BYTES
+ * of weights (a few us), whatever the product's size. (With 1/16 of the rows, the idle
+ * tail averaged 45-63 us per product, ~2-3 ms per decoded token on the bench model, the LM
+ * head's pieces being 80 MB.) T > 1 keeps 1/16 of the rows: there a piece's rows are
+ * reused across the token chunk. */
+#ifndef MM_TAIL_BYTES
+#define MM_TAIL_BYTES 65536
+#endif
+static int64_t mm_min_grain(const fwd *f, const dsf_wmat *w, int64_t T) {
     int64_t grain = w->n_out / (2 * MM_UNITS * dsf_pool_size(f->e->pool));
+    if (T == 1 && MM_TAIL_BYTES > 0) {
+        const int64_t rb = (int64_t)wmat_row_read_bytes(w) > 0 ? (int64_t)wmat_row_read_bytes(w) : 1;
+        grain = (MM_TAIL_BYTES + rb - 1) / rb;
+        grain = (grain + 3) / 4 * 4; /* whole tiles of 4 rows */
+    }
     return grain < 4 ? 4 : grain; /* one kernel tile: a 24-row product splits 6 + 4 + ... */
 }
 
@@ -113,7 +127,7 @@ void fwd_mm(const fwd *f, const dsf_wmat *w, const float *x, int64_t T, float *y
     if (T <= 0) return;
     mm_job j = {f->e->kern, w, x, T, ldy, y};
     double t0 = prof_enabled() ? dsf_now() : 0;
-    dsf_parallel_for_guided(f->e->pool, w->n_out, mm_min_grain(f, w), mm_range, &j);
+    dsf_parallel_for_guided(f->e->pool, w->n_out, mm_min_grain(f, w, T), mm_range, &j);
     if (t0 > 0) prof_mm(f, w, T, 0, t0);
 }
 
@@ -174,7 +188,7 @@ void fwd_mm_act(const fwd *f, const dsf_wmat *w, const float *xq, int64_t T, flo
     }
     mmb_job j = {f->e->kern, w, f->sc->xb, T, ldy, y};
     double t0 = prof_enabled() ? dsf_now() : 0;
-    dsf_parallel_for_guided(f->e->pool, w->n_out, mm_min_grain(f, w), mmb_range, &j);
+    dsf_parallel_for_guided(f->e->pool, w->n_out, mm_min_grain(f, w, T), mmb_range, &j);
     if (t0 > 0) prof_mm(f, w, T, 1, t0);
 }
 
