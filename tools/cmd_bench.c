@@ -336,7 +336,10 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
  * per-layer weight and the LM head in full, n_used / n_expert of each routed-expert tensor,
  * one row of token_embd and one row per Engram column of per_layer_token_embd. (indexer.attn_k
  * is counted every token although ratio-2 layers apply it every second token: < 0.01 %.) */
-static int model_token_cost(const char *path, double *bytes, double *flops, char *err) {
+/* What one decoded token costs: weight bytes read and matmul FLOPs (2 x the weight elements of
+ * the same set), and of these the LM head's FLOPs (a prefill runs the head for its last token
+ * only). */
+static int model_token_cost(const char *path, double *bytes, double *flops, double *head_flops, char *err) {
     gguf_file *f = gguf_open(path, err);
     if (!f) return -1;
     uint32_t n_expert = 0, n_used = 0;
@@ -346,7 +349,7 @@ static int model_token_cost(const char *path, double *bytes, double *flops, char
         return dsf_seterr(err, "%s: no deepseek41 expert_count/expert_used_count", path);
     }
     const gguf_kv *cols = gguf_find_kv(f, "deepseek41.ple.head_vocab_sizes");
-    double b = 0, fl = 0;
+    double b = 0, fl = 0, hf = 0;
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const gguf_tensor *t = &f->tensors[i];
         double elems = 1;
@@ -361,10 +364,12 @@ static int model_token_cost(const char *path, double *bytes, double *flops, char
         }
         b += (double)t->nbytes * frac;
         if (matmul) fl += 2.0 * elems * frac;
+        if (matmul && !strcmp(t->name, "output.weight")) hf += 2.0 * elems;
     }
     gguf_close(f);
     *bytes = b;
     *flops = fl;
+    *head_flops = hf;
     return 0;
 }
 
@@ -439,8 +444,8 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
             fprintf(stderr, "dsflash bench: --cold: could not drop the cached pages of %s\n", path);
         if (fd >= 0) close(fd);
     }
-    double tok_bytes = 0, tok_flops = 0;
-    if (model_token_cost(path, &tok_bytes, &tok_flops, err) < 0) {
+    double tok_bytes = 0, tok_flops = 0, head_flops = 0;
+    if (model_token_cost(path, &tok_bytes, &tok_flops, &head_flops, err) < 0) {
         fprintf(stderr, "dsflash bench: %s\n", err);
         return 1;
     }
@@ -500,7 +505,10 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
     }
     double t_prefill = dsf_now() - t0;
     double pk1 = probe_peak(pool, k, pk_bf16);
-    double prefill_tps = n_prompt / t_prefill, prefill_gflops = tok_flops * n_prompt / t_prefill / 1e9;
+    /* the prefill's FLOPs: every matmul for every prompt token, but the LM head only for the
+     * last one (the eval returns the last row's logits) */
+    double prefill_tps = n_prompt / t_prefill,
+           prefill_gflops = ((tok_flops - head_flops) * n_prompt + head_flops) / t_prefill / 1e9;
     /* a disturbed probe (another thread or the hypervisor taking a core for part of it) can
      * only read low, so the machine's peak is the larger of the two */
     double peak = pk0 > pk1 ? pk0 : pk1;
@@ -544,8 +552,9 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
     printf("dsflash bench: model %s\n", path);
     printf("  kernels %s, threads %d, numerics %s, commit %s, peak RSS %.1f MiB\n", k->name, n_threads,
            plain ? "plain" : "reference", git_commit(), rss / 1024.0);
-    printf("  weights read per decoded token: %.3f GB; matmul FLOPs per token: %.2f GFLOP\n", tok_bytes / 1e9,
-           tok_flops / 1e9);
+    printf("  weights read per decoded token: %.3f GB; matmul FLOPs per token: %.2f GFLOP (a prompt token without the "
+           "LM head: %.2f)\n",
+           tok_bytes / 1e9, tok_flops / 1e9, (tok_flops - head_flops) / 1e9);
     if (dsf_engine_repacked_bytes(e))
         printf("  routed experts repacked in memory: %.2f GB (--no-repack reads them from the file)\n",
                (double)dsf_engine_repacked_bytes(e) / 1e9);
