@@ -47,13 +47,14 @@ static int64_t mm_grain(const fwd *f, const dsf_wmat *w) {
  * thread still reads while the other waits at the join: they are cut down to MM_TAIL_BYTES
  * of weights (a few us), whatever the product's size. (With 1/16 of the rows, the idle
  * tail averaged 45-63 us per product, ~2-3 ms per decoded token on the bench model, the LM
- * head's pieces being 80 MB.) T > 1 keeps 1/16 of the rows: there a piece's rows are
- * reused across the token chunk. */
+ * head's pieces being 80 MB.) T > 1 takes 1/64 of the rows (2 threads): a piece there is
+ * compute-bound, and its last one is what the other thread waits for (a prefill of the bench
+ * model ran 1.4 % faster than with 1/16, 6 of 6 and 5 of 6 interleaved pairs). */
 #ifndef MM_TAIL_BYTES
 #define MM_TAIL_BYTES 65536
 #endif
 static int64_t mm_min_grain(const fwd *f, const dsf_wmat *w, int64_t T) {
-    int64_t grain = w->n_out / (2 * MM_UNITS * dsf_pool_size(f->e->pool));
+    int64_t grain = w->n_out / (8 * MM_UNITS * dsf_pool_size(f->e->pool));
     if (T == 1 && MM_TAIL_BYTES > 0) {
         const int64_t rb = (int64_t)wmat_row_read_bytes(w) > 0 ? (int64_t)wmat_row_read_bytes(w) : 1;
         grain = (MM_TAIL_BYTES + rb - 1) / rb;
