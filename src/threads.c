@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SPIN_ITERS 20000 /* ~50-100 us of polling before sleeping */
+#define SPIN_ITERS 20000 /* polling before sleeping: ~0.45-0.5 ms on these Zen 5 machines (measured) */
 
 typedef struct {
     struct dsf_pool *pool;

@@ -13,12 +13,12 @@
  *
  * `dsflash bench -m MODEL`: prefill + greedy decode through the public engine API, with the
  * same probes interleaved (read probes between blocks of decode steps, peak probes around
- * the prefill). */
+ * the prefill), run on the engine's own thread pool. */
 #include "cmd.h"
 #include "dsflash.h"
-#include "model.h"
 #include "gguf.h"
 #include "kernels.h"
+#include "model.h"
 #include "quant.h"
 #include "threads.h"
 #include "util.h"
@@ -80,8 +80,7 @@ static void peak_chunk(void *ctx, int64_t i0, int64_t i1, int tid) {
  * its part of the next job late, 0.1-1.2 ms under this hypervisor (measured), and a probe
  * timed from a sleeping pool read low: the 0.8 ms dot-peak probe by up to ~40 % (483-531
  * GFLOP/s before the prefill against 762-820 warm), the 1 GiB read probe by up to ~20 % in
- * some rounds (48.7 against 61.4 GB/s). Both made the fractions read high. The warm-up also
- * outlasts the engine pool's spin after a step, so the probe's threads have the cores. */
+ * some rounds (48.7 against 61.4 GB/s). Both made the fractions read high. */
 static void probe_warm(dsf_pool *pool, const dsf_kernels *k) {
     peak_job j = {.k = k, .bf16 = 0, .iters = 500000};
     dsf_parallel_for(pool, dsf_pool_size(pool), 1, peak_chunk, &j);
@@ -333,13 +332,12 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
 
 /* ================================================================ end to end (-m MODEL) */
 
-/* Weight bytes and matmul FLOPs one decoded token touches, from the tensor shapes: every
- * per-layer weight and the LM head in full, n_used / n_expert of each routed-expert tensor,
- * one row of token_embd and one row per Engram column of per_layer_token_embd. (indexer.attn_k
- * is counted every token although ratio-2 layers apply it every second token: < 0.01 %.) */
-/* What one decoded token costs: weight bytes read and matmul FLOPs (2 x the weight elements of
- * the same set), and of these the LM head's FLOPs (a prefill runs the head for its last token
- * only). */
+/* Weight bytes and matmul FLOPs (2 x the weight elements) one decoded token touches, from the
+ * tensor shapes: every per-layer weight and the LM head in full, n_used / n_expert of each
+ * routed-expert tensor, one row of token_embd and one row per Engram column of
+ * per_layer_token_embd. (indexer.attn_k is counted every token although ratio-2 layers apply
+ * it every second token: < 0.01 %.) head_flops: the LM head's share of the FLOPs, which a
+ * prefill spends on its last token only. */
 static int model_token_cost(const char *path, double *bytes, double *flops, double *head_flops, char *err) {
     gguf_file *f = gguf_open(path, err);
     if (!f) return -1;
