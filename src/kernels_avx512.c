@@ -52,12 +52,9 @@ _Static_assert(RB == 4 && RBN == 4 && TB == 4, "the tiles' sums (red4, red4x4) t
  * does not matter). Every tile uses these, so the T = 1 and T > 1 tiles of a family keep
  * adding in the same order whatever the compiler; red16 takes 45 vector operations for 16
  * sums where 16 reductions take 128 (~10 % of a BF16 or MXFP4 tile's K chunk). */
-INLINE __m512 red_q(__m512 a, __m512 b, const int lo, const int hi) { /* quarter pairs */
-    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, lo), _mm512_shuffle_f32x4(a, b, hi));
-}
-INLINE __m512 red_e(__m512 a, __m512 b, const int lo, const int hi) { /* element pairs per quarter */
-    return _mm512_add_ps(_mm512_shuffle_ps(a, b, lo), _mm512_shuffle_ps(a, b, hi));
-}
+/* (the shuffles take immediates, hence macros) quarter pairs; element pairs within quarters */
+#define red_q(a, b, lo, hi) _mm512_add_ps(_mm512_shuffle_f32x4(a, b, lo), _mm512_shuffle_f32x4(a, b, hi))
+#define red_e(a, b, lo, hi) _mm512_add_ps(_mm512_shuffle_ps(a, b, lo), _mm512_shuffle_ps(a, b, hi))
 /* Lane 4k + j of the result is the sum of a[4j + k]. */
 INLINE __m512 red16(const __m512 *a) {
     __m512 b[8], c[4];
