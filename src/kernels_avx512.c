@@ -677,7 +677,7 @@ INLINE void mxr_scale_rows(const dsf_wmat *w, const uint8_t *const *wr, const ui
 /* MXFP4 x BF16 activations. T = 1: tiles of 4 far-apart row streams, K chunks of MXKC.
  * T > 1: per token chunk and K chunk, the activations are permuted once; per 4 rows the
  * weights are decoded once into a panel (4 x 16 x 5 x 64 bytes = 20 KiB, L1) and the tile
- * runs over it for every 2 tokens of the chunk. */
+ * runs over it for every MXTB (4) tokens of the chunk. */
 INLINE void xmm_mx(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, int64_t ldy, int64_t r0, int64_t r1,
                    const int R) {
     if (r1 <= r0 || T <= 0) return;
