@@ -540,6 +540,86 @@ TEST(kernels_mxfp4r_same_bits) {
     CHECK(mxfp4r_row_bytes(5120) == 40 * 64 && mxfp4r_row_bytes(2304) == 18 * 64 && mxfp4r_row_bytes(48) == 0);
 }
 
+/* The AVX-512 MXFP4 prefill tile runs over weights prescaled to BF16 (W x 2^(e-127)) when
+ * the scales and the activations' exponents keep every partial sum of both forms normal and
+ * finite (xmm_mx); it must then give the bits of the T = 1 tile, which scales each block's
+ * sum by one FMA. Scales e and activation exponents f are drawn around the bounds of that
+ * rule (fmin + emin >= 136 with 2 <= e <= 135, fmax <= 239), the activation exponents in a
+ * narrow range so that sums often cancel down to the smallest steps; checked bit for bit,
+ * one prefill against token by token and a chunked prefill, MXFP4 and repacked rows. Guards
+ * against a bound that lets a subnormal or an overflow into the prescaled sums, a wrong
+ * exponent shift, and a zero code that does not stay zero. */
+static int check_prescaled(test_ctx *t, const dsf_kernels *k, int elo, int ehi, int flo, int fhi) {
+    const int64_t n_in = 4096 + 2048 + 96, n_out = 11, T = 9;
+    dsf_wmat w = {.type = GGML_TYPE_MXFP4, .n_in = n_in, .n_out = n_out};
+    w.row_bytes = (uint64_t)n_in / 32 * 17;
+    uint8_t *data = malloc(w.row_bytes * (uint64_t)n_out);
+    for (uint64_t b = 0; b < w.row_bytes / 17 * (uint64_t)n_out; b++) {
+        data[b * 17] = (uint8_t)(elo + (int)(rnd() % (uint64_t)(ehi - elo + 1)));
+        for (int j = 0; j < 16; j++) data[b * 17 + 1 + j] = (uint8_t)rnd();
+    }
+    w.data = data;
+    const uint64_t rb = mxfp4r_row_bytes(n_in);
+    uint8_t *codes = aligned_alloc(64, rb * (uint64_t)n_out), *scales = malloc(rb / 16 * (uint64_t)n_out);
+    mxfp4r_repack(&w, 0, n_out, codes, scales);
+    dsf_wmat wr = mxfp4r_view(&w, codes, scales);
+    uint16_t *xb = malloc((size_t)(T * n_in) * sizeof *xb);
+    for (int64_t i = 0; i < T * n_in; i++) {
+        uint64_t u = rnd();
+        int f = flo + (int)((u >> 8) % (uint64_t)(fhi - flo + 1));
+        xb[i] = (u & 7) == 0 ? 0 : (uint16_t)((u & 8) << 12 | f << 7 | (u >> 32 & 0x7F));
+    }
+    float yb[9 * 11], yc[9 * 11], y1[11];
+    int rc = 0;
+    for (int v = 0; v < 2 && !rc; v++) {
+        const dsf_wmat *m = v ? &wr : &w;
+        kern_matmul_xbf16(k, m, xb, T, yb, n_out, 0, n_out);
+        kern_matmul_xbf16(k, m, xb, 5, yc, n_out, 0, n_out);
+        kern_matmul_xbf16(k, m, xb + 5 * n_in, 4, yc + 5 * n_out, n_out, 0, n_out);
+        if (memcmp(yb, yc, sizeof yb)) rc = -1;
+        for (int64_t tt = 0; tt < T && !rc; tt++) {
+            kern_matmul_xbf16(k, m, xb + tt * n_in, 1, y1, n_out, 0, n_out);
+            for (int64_t r = 0; r < n_out && !rc; r++)
+                if (memcmp(&y1[r], &yb[tt * n_out + r], sizeof y1[r])) {
+                    test_fail(t, __FILE__, __LINE__, "%s e [%d, %d] f [%d, %d]: y[%lld][%lld] = %a in the batch, %a alone",
+                              v ? "mxfp4r" : "mxfp4", elo, ehi, flo, fhi, (long long)tt, (long long)r,
+                              (double)yb[tt * n_out + r], (double)y1[r]);
+                    rc = -1;
+                }
+        }
+        if (rc && !t->failed) test_fail(t, __FILE__, __LINE__, "%s e [%d, %d] f [%d, %d]: chunked prefill differs",
+                                        v ? "mxfp4r" : "mxfp4", elo, ehi, flo, fhi);
+    }
+    free(data);
+    free(codes);
+    free(scales);
+    free(xb);
+    return rc;
+}
+
+TEST(kernels_mxfp4_prescaled_bits) {
+    const dsf_kernels *k = kernels_by_name("avx512");
+    if (!k) {
+        test_skip(t, "no AVX-512 table on this CPU");
+        return;
+    }
+    static const int cases[][4] = {
+        {118, 135, 100, 130}, /* typical: prescaled everywhere */
+        {6, 8, 130, 131},     /* fmin + emin = 136: partial sums down to 2^-126 */
+        {2, 3, 134, 135},     /* e = 2, the smallest prescaled scale */
+        {4, 6, 130, 131},     /* fmin + emin = 134, 135: refused (sums down to 2^-128) */
+        {5, 7, 130, 131},
+        {3, 12, 127, 134},    /* mixed: some tiles refused */
+        {0, 3, 128, 140},     /* refused (subnormal scales) */
+        {128, 135, 228, 239}, /* fmax = 239 with e = 135: the overflow bound */
+        {126, 135, 232, 244}, /* refused (fmax > 239) */
+        {136, 140, 100, 120}, /* refused (e > 135) */
+    };
+    for (unsigned c = 0; c < sizeof cases / sizeof *cases; c++)
+        for (int rep = 0; rep < 3; rep++)
+            if (check_prescaled(t, k, cases[c][0], cases[c][1], cases[c][2], cases[c][3])) return;
+}
+
 /* The fast activation rounding against its twin, bit for bit, with the exactness flag: random
  * bit patterns (NaNs, infinities, subnormals, ties included), exact values, all tail lengths,
  * and no write past n (sentinels). */
