@@ -420,11 +420,12 @@ XMATMUL(xmm_bf16, xb_bf16_tile, 4, 4, xb_bf16_t1, 1)
 #define MXKC 2048 /* K chunk (elements) of the MXFP4 kernels: 16 groups */
 #endif
 #ifndef MXTC
-/* T > 1 token chunk: its permuted activations, MXTC x MXKC x 2 = 256 KiB (stack). Each chunk
- * decodes every row's panel again, so an expert with ~96 tokens (the bench model's MoE
- * prefill at 512-token chunks) decodes it twice instead of three times: the prefill ran 2.5 %
- * faster than with 32 (in-process A-B-B-A, 6 of 6); 128 was even with 64. */
-#define MXTC 64
+/* T > 1 token chunk: its permuted activations, MXTC x MXKC x 2 = 512 KiB (stack; the
+ * engine's threads have the default 2-8 MiB). Each chunk decodes every row's panel again, so
+ * an expert with ~96 tokens (the bench model's MoE prefill at 512-token chunks) decodes it
+ * once. 64 ran 2.5 % faster than 32 (in-process A-B-B-A, 6 of 6); 128 was then even with 64,
+ * and 1.9 % faster (8 of 8) once the prescaled panel (mx_panel_ps) made decoding it dearer. */
+#define MXTC 128
 #endif
 
 static const uint16_t mx_e2m1_bf16[32] __attribute__((aligned(64))) = {
