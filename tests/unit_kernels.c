@@ -546,11 +546,12 @@ TEST(kernels_mxfp4r_same_bits) {
  * sum by one FMA. Scales e and activation exponents f are drawn around the bounds of that
  * rule (fmin + emin >= 136 with 2 <= e <= 135, fmax <= 239), the activation exponents in a
  * narrow range so that sums often cancel down to the smallest steps; checked bit for bit,
- * one prefill against token by token and a chunked prefill, MXFP4 and repacked rows. Guards
- * against a bound that lets a subnormal or an overflow into the prescaled sums, a wrong
- * exponent shift, and a zero code that does not stay zero. */
-static int check_prescaled(test_ctx *t, const dsf_kernels *k, int elo, int ehi, int flo, int fhi) {
-    const int64_t n_in = 4096 + 2048 + 96, n_out = 11, T = 9;
+ * one prefill against token by token and a chunked prefill, MXFP4 and repacked rows, row
+ * ranges that start and end inside a 4-row tile. Guards against a bound that lets a subnormal
+ * or an overflow into the prescaled sums, a wrong exponent shift, a zero code that does not
+ * stay zero, and a tile's 4-float stores into y (tile_put4x4) at a wrong place. */
+static int check_prescaled(test_ctx *t, const dsf_kernels *k, int elo, int ehi, int flo, int fhi, int64_t r0, int64_t r1) {
+    const int64_t n_in = 4096 + 2048 + 96, n_out = 11, T = 9, ldy = 13;
     dsf_wmat w = {.type = GGML_TYPE_MXFP4, .n_in = n_in, .n_out = n_out};
     w.row_bytes = (uint64_t)n_in / 32 * 17;
     uint8_t *data = malloc(w.row_bytes * (uint64_t)n_out);
@@ -569,21 +570,24 @@ static int check_prescaled(test_ctx *t, const dsf_kernels *k, int elo, int ehi, 
         int f = flo + (int)((u >> 8) % (uint64_t)(fhi - flo + 1));
         xb[i] = (u & 7) == 0 ? 0 : (uint16_t)((u & 8) << 12 | f << 7 | (u >> 32 & 0x7F));
     }
-    float yb[9 * 11], yc[9 * 11], y1[11];
+    /* rows [r0, r1) of y with ldy > n_out: everything else must keep its NaN sentinel */
+    float yb[9 * 13], yc[9 * 13], y1[13];
     int rc = 0;
     for (int v = 0; v < 2 && !rc; v++) {
         const dsf_wmat *m = v ? &wr : &w;
-        kern_matmul_xbf16(k, m, xb, T, yb, n_out, 0, n_out);
-        kern_matmul_xbf16(k, m, xb, 5, yc, n_out, 0, n_out);
-        kern_matmul_xbf16(k, m, xb + 5 * n_in, 4, yc + 5 * n_out, n_out, 0, n_out);
+        for (int i = 0; i < 9 * 13; i++) yb[i] = yc[i] = NAN;
+        kern_matmul_xbf16(k, m, xb, T, yb, ldy, r0, r1);
+        kern_matmul_xbf16(k, m, xb, 5, yc, ldy, r0, r1);
+        kern_matmul_xbf16(k, m, xb + 5 * n_in, 4, yc + 5 * ldy, ldy, r0, r1);
         if (memcmp(yb, yc, sizeof yb)) rc = -1;
         for (int64_t tt = 0; tt < T && !rc; tt++) {
-            kern_matmul_xbf16(k, m, xb + tt * n_in, 1, y1, n_out, 0, n_out);
-            for (int64_t r = 0; r < n_out && !rc; r++)
-                if (memcmp(&y1[r], &yb[tt * n_out + r], sizeof y1[r])) {
-                    test_fail(t, __FILE__, __LINE__, "%s e [%d, %d] f [%d, %d]: y[%lld][%lld] = %a in the batch, %a alone",
-                              v ? "mxfp4r" : "mxfp4", elo, ehi, flo, fhi, (long long)tt, (long long)r,
-                              (double)yb[tt * n_out + r], (double)y1[r]);
+            for (int i = 0; i < 13; i++) y1[i] = NAN;
+            kern_matmul_xbf16(k, m, xb + tt * n_in, 1, y1, ldy, r0, r1);
+            for (int64_t r = 0; r < ldy && !rc; r++)
+                if (memcmp(&y1[r], &yb[tt * ldy + r], sizeof y1[r]) || ((r < r0 || r >= r1) && !isnan(y1[r]))) {
+                    test_fail(t, __FILE__, __LINE__, "%s e [%d, %d] f [%d, %d] rows [%lld, %lld): y[%lld][%lld] = %a in the batch, %a alone",
+                              v ? "mxfp4r" : "mxfp4", elo, ehi, flo, fhi, (long long)r0, (long long)r1, (long long)tt,
+                              (long long)r, (double)yb[tt * ldy + r], (double)y1[r]);
                     rc = -1;
                 }
         }
@@ -617,7 +621,9 @@ TEST(kernels_mxfp4_prescaled_bits) {
     };
     for (unsigned c = 0; c < sizeof cases / sizeof *cases; c++)
         for (int rep = 0; rep < 3; rep++)
-            if (check_prescaled(t, k, cases[c][0], cases[c][1], cases[c][2], cases[c][3])) return;
+            if (check_prescaled(t, k, cases[c][0], cases[c][1], cases[c][2], cases[c][3], rep == 1 ? 3 : 0,
+                                rep == 2 ? 10 : 11))
+                return;
 }
 
 /* The fast activation rounding against its twin, bit for bit, with the exactness flag: random
