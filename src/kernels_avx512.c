@@ -684,15 +684,20 @@ INLINE int mx_panel(const uint8_t *row, const uint8_t *sc, int64_t q0, int64_t q
  * saturating subtraction of (135 - e) << 7 from each word moves the exponent field to that of
  * value x 2^(e-127); zero saturates to zero. Exact for 2 <= e <= 135 (every result a normal
  * BF16). Returns 1 if every block in [q0, q1) has such a scale and e >= emin (when it returns
- * 0, the caller builds mx_panel's panels for the whole tile instead). */
+ * 0, the caller builds mx_panel's panels for the whole tile instead). pf > 0: prefetches into
+ * L2 the same groups pf bytes further on (the next row tile's row; its scales pfs further):
+ * the loads of a panel waited on memory (8 % of the MXFP4 time by perf), and the prefill ran
+ * 1.4 % faster (in-process A-B-B-A, 14 of 16). */
 INLINE int mx_panel_ps(const uint8_t *row, const uint8_t *sc, int64_t q0, int64_t q1, int nbl, __m512i (*panel)[5],
-                       const int R, int emin) {
+                       const int R, int emin, int64_t pf, int64_t pfs) {
+    if (pf && R) _mm_prefetch((const char *)(sc + q0 * 4 + pfs), _MM_HINT_T1);
     __m512i smin = _mm512_set1_epi32(-1), smax = _mm512_setzero_si512();
     const __m512i top = _mm512_set1_epi32(135 << 23);
     for (int64_t q = q0; q < q1; q++) {
         __m512i W[4];
         __m512 S;
         int nb = q == q1 - 1 ? nbl : 4;
+        if (pf) _mm_prefetch((const char *)(row + q * (R ? 64 : 68) + pf), _MM_HINT_T1);
         mx_group_t(row, sc, q, nb, W, &S, R, mx_e2m1_bf16_x256);
         const __mmask16 live = (__mmask16)((1u << (4 * nb)) - 1); /* a short group's missing blocks */
         const __m512i si = _mm512_castps_si512(S);
@@ -825,10 +830,12 @@ INLINE void xmm_mx(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, in
             const int64_t lenn = t1_stream_len(r0, r1, 1, 4);
             for (int64_t k = 0; k < lenn; k++) {
                 int exc[4], ps = ps_ok;
+                const int64_t pf = k + 1 < lenn ? (int64_t)(4 * w->row_bytes) : 0; /* the next tile's rows */
                 t1_tile_rows(w, r0, r1, lenn, k, 1, 4, rr, wr);
                 if (R) mxr_scale_rows(w, wr, sr);
                 for (int i = 0; i < 4 && ps; i++) {
-                    if (rr[i] >= 0 || i == 0) ps = mx_panel_ps(wr[i], sr[i], q0, q1, nbl, panel[i], R, ps_emin);
+                    if (rr[i] >= 0 || i == 0)
+                        ps = mx_panel_ps(wr[i], sr[i], q0, q1, nbl, panel[i], R, ps_emin, pf, (int64_t)(4 * (w->row_bytes / 16)));
                     else memcpy(panel[i], panel[i - 1], sizeof panel[i]);
                     exc[i] = 0;
                 }
