@@ -506,14 +506,28 @@ INLINE double mx_exceptions(const uint8_t *row, const uint8_t *sc, const uint16_
     return R ? mxr_row_exceptions(row, sc, x, b0, b1) : mx_row_exceptions(row, x, b0, b1);
 }
 
+/* The exponent range of nonzero BF16 values, 32 at a time: lo gets min(|v| - 1) (zero wraps to
+ * 0xFFFF), hi max(|v|), per word; mx_range_end reduces them. */
+INLINE void mx_range_acc(__m512i v, __m512i *lo, __m512i *hi) {
+    __m512i a = _mm512_and_si512(v, _mm512_set1_epi16(0x7FFF));
+    *lo = _mm512_min_epu16(*lo, _mm512_sub_epi16(a, _mm512_set1_epi16(1)));
+    *hi = _mm512_max_epu16(*hi, a);
+}
+
 /* The activations of group q (blocks 4q .. 4q+nb-1 of x; missing blocks are zeros) in the
- * order of W0..W3: xp[32j + 8i + m] is element m of W_j's lane i. */
-INLINE void mx_perm_group(const uint16_t *x, int nb, uint16_t *xp) {
+ * order of W0..W3: xp[32j + 8i + m] is element m of W_j's lane i. lo, hi (or NULL): the
+ * exponent range of the group's values is added to them (mx_range_acc). */
+INLINE void mx_perm_group(const uint16_t *x, int nb, uint16_t *xp, __m512i *lo, __m512i *hi) {
     const __m512i idx = _mm512_load_si512((const void *)mx_idx_perm);
     __m512i y[4];
-    UNROLL for (int i = 0; i < 4; i++)
-        y[i] = i < nb ? _mm512_permutexvar_epi16(idx, _mm512_loadu_si512((const void *)(x + 32 * i)))
-                      : _mm512_setzero_si512();
+    UNROLL for (int i = 0; i < 4; i++) {
+        if (i < nb) {
+            __m512i v = _mm512_loadu_si512((const void *)(x + 32 * i));
+            if (lo) mx_range_acc(v, lo, hi);
+            y[i] = _mm512_permutexvar_epi16(idx, v);
+        } else
+            y[i] = _mm512_setzero_si512();
+    }
     /* y[i]'s 128-bit quarter j holds lane i of W_j: a 4 x 4 transpose of quarters */
     __m512i t0 = _mm512_shuffle_i64x2(y[0], y[1], 0x44), t1 = _mm512_shuffle_i64x2(y[0], y[1], 0xEE);
     __m512i t2 = _mm512_shuffle_i64x2(y[2], y[3], 0x44), t3 = _mm512_shuffle_i64x2(y[2], y[3], 0xEE);
@@ -524,10 +538,10 @@ INLINE void mx_perm_group(const uint16_t *x, int nb, uint16_t *xp) {
 }
 
 /* Groups [q0, q1) of a row of nbk blocks, permuted into xp (128 elements per group). */
-INLINE void mx_perm_x(const uint16_t *x, int64_t nbk, int64_t q0, int64_t q1, uint16_t *xp) {
+INLINE void mx_perm_x(const uint16_t *x, int64_t nbk, int64_t q0, int64_t q1, uint16_t *xp, __m512i *lo, __m512i *hi) {
     for (int64_t q = q0; q < q1; q++) {
         int64_t nb = nbk - 4 * q;
-        mx_perm_group(x + q * 128, nb < 4 ? (int)nb : 4, xp + (q - q0) * 128);
+        mx_perm_group(x + q * 128, nb < 4 ? (int)nb : 4, xp + (q - q0) * 128, lo, hi);
     }
 }
 
@@ -712,16 +726,9 @@ INLINE int mx_panel_ps(const uint8_t *row, const uint8_t *sc, int64_t q0, int64_
     return _mm512_reduce_min_epu32(smin) >= ((uint32_t)emin << 23) && _mm512_reduce_max_epu32(smax) <= (135u << 23);
 }
 
-/* The exponent range of the nonzero BF16 values in x[0 .. n) (n a multiple of 32): *fmin, *fmax
- * (biased; a subnormal counts as 0, no nonzero value gives fmin 255, fmax 0). */
-INLINE void mx_x_range(const uint16_t *x, int64_t n, int *fmin, int *fmax) {
-    __m512i lo = _mm512_set1_epi16(-1), hi = _mm512_setzero_si512();
-    const __m512i mag = _mm512_set1_epi16(0x7FFF), one = _mm512_set1_epi16(1);
-    for (int64_t i = 0; i < n; i += 32) {
-        __m512i a = _mm512_and_si512(_mm512_load_si512((const void *)(x + i)), mag);
-        lo = _mm512_min_epu16(lo, _mm512_sub_epi16(a, one)); /* zero wraps to 0xFFFF */
-        hi = _mm512_max_epu16(hi, a);
-    }
+/* The exponent range of the nonzero BF16 values mx_range_acc saw (lo starts at all ones, hi at
+ * zero): *fmin, *fmax (biased; a subnormal counts as 0, no nonzero value gives fmin 255, fmax 0). */
+INLINE void mx_range_end(__m512i lo, __m512i hi, int *fmin, int *fmax) {
     uint32_t mn = _mm512_reduce_min_epu32(_mm512_min_epu32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(lo)),
                                                            _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(lo, 1))));
     uint32_t mx = _mm512_reduce_max_epu32(_mm512_max_epu32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(hi)),
@@ -789,7 +796,7 @@ INLINE void xmm_mx(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, in
     _Static_assert(MXTC * MXKC >= 16384, "the T = 1 activations must fit the chunk buffer");
     _Alignas(64) uint16_t xp[MXTC * MXKC];
     if (T == 1) {
-        mx_perm_x(x, nbk, 0, ngr, xp);
+        mx_perm_x(x, nbk, 0, ngr, xp, NULL, NULL);
         for (int64_t k = 0; k < len; k++) {
             t1_tile_rows(w, r0, r1, len, k, 4, 1, rr, wr);
             if (R) mxr_scale_rows(w, wr, sr);
@@ -817,9 +824,10 @@ INLINE void xmm_mx(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, in
         for (int64_t q0 = 0; q0 < ngr; q0 += kcq) {
             int64_t q1 = q0 + kcq < ngr ? q0 + kcq : ngr, b1 = q1 == ngr ? nbk : 4 * q1;
             int nbl = q1 == ngr ? nlast : 4;
-            for (int64_t t = tc; t < tc1; t++) mx_perm_x(x + t * w->n_in, nbk, q0, q1, xp + (t - tc) * MXKC);
+            __m512i lo = _mm512_set1_epi16(-1), hi = _mm512_setzero_si512();
+            for (int64_t t = tc; t < tc1; t++) mx_perm_x(x + t * w->n_in, nbk, q0, q1, xp + (t - tc) * MXKC, &lo, &hi);
             int fmin, fmax;
-            mx_x_range(xp, (tc1 - tc) * MXKC, &fmin, &fmax);
+            mx_range_end(lo, hi, &fmin, &fmax);
             /* The prescaled tile gives mx_tn_tile's bits when no sum in either form is subnormal
              * or overflows. The products' fp32 partial sums are multiples of 2^(fmin-135) (e2m1
              * steps of 1/2 times BF16 steps): with fmin >= 9 and fmin + e >= 136 neither form

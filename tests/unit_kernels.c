@@ -617,6 +617,7 @@ TEST(kernels_mxfp4_prescaled_bits) {
         {0, 3, 128, 140},     /* refused (subnormal scales) */
         {128, 135, 228, 239}, /* fmax = 239 with e = 135: the overflow bound */
         {126, 135, 232, 244}, /* refused (fmax > 239) */
+        {126, 135, 238, 243}, /* refused: prescaled, some lanes would sum +inf and -inf */
         {136, 140, 100, 120}, /* refused (e > 135) */
     };
     for (unsigned c = 0; c < sizeof cases / sizeof *cases; c++)
