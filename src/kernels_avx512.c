@@ -71,6 +71,18 @@ INLINE void red4x4(__m512 acc[4][4], float *out) {
     _mm512_storeu_ps(out, red16(a));
 }
 
+/* The same for a tile of two pairs of adjacent rows (from ra and from rb): two 2-float
+ * accesses per token. */
+INLINE void tile_put2x2x4(const float *out, float *y, int64_t ldy, int64_t t, int64_t ra, int64_t rb, int64_t k) {
+    UNROLL for (int j = 0; j < 4; j++)
+        UNROLL for (int h = 0; h < 2; h++) {
+            float *yy = y + (t + j) * ldy + (h ? rb : ra);
+            __m128 v = _mm_castpd_ps(_mm_load_sd((const double *)(const void *)(out + 4 * j + 2 * h)));
+            if (k) v = _mm_add_ps(v, _mm_castpd_ps(_mm_load_sd((const double *)(const void *)yy)));
+            _mm_store_sd((double *)(void *)yy, _mm_castps_pd(v));
+        }
+}
+
 /* Adds (k > 0) or stores (k = 0) a 4 x 4 tile's sums out (red4x4's order) into the y of 4
  * adjacent rows from row r and tokens t..t+3: one 4-float access per token. */
 INLINE void tile_put4x4(const float *out, float *y, int64_t ldy, int64_t t, int64_t r, int64_t k) {
@@ -249,22 +261,26 @@ INLINE void t1_tile_rows(const dsf_wmat *w, int64_t r0, int64_t r1, int64_t len,
         }                                                                                      \
     } while (0)
 
-#define TN_LOOP(XT, TILE, R, TBK, TCH, KCG)                                                    \
+#define TN_LOOP(XT, TILE, R, TBK, TCH, KCG, PW)                                                \
     do {                                                                                       \
         const uint8_t *wr_[R];                                                                 \
         for (int64_t tc = 0; tc < T; tc += (TCH)) {                                            \
             int64_t tc1 = tc + (TCH) < T ? tc + (TCH) : T;                                     \
             for (int64_t g0 = 0; g0 < ng; g0 += (KCG)) {                                       \
                 int64_t g1 = g0 + (KCG) < ng ? g0 + (KCG) : ng;                                \
-                int64_t rr_[R], len_ = t1_stream_len(r0, r1, R, 1);                            \
+                int64_t rr_[R], len_ = t1_stream_len(r0, r1, (R) / (PW), PW);                  \
                 for (int64_t k_ = 0; k_ < len_; k_++) {                                        \
-                    t1_tile_rows(w, r0, r1, len_, k_, R, 1, rr_, wr_);                         \
+                    t1_tile_rows(w, r0, r1, len_, k_, (R) / (PW), PW, rr_, wr_);               \
                     for (int64_t t = tc; t < tc1; t += (TBK)) {                                \
                         const XT *xt[TBK];                                                     \
                         float out[(R) * (TBK)];                                                \
                         for (int j = 0; j < (TBK); j++)                                        \
                             xt[j] = x + (t + j < tc1 ? t + j : tc1 - 1) * w->n_in;             \
                         TILE(wr_, xt, g0, g1, out);                                            \
+                        if ((PW) == 2 && rr_[1] >= 0 && rr_[3] >= 0 && t + (TBK) <= tc1) {     \
+                            tile_put2x2x4(out, y, ldy, t, rr_[0], rr_[2], g0);                 \
+                            continue;                                                          \
+                        }                                                                      \
                         for (int i = 0; i < (R); i++)                                          \
                             for (int j = 0; j < (TBK) && rr_[i] >= 0 && t + j < tc1; j++) {    \
                                 float *yy = &y[(t + j) * ldy + rr_[i]];                        \
@@ -283,7 +299,7 @@ INLINE void t1_tile_rows(const dsf_wmat *w, int64_t r0, int64_t r1, int64_t len,
                      int64_t r0, int64_t r1) {                                                 \
         const int64_t ng = w->n_in / 32;                                                       \
         if (T == 1) T1_LOOP(T1, RB, 1, KC / 32);                                               \
-        else TN_LOOP(float, NAME##_tn, RBN, TB, TC, KC / 32);                                  \
+        else TN_LOOP(float, NAME##_tn, RBN, TB, TC, KC / 32, 1);                               \
     }
 
 /* MXFP4 decode tile (T = 1): the hot loop of MoE decode. Scales are prepared 16 blocks at a
@@ -349,7 +365,11 @@ GUARDED(mm_mxfp4)
  * pairwise into fp32 lanes (flushing subnormals). BF16: tiles of 4 rows x 4 tokens (one
  * 64-byte weight load feeds 4 dot instructions); T = 1 has its own tile (xb_bf16_t1) with
  * the same per-output operations. K is cut into XKC-element chunks and tokens into XTC
- * chunks (activation chunk XTC x XKC x 2 bytes = 256 KiB stays in L2). MXFP4: see below. */
+ * chunks (activation chunk XTC x XKC x 2 bytes = 256 KiB stays in L2). For T > 1 a tile's
+ * rows are 2 adjacent rows from each of 2 far-apart streams, so that its 16 sums go to y as
+ * two 2-float accesses per token (tile_put2x2x4): the prefill ran 2.5-3.8 % faster than with
+ * 4 streams and per-element stores (in-process A-B-B-A, 15 of 16). The fp32 family keeps 4
+ * streams: 2 x 2 made it slower (3 of 8). MXFP4: see below. */
 #define XKC 2048
 #define XTC 64
 
@@ -395,7 +415,7 @@ INLINE void xb_bf16_t1(const uint8_t *const *wr, const uint16_t *x, int64_t g0, 
         }                                                                                      \
         const int64_t ng = w->n_in / 32;                                                       \
         if (T == 1) T1_LOOP(T1, RB, PW, XKC / 32);                                             \
-        else TN_LOOP(uint16_t, TILE, XRB, XTB, XTC, XKC / 32);                                 \
+        else TN_LOOP(uint16_t, TILE, XRB, XTB, XTC, XKC / 32, 2);                              \
     }
 
 XMATMUL(xmm_bf16, xb_bf16_tile, 4, 4, xb_bf16_t1, 1)
@@ -779,7 +799,8 @@ INLINE void mxr_scale_rows(const dsf_wmat *w, const uint8_t *const *wr, const ui
  * runs over it for every MXTB (4) tokens of the chunk. Adjacent rows let a whole tile's 16
  * sums go to y as one 4-float access per token (tile_put4x4): the prefill ran 4.1 % faster
  * than with far-apart rows and per-element stores (in-process A-B-B-A, 7 of 8). (The BF16
- * tiles read their weights in the hot loop, where 4 far-apart streams are much faster.) */
+ * tiles read their weights in the hot loop, where 4 adjacent rows were 16-25 % slower than 4
+ * far-apart ones in a harness; they take 2 pairs, above.) */
 INLINE void xmm_mx(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, int64_t ldy, int64_t r0, int64_t r1,
                    const int R) {
     if (r1 <= r0 || T <= 0) return;
