@@ -198,7 +198,7 @@ static void indexer(const fwd *f, int64_t il, const float *u) {
         index_job ij = {akernels_get(), sc->scores, sc->iq + t * ih * id, sc->iw + t * ih, ik, ih, id,
                         restricted ? sc->cmask : NULL, B ? B : 1};
         int64_t grain = 65536 / (ih * id) + 1; /* >= ~64K multiply-adds per chunk */
-        dsf_parallel_for(f->e->pool, C, grain, index_range, &ij);
+        dsf_parallel_for_guided(f->e->pool, C, grain, index_range, &ij);
         if (is_cand_src) {
             /* two-level candidates (spec §4.4.6): block max, newest block pinned */
             for (int64_t b = 0; b < nb; b++) {
@@ -359,11 +359,11 @@ void attn_forward(const fwd *f, int64_t il, const float *u, float *out) {
         fwd_mm_act_multi(f, 2, w2, x2, y2);
     } else fwd_mm_act(f, &L->wq_a, uq, T, sc->qa, ql);
     core_job cj = {f, akernels_get(), il, freq, (float)(1.0 / sqrt((double)dh))};
-    dsf_parallel_for(f->e->pool, T, 16384 / ql + 1, qnorm_range, &cj);
+    dsf_parallel_for_guided(f->e->pool, T, 16384 / ql + 1, qnorm_range, &cj);
     const float *qrq = fwd_act(f, sc->qr, T, ql, sc->qrq);
     fwd_mm_act(f, &L->wq_b, qrq, T, sc->q, H * dh);
     if (T > 1) fwd_mm_act(f, &L->wkv, uq, T, sc->kvw, dh);
-    dsf_parallel_for(f->e->pool, T, 8, qkv_range, &cj);
+    dsf_parallel_for_guided(f->e->pool, T, 8, qkv_range, &cj);
     if (r > 0) {
         if (sh->kv_src[il] == il) compressor(f, il, u);
         if (sh->topk_src[il] == il) indexer(f, il, u);
@@ -371,7 +371,7 @@ void attn_forward(const fwd *f, int64_t il, const float *u, float *out) {
     if (W + sc->ksel <= ATT_MAX_KEYS) {
         /* items: head groups x tokens; >= ~64K multiply-adds per chunk */
         int64_t grain = 65536 / (ATT_HEADS * dh * (W + (r > 0 ? sc->ksel : 0))) + 1;
-        dsf_parallel_for(f->e->pool, (H + ATT_HEADS - 1) / ATT_HEADS * T, grain, core_range, &cj);
+        dsf_parallel_for_guided(f->e->pool, (H + ATT_HEADS - 1) / ATT_HEADS * T, grain, core_range, &cj);
     } else {
         for (int64_t t = 0; t < T; t++) core_token_scalar(f, il, t, cj.scale);
     }

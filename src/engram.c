@@ -147,19 +147,19 @@ void engram_forward(const fwd *f, int64_t il) {
      * is cached costs one syscall. */
     for (int64_t t = 0; t < T; t++) engram_hash(sh, e, f->tkv[t]->tokens, f->tpos[t], sc->rows + t * cols);
     gather_job gj = {f, ple, pd, false};
-    dsf_parallel_for(f->e->pool, T * cols, 4, gather_range, &gj);
+    dsf_parallel_for_guided(f->e->pool, T * cols, 4, gather_range, &gj);
     int64_t m = 0;
     for (int64_t i = 0; i < T * cols; i++)
         if (sc->emiss[i]) sc->prow[m++] = sc->rows[i];
     if (m) {
         prefetch_rows(ple, sc->prow, m);
         gj.blocking = true;
-        dsf_parallel_for(f->e->pool, T * cols, 4, gather_range, &gj);
+        dsf_parallel_for_guided(f->e->pool, T * cols, 4, gather_range, &gj);
     }
     if (T == f->T) fwd_dump(f, "engram_rows", sc->rows, (size_t)(T * cols) * sizeof(int64_t));
     const float *xin = fwd_act(f, sc->erow, T, nin, sc->erow); /* in place: rows are not reused */
     const int64_t nout = (hc + 1) * D;
     fwd_mm_act(f, &L->engram_kv, xin, T, sc->ekv, nout);
     gate_job j = {f, L};
-    dsf_parallel_for(f->e->pool, T * hc, 16384 / D + 1, gate_range, &j);
+    dsf_parallel_for_guided(f->e->pool, T * hc, 16384 / D + 1, gate_range, &j);
 }

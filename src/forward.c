@@ -176,7 +176,7 @@ static void bf16_range(void *ctx, int64_t t0, int64_t t1, int tid) {
 /* f->sc->xb = BF16 of the T rows of x; true iff every value was exact (threaded over rows). */
 static bool act_to_bf16(const fwd *f, const float *x, int64_t T, int64_t n) {
     bf16_job j = {x, f->sc->xb, n, 0};
-    dsf_parallel_for(f->e->pool, T, 65536 / n + 1, bf16_range, &j);
+    dsf_parallel_for_guided(f->e->pool, T, 65536 / n + 1, bf16_range, &j);
     return !atomic_load(&j.inexact);
 }
 
@@ -291,7 +291,7 @@ const float *fwd_act(const fwd *f, const float *x, int64_t T, int64_t n, float *
         return xq;
     }
     /* threaded over tokens: whole rows of whole groups, so the split changes nothing */
-    dsf_parallel_for(f->e->pool, T, 16384 / n + 1, act_range, &j);
+    dsf_parallel_for_guided(f->e->pool, T, 16384 / n + 1, act_range, &j);
     return xq;
 }
 
@@ -348,7 +348,7 @@ static void hc_mixes(const fwd *f, const dsf_wmat *fn, const float *scale, const
     const int64_t T = f->T, hc = sh->hc, mix = (2 + hc) * hc;
     fwd_mm(f, fn, X, T, f->sc->mix, mix);
     tok_job j = {.f = f, .k = akernels_get(), .scale = scale, .base = base, .X = X, .pre = pre, .post = post, .comb = comb};
-    dsf_parallel_for(f->e->pool, T, tok_grain(hc * sh->n_embd), mixes_range, &j);
+    dsf_parallel_for_guided(f->e->pool, T, tok_grain(hc * sh->n_embd), mixes_range, &j);
 }
 
 /* collapse / expand items: (token, block of HC_BLOCK elements of D), i = t * nb + b, so that a
@@ -371,7 +371,7 @@ static void collapse_range(void *ctx, int64_t i0, int64_t i1, int tid) {
 /* out[T][D] = sum_c pre[c] X[c] */
 static void hc_collapse(const fwd *f, const float *X, const float *pre, float *out) {
     tok_job j = {.f = f, .k = akernels_get(), .X = X, .ipre = pre, .out = out};
-    dsf_parallel_for(f->e->pool, f->T * hc_blocks(f), tok_grain(f->sh->hc * HC_BLOCK), collapse_range, &j);
+    dsf_parallel_for_guided(f->e->pool, f->T * hc_blocks(f), tok_grain(f->sh->hc * HC_BLOCK), collapse_range, &j);
 }
 
 static void expand_range(void *ctx, int64_t i0, int64_t i1, int tid) {
@@ -390,7 +390,8 @@ static void expand_range(void *ctx, int64_t i0, int64_t i1, int tid) {
  * (fp32 rounding feeds the FP8 decisions downstream; kernels_attn.h keeps it bit for bit) */
 static void hc_expand(const fwd *f, const float *fo, const float *R, const float *post, const float *comb, float *Y) {
     tok_job j = {.f = f, .k = akernels_get(), .fo = fo, .X = R, .ipost = post, .icomb = comb, .out = Y};
-    dsf_parallel_for(f->e->pool, f->T * hc_blocks(f), tok_grain(f->sh->hc * f->sh->hc * HC_BLOCK), expand_range, &j);
+    dsf_parallel_for_guided(f->e->pool, f->T * hc_blocks(f), tok_grain(f->sh->hc * f->sh->hc * HC_BLOCK), expand_range,
+                            &j);
 }
 
 static void norm_range(void *ctx, int64_t t0, int64_t t1, int tid) {
@@ -404,7 +405,7 @@ static void norm_range(void *ctx, int64_t t0, int64_t t1, int tid) {
 static void norm_rows(const fwd *f, float *y, const float *x, const float *w, int64_t t0) {
     const int64_t D = f->sh->n_embd;
     tok_job j = {.f = f, .k = akernels_get(), .X = x + t0 * D, .w = w, .out = y};
-    dsf_parallel_for(f->e->pool, f->T - t0, tok_grain(D), norm_range, &j);
+    dsf_parallel_for_guided(f->e->pool, f->T - t0, tok_grain(D), norm_range, &j);
 }
 
 static void dumpl(const fwd *f, int64_t il, const char *what, const float *p, int64_t n) {

@@ -57,10 +57,10 @@ static void expert(const fwd *f, const dsf_wmat *wg, const dsf_wmat *wu, const d
     fwd_mm_act(f, wg, xq, n, sc->eg, ff);
     fwd_mm_act(f, wu, xq, n, sc->eu, ff);
     rows_job j = {akernels_get(), sc, etok, ewt, ff, D, lim, NULL};
-    dsf_parallel_for(f->e->pool, n, 16384 / ff + 1, swiglu_range, &j);
+    dsf_parallel_for_guided(f->e->pool, n, 16384 / ff + 1, swiglu_range, &j);
     const float *zq = fwd_act(f, sc->eg, n, ff, sc->eu);
     fwd_mm_act(f, wd, zq, n, sc->ey, D);
-    dsf_parallel_for(f->e->pool, n, 16384 / D + 1, acc_range, &j);
+    dsf_parallel_for_guided(f->e->pool, n, 16384 / D + 1, acc_range, &j);
 }
 
 /* Decode, between and after the two product jobs, threaded: item i = expert slot i
@@ -146,14 +146,14 @@ static void moe_decode(const fwd *f, int64_t il, const float *vq, float *out) {
         wt[i] = i < ne ? sc->ewt[order[i]] : 1.0f;
     }
     dec_job dj = {f, akernels_get(), wg, lim, wt, ff, D, ne + 1, x, out};
-    dsf_parallel_for(f->e->pool, ne + 1, 1, dec_swiglu_range, &dj);
+    dsf_parallel_for_guided(f->e->pool, ne + 1, 1, dec_swiglu_range, &dj);
     for (int64_t i = 0; i <= ne; i++) {
         w[i] = &wd[i];
         y[i] = sc->ey + i * D;
     }
     fwd_mm_act_multi(f, (int)(ne + 1), w, x, y);
     /* the sum in increasing expert id, then the shared expert (sc->acc is not needed here) */
-    dsf_parallel_for(f->e->pool, D, 1024, dec_sum_range, &dj);
+    dsf_parallel_for_guided(f->e->pool, D, 1024, dec_sum_range, &dj);
 }
 
 void moe_forward(const fwd *f, int64_t il, const float *v, float *out) {
@@ -198,7 +198,7 @@ void moe_forward(const fwd *f, int64_t il, const float *v, float *out) {
                 }
         if (!n) continue;
         rows_job g = {NULL, sc, sc->etok, NULL, 0, D, 0.0f, vq};
-        dsf_parallel_for(f->e->pool, n, 16384 / D + 1, gather_range, &g);
+        dsf_parallel_for_guided(f->e->pool, n, 16384 / D + 1, gather_range, &g);
         dsf_wmat wg = wmat_expert(&L->gate_exps, e), wu = wmat_expert(&L->up_exps, e),
                  wd = wmat_expert(&L->down_exps, e);
         expert(f, &wg, &wu, &wd, n, sc->ex, sc->etok, sc->ewtok, lim);
