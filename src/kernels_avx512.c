@@ -365,13 +365,18 @@ GUARDED(mm_mxfp4)
  * pairwise into fp32 lanes (flushing subnormals). BF16: tiles of 4 rows x 4 tokens (one
  * 64-byte weight load feeds 4 dot instructions); T = 1 has its own tile (xb_bf16_t1) with
  * the same per-output operations. K is cut into XKC-element chunks and tokens into XTC
- * chunks (activation chunk XTC x XKC x 2 bytes = 256 KiB stays in L2). For T > 1 a tile's
+ * chunks (activation chunk XTC x XKC x 2 bytes = 512 KiB stays in L2). A row tile's weights
+ * come from memory for its first token tile and from L1 for the others: with XTC = 64 a
+ * harness tile from memory ran at ~0.73 of the core's peak against ~0.93 from L2. XTC = 128
+ * halves those first tiles: the prefill ran 3.4 % faster than with 64 (in-process A-B-B-A,
+ * 14 of 16), 256 was 5 % slower than 128 (8 of 8), and the fp32 family's TC = 64 was not
+ * faster than 32 (3 of 8). For T > 1 a tile's
  * rows are 2 adjacent rows from each of 2 far-apart streams, so that its 16 sums go to y as
  * two 2-float accesses per token (tile_put2x2x4): the prefill ran 2.5-3.8 % faster than with
  * 4 streams and per-element stores (in-process A-B-B-A, 15 of 16). The fp32 family keeps 4
  * streams: 2 x 2 made it slower (3 of 8). MXFP4: see below. */
 #define XKC 2048
-#define XTC 64
+#define XTC 128
 
 INLINE __m512bh as_bh(__m512i v) { return (__m512bh)v; }
 

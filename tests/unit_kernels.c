@@ -336,7 +336,7 @@ TEST(kernels_xbf16_vs_ref) {
     static const char *names[] = {"avx512", "avx2", "ref"};
     static const uint32_t types[] = {GGML_TYPE_BF16, GGML_TYPE_MXFP4, GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0};
     static const int64_t n_ins[] = {32, 96, 2048 + 96};
-    static const int64_t Ts[] = {1, 2, 3, 7, 9, 17, 70};
+    static const int64_t Ts[] = {1, 2, 3, 7, 9, 17, 70, 133}; /* 133: two token chunks of XTC, MXTC (128) */
     for (int n = 0; n < 3; n++) {
         const dsf_kernels *k = kernels_by_name(names[n]);
         if (!k) continue;
