@@ -124,12 +124,17 @@ static void prof_fwd(int64_t T, double t0) {
     q->calls++;
 }
 
+/* A product's rows, claimed guided; path: 0 fp32 activations, 1 BF16 (the profile's split). */
+static void run_mm(const fwd *f, const dsf_wmat *w, int64_t T, dsf_range_fn fn, void *job, int path) {
+    double t0 = prof_enabled() ? dsf_now() : 0;
+    dsf_parallel_for_guided(f->e->pool, w->n_out, mm_min_grain(f, w, T), fn, job);
+    if (t0 > 0) prof_mm(f, w, T, path, t0);
+}
+
 void fwd_mm(const fwd *f, const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy) {
     if (T <= 0) return;
     mm_job j = {f->e->kern, w, x, T, ldy, y};
-    double t0 = prof_enabled() ? dsf_now() : 0;
-    dsf_parallel_for_guided(f->e->pool, w->n_out, mm_min_grain(f, w, T), mm_range, &j);
-    if (t0 > 0) prof_mm(f, w, T, 0, t0);
+    run_mm(f, w, T, mm_range, &j, 0);
 }
 
 typedef struct {
@@ -173,24 +178,26 @@ static void bf16_range(void *ctx, int64_t t0, int64_t t1, int tid) {
     if (!kern_act_to_bf16(j->x + t0 * j->n, j->xb + t0 * j->n, (t1 - t0) * j->n)) atomic_store(&j->inexact, 1);
 }
 
-/* f->sc->xb = BF16 of the T rows of x; true iff every value was exact (threaded over rows). */
-static bool act_to_bf16(const fwd *f, const float *x, int64_t T, int64_t n) {
-    bf16_job j = {x, f->sc->xb, n, 0};
+bool fwd_to_bf16(const fwd *f, const float *x, int64_t T, int64_t n, uint16_t *xb) {
+    bf16_job j = {x, xb, n, 0};
     dsf_parallel_for_guided(f->e->pool, T, 65536 / n + 1, bf16_range, &j);
     return !atomic_load(&j.inexact);
+}
+
+void fwd_mm_xb(const fwd *f, const dsf_wmat *w, const uint16_t *xb, int64_t T, float *y, int64_t ldy) {
+    if (T <= 0) return;
+    mmb_job j = {f->e->kern, w, xb, T, ldy, y};
+    run_mm(f, w, T, mmb_range, &j, 1);
 }
 
 void fwd_mm_act(const fwd *f, const dsf_wmat *w, const float *xq, int64_t T, float *y, int64_t ldy) {
     if (T <= 0) return;
     /* QDQ'd values are exact in BF16; anything else (non-finite input) keeps the fp32 path */
-    if (!f->ref || !act_to_bf16(f, xq, T, w->n_in)) {
+    if (!f->ref || !fwd_to_bf16(f, xq, T, w->n_in, f->sc->xb)) {
         fwd_mm(f, w, xq, T, y, ldy);
         return;
     }
-    mmb_job j = {f->e->kern, w, f->sc->xb, T, ldy, y};
-    double t0 = prof_enabled() ? dsf_now() : 0;
-    dsf_parallel_for_guided(f->e->pool, w->n_out, mm_min_grain(f, w, T), mmb_range, &j);
-    if (t0 > 0) prof_mm(f, w, T, 1, t0);
+    fwd_mm_xb(f, w, f->sc->xb, T, y, ldy);
 }
 
 typedef struct {

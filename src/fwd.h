@@ -33,6 +33,11 @@ void fwd_mm(const fwd *f, const dsf_wmat *w, const float *x, int64_t T, float *y
  * products exactly (kern_matmul_xbf16); plain mode: the fp32 family. A projection always uses
  * the same family, so prefill and decode agree bit for bit (the kernels are batch-invariant). */
 void fwd_mm_act(const fwd *f, const dsf_wmat *w, const float *xq, int64_t T, float *y, int64_t ldy);
+/* Its two halves, for callers that reuse one BF16 copy for several products:
+ * fwd_to_bf16: xb[T][n] = BF16 of x (threaded over rows); true iff every value was exact.
+ * fwd_mm_xb: y = w . xb with the BF16-activation kernels. */
+bool fwd_to_bf16(const fwd *f, const float *x, int64_t T, int64_t n, uint16_t *xb);
+void fwd_mm_xb(const fwd *f, const dsf_wmat *w, const uint16_t *xb, int64_t T, float *y, int64_t ldy);
 /* Activation prep for an FP8/FP4 projection: in reference mode copies x[T][n] to xq and
  * applies QDQ_FP8 (groups of 32 along n) and returns xq; in plain mode returns x. */
 const float *fwd_act(const fwd *f, const float *x, int64_t T, int64_t n, float *xq);

@@ -10,6 +10,7 @@
 #include "quant.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 /* Row jobs of one expert call, threaded over its n gathered rows (each row written by one
@@ -48,18 +49,70 @@ static void acc_range(void *ctx, int64_t k0, int64_t k1, int tid) {
     for (int64_t k = k0; k < k1; k++) ka_add(j->k, j->sc->acc + (int64_t)j->etok[k] * j->D, j->sc->ey + k * j->D, j->D);
 }
 
-/* One expert FFN on n token rows xq [n][D], already through the activation prep (QDQ in
- * reference mode); adds into acc rows etok[]. */
+/* Reference mode, T > 1: the chunk's prepared inputs are converted to BF16 once per layer and
+ * each expert gathers BF16 rows (gather_b_range) for its gate and up products; its down input
+ * is made in one job (down_range: swiglu, the activation prep and the BF16 copy of each row).
+ * Every product gets the same BF16 activations as fwd_mm_act would give it (QDQ'd values are
+ * exact in BF16), so every value is the same; an expert takes 6 jobs instead of 10. */
+typedef struct {
+    const uint16_t *src;
+    uint16_t *dst;
+    const int32_t *etok;
+    int64_t D;
+} gather_b_job;
+
+static void gather_b_range(void *ctx, int64_t k0, int64_t k1, int tid) {
+    (void)tid;
+    const gather_b_job *j = ctx;
+    for (int64_t k = k0; k < k1; k++)
+        memcpy(j->dst + k * j->D, j->src + (int64_t)j->etok[k] * j->D, (size_t)j->D * sizeof(uint16_t));
+}
+
+/* Rows [k0, k1) of the down input: eg = swiglu as swiglu_range; eu = its activation prep as
+ * fwd_act makes it (QDQ per row: ff is a multiple of 32); sc->xb = BF16 of eu. */
+typedef struct {
+    const dsf_akernels *k;
+    dsf_scratch *sc;
+    const float *ewt;
+    int64_t ff;
+    float lim;
+    atomic_int inexact;
+} down_job;
+
+static void down_range(void *ctx, int64_t k0, int64_t k1, int tid) {
+    (void)tid;
+    down_job *j = ctx;
+    const int64_t ff = j->ff;
+    for (int64_t k = k0; k < k1; k++) {
+        float *g = j->sc->eg + k * ff, *u = j->sc->eu + k * ff;
+        ka_swiglu(j->k, g, g, u, ff, j->lim, j->ewt ? j->ewt[k] : 1.0f);
+        memcpy(u, g, (size_t)ff * sizeof(float));
+        ka_qdq_fp8(j->k, u, ff);
+        if (!kern_act_to_bf16(u, j->sc->xb + k * ff, ff)) atomic_store(&j->inexact, 1);
+    }
+}
+
+/* One expert FFN on n token rows, already through the activation prep (QDQ in reference
+ * mode): xb, their BF16 copy (reference mode, moe_forward), or else xq [n][D]; adds into acc
+ * rows etok[]. */
 static void expert(const fwd *f, const dsf_wmat *wg, const dsf_wmat *wu, const dsf_wmat *wd, int64_t n,
-                   const float *xq, const int32_t *etok, const float *ewt, float lim) {
+                   const float *xq, const uint16_t *xb, const int32_t *etok, const float *ewt, float lim) {
     dsf_scratch *sc = f->sc;
     const int64_t D = f->sh->n_embd, ff = wg->n_out;
-    fwd_mm_act(f, wg, xq, n, sc->eg, ff);
-    fwd_mm_act(f, wu, xq, n, sc->eu, ff);
     rows_job j = {akernels_get(), sc, etok, ewt, ff, D, lim, NULL};
-    dsf_parallel_for_guided(f->e->pool, n, 16384 / ff + 1, swiglu_range, &j);
-    const float *zq = fwd_act(f, sc->eg, n, ff, sc->eu);
-    fwd_mm_act(f, wd, zq, n, sc->ey, D);
+    if (xb) {
+        fwd_mm_xb(f, wg, xb, n, sc->eg, ff);
+        fwd_mm_xb(f, wu, xb, n, sc->eu, ff);
+        down_job dj = {j.k, sc, ewt, ff, lim, 0};
+        dsf_parallel_for_guided(f->e->pool, n, 16384 / ff + 1, down_range, &dj);
+        if (!atomic_load(&dj.inexact)) fwd_mm_xb(f, wd, sc->xb, n, sc->ey, D);
+        else fwd_mm(f, wd, sc->eu, n, sc->ey, D); /* as fwd_mm_act does for a non-finite input */
+    } else {
+        fwd_mm_act(f, wg, xq, n, sc->eg, ff);
+        fwd_mm_act(f, wu, xq, n, sc->eu, ff);
+        dsf_parallel_for_guided(f->e->pool, n, 16384 / ff + 1, swiglu_range, &j);
+        fwd_mm_act(f, wd, fwd_act(f, sc->eg, n, ff, sc->eu), n, sc->ey, D);
+    }
     dsf_parallel_for_guided(f->e->pool, n, 16384 / D + 1, acc_range, &j);
 }
 
@@ -187,6 +240,10 @@ void moe_forward(const fwd *f, int64_t il, const float *v, float *out) {
     }
     memset(sc->acc, 0, (size_t)(T * D) * sizeof(float));
     const float lim = sh->swiglu_exp[il];
+    /* the BF16 inputs (expert's BF16 path) in sc->ex, which holds 2 x T x D of them: the chunk's, then
+     * an expert's gathered rows; a non-finite input keeps the fp32 path for the layer */
+    uint16_t *vqb = (uint16_t *)(void *)sc->ex, *exb = vqb + T * D;
+    const bool xb = f->ref && fwd_to_bf16(f, vq, T, D, vqb);
     for (int64_t e = 0; e < E; e++) { /* increasing expert id: the fp32 accumulation order */
         int64_t n = 0;
         for (int64_t t = 0; t < T; t++)
@@ -197,13 +254,19 @@ void moe_forward(const fwd *f, int64_t il, const float *v, float *out) {
                     n++;
                 }
         if (!n) continue;
-        rows_job g = {NULL, sc, sc->etok, NULL, 0, D, 0.0f, vq};
-        dsf_parallel_for_guided(f->e->pool, n, 16384 / D + 1, gather_range, &g);
         dsf_wmat wg = wmat_expert(&L->gate_exps, e), wu = wmat_expert(&L->up_exps, e),
                  wd = wmat_expert(&L->down_exps, e);
-        expert(f, &wg, &wu, &wd, n, sc->ex, sc->etok, sc->ewtok, lim);
+        if (xb) {
+            gather_b_job g = {vqb, exb, sc->etok, D};
+            dsf_parallel_for_guided(f->e->pool, n, 32768 / D + 1, gather_b_range, &g);
+            expert(f, &wg, &wu, &wd, n, NULL, exb, sc->etok, sc->ewtok, lim);
+            continue;
+        }
+        rows_job g = {NULL, sc, sc->etok, NULL, 0, D, 0.0f, vq};
+        dsf_parallel_for_guided(f->e->pool, n, 16384 / D + 1, gather_range, &g);
+        expert(f, &wg, &wu, &wd, n, sc->ex, NULL, sc->etok, sc->ewtok, lim);
     }
     for (int64_t t = 0; t < T; t++) sc->etok[t] = (int32_t)t;
-    expert(f, &L->gate_sh, &L->up_sh, &L->down_sh, T, vq, sc->etok, NULL, sh->swiglu_shexp[il]);
+    expert(f, &L->gate_sh, &L->up_sh, &L->down_sh, T, vq, xb ? vqb : NULL, sc->etok, NULL, sh->swiglu_shexp[il]);
     memcpy(out, sc->acc, (size_t)(T * D) * sizeof(float));
 }
