@@ -8,6 +8,7 @@
 #include "kernels_attn.h"
 #include "ops.h"
 #include "quant.h"
+#include "util.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -240,10 +241,14 @@ void moe_forward(const fwd *f, int64_t il, const float *v, float *out) {
     }
     memset(sc->acc, 0, (size_t)(T * D) * sizeof(float));
     const float lim = sh->swiglu_exp[il];
-    /* the BF16 inputs (expert's BF16 path) in sc->ex, which holds 2 x T x D of them: the chunk's, then
-     * an expert's gathered rows; a non-finite input keeps the fp32 path for the layer */
+    /* the BF16 inputs (expert's BF16 path) in sc->ex, which holds 2 x T x D of them: the chunk's,
+     * then an expert's gathered rows. A non-finite input keeps the fp32 path for the layer, and
+     * so do FFN widths that are not a multiple of 32 (down_range's QDQ is per row, fwd_act's
+     * then runs over the whole chunk). */
     uint16_t *vqb = (uint16_t *)(void *)sc->ex, *exb = vqb + T * D;
-    const bool xb = f->ref && fwd_to_bf16(f, vq, T, D, vqb);
+    const char *knob = dsf_knob("DSF_MOE_XB"); /* "0": the fp32 path (tests compare the two) */
+    const bool xb = f->ref && !(knob && strcmp(knob, "0") == 0) && L->gate_exps.n_out % 32 == 0 &&
+                    L->gate_sh.n_out % 32 == 0 && fwd_to_bf16(f, vq, T, D, vqb);
     for (int64_t e = 0; e < E; e++) { /* increasing expert id: the fp32 accumulation order */
         int64_t n = 0;
         for (int64_t t = 0; t < T; t++)
