@@ -554,46 +554,6 @@ TEST(topology_e_one_layer_reference) { run_topology(t, "topo-e", topo_e, DSF_NUM
 TEST(topology_a_small_ring_plain) { run_topology(t, "topo-a", topo_a, DSF_NUMERICS_PLAIN, true); }
 TEST(topology_d_small_ring_plain) { run_topology(t, "topo-d", topo_d, DSF_NUMERICS_PLAIN, true); }
 
-/* moe.c's reference-mode prefill converts the chunk's expert inputs to BF16 once per layer and
- * gathers BF16 rows; DSF_MOE_XB=0 takes the per-expert fp32 gather and conversions instead.
- * Every product gets the same BF16 activations either way, so the logits must agree bit for
- * bit, over several chunk sizes (experts with 1 to many rows). */
-TEST(topology_moe_bf16_inputs_match_fp32_path) {
-    int32_t tok[NTOK];
-    tm_params p;
-    topo_a(&p);
-    const char *path = tm_path("moe-xb");
-    char err[DSF_ERR_LEN];
-    CHECKF(tm_write(&p, path, NULL, NULL, err) == 0, "write: %s", err);
-    dsf_engine_params ep;
-    dsf_engine_params_default(&ep);
-    ep.numerics = DSF_NUMERICS_REFERENCE;
-    ep.n_threads = 2;
-    ctx c = {.plain = false};
-    c.e = dsf_engine_open(path, &ep, err);
-    unlink(path);
-    CHECKF(c.e, "open: %s", err);
-    c.V = dsf_engine_n_vocab(c.e);
-    make_tokens(tok, NTOK, c.V, 7, 0);
-    static const int chunks[] = {0, 5, 64};
-    for (int k = 0; k < 3; k++) {
-        float *out[2];
-        for (int m = 0; m < 2; m++) {
-            if (m) setenv("DSF_MOE_XB", "0", 1);
-            out[m] = prefill(&c, tok, NTOK, chunks[k]);
-            unsetenv("DSF_MOE_XB");
-        }
-        CHECKF(out[0] && out[1], "prefill chunk %d: %s", chunks[k], c.err);
-        size_t bad = 0;
-        for (size_t i = 0; i < (size_t)NTOK * c.V; i++) bad += memcmp(&out[0][i], &out[1][i], sizeof(float)) != 0;
-        CHECKF(bad == 0, "chunk %d: %zu of %zu logits differ between the BF16 and fp32 MoE paths", chunks[k], bad,
-               (size_t)NTOK * c.V);
-        free(out[0]);
-        free(out[1]);
-    }
-    dsf_engine_close(c.e);
-}
-
 /* ================================================================ the selections matter */
 
 static void topo_a_topk_all(tm_params *p) { /* top-k larger than any number of rows */
@@ -613,10 +573,11 @@ static void topo_a_no_engram(tm_params *p) { /* same seed: only the Engram tenso
     p->n_engram = 0;
 }
 
-static float *prefill_model(test_ctx *t, void (*set)(tm_params *), const int32_t *tok, int n, int *V) {
+/* Writes the model set() describes and opens it with 2 threads (NULL on failure, reported). */
+static dsf_engine *open_set(test_ctx *t, void (*set)(tm_params *), const char *name, dsf_numerics numerics) {
     tm_params p;
     set(&p);
-    const char *path = tm_path("sel");
+    const char *path = tm_path(name);
     char err[DSF_ERR_LEN];
     if (tm_write(&p, path, NULL, NULL, err) < 0) {
         test_fail(t, __FILE__, __LINE__, "write: %s", err);
@@ -624,20 +585,53 @@ static float *prefill_model(test_ctx *t, void (*set)(tm_params *), const int32_t
     }
     dsf_engine_params ep;
     dsf_engine_params_default(&ep);
-    ep.numerics = DSF_NUMERICS_PLAIN;
+    ep.numerics = numerics;
     ep.n_threads = 2;
-    ctx c = {.plain = true};
-    c.e = dsf_engine_open(path, &ep, err);
+    dsf_engine *e = dsf_engine_open(path, &ep, err);
     unlink(path);
-    if (!c.e) {
-        test_fail(t, __FILE__, __LINE__, "open: %s", err);
-        return NULL;
-    }
+    if (!e) test_fail(t, __FILE__, __LINE__, "open: %s", err);
+    return e;
+}
+
+static float *prefill_model(test_ctx *t, void (*set)(tm_params *), const int32_t *tok, int n, int *V) {
+    ctx c = {.plain = true};
+    c.e = open_set(t, set, "sel", DSF_NUMERICS_PLAIN);
+    if (!c.e) return NULL;
     c.V = *V = dsf_engine_n_vocab(c.e);
     float *out = prefill(&c, tok, n, 0);
     if (!out) test_fail(t, __FILE__, __LINE__, "prefill: %s", c.err);
     dsf_engine_close(c.e);
     return out;
+}
+
+/* moe.c's reference-mode prefill converts the chunk's expert inputs to BF16 once per layer and
+ * gathers BF16 rows; DSF_MOE_XB=0 takes the per-expert fp32 gather and conversions instead.
+ * Every product gets the same BF16 activations either way, so the logits must agree bit for
+ * bit, over several chunk sizes (experts with 1 to many rows). */
+TEST(topology_moe_bf16_inputs_match_fp32_path) {
+    int32_t tok[NTOK];
+    ctx c = {.plain = false};
+    c.e = open_set(t, topo_a, "moe-xb", DSF_NUMERICS_REFERENCE);
+    if (!c.e) return;
+    c.V = dsf_engine_n_vocab(c.e);
+    make_tokens(tok, NTOK, c.V, 7, 0);
+    static const int chunks[] = {0, 5, 64};
+    for (int k = 0; k < 3; k++) {
+        float *out[2];
+        for (int m = 0; m < 2; m++) {
+            if (m) setenv("DSF_MOE_XB", "0", 1);
+            out[m] = prefill(&c, tok, NTOK, chunks[k]);
+            unsetenv("DSF_MOE_XB");
+        }
+        CHECKF(out[0] && out[1], "prefill chunk %d: %s", chunks[k], c.err);
+        size_t bad = 0;
+        for (size_t i = 0; i < (size_t)NTOK * c.V; i++) bad += memcmp(&out[0][i], &out[1][i], sizeof(float)) != 0;
+        CHECKF(bad == 0, "chunk %d: %zu of %zu logits differ between the BF16 and fp32 MoE paths", chunks[k], bad,
+               (size_t)NTOK * c.V);
+        free(out[0]);
+        free(out[1]);
+    }
+    dsf_engine_close(c.e);
 }
 
 /* Guards the meaning of the invariants above: on topology A the indexer top-k, the candidate
