@@ -138,16 +138,36 @@ static void index_range(void *ctx, int64_t j0, int64_t j1, int tid) {
     ka_index(j->k, j->scores, j->q, j->w, j->ik, j0, j1, j->ih, j->id, j->cmask, j->B);
 }
 
+/* Per token: RoPE on the index queries, their FP4 QDQ (reference), the head weights' scale. */
+typedef struct {
+    const fwd *f;
+    float wscale;
+} iprep_job;
+
+static void iprep_range(void *ctx, int64_t t0, int64_t t1, int tid) {
+    (void)tid;
+    const iprep_job *j = ctx;
+    const fwd *f = j->f;
+    const dsf_shape *sh = f->sh;
+    dsf_scratch *sc = f->sc;
+    const int64_t ih = sh->idx_heads, id = sh->idx_dim, nrot = sh->n_rot;
+    for (int64_t t = t0; t < t1; t++) {
+        rope_rows(sc->iq + t * ih * id + id - nrot, ih, id, nrot, f->e->rope.freq_compress, f->tpos[t], 0);
+        if (f->ref)
+            for (int64_t h = 0; h < ih; h++) qdq_fp4_e8m0(sc->iq + (t * ih + h) * id, id);
+        for (int64_t h = 0; h < ih; h++) sc->iw[t * ih + h] *= j->wscale;
+    }
+}
+
 static void indexer(const fwd *f, int64_t il, const float *u) {
     const dsf_shape *sh = f->sh;
     const dsf_layer *L = &f->w->layers[il];
     dsf_scratch *sc = f->sc;
-    const int64_t T = f->T, ih = sh->idx_heads, id = sh->idx_dim, nrot = sh->n_rot, r = sh->ratio[il];
+    const int64_t T = f->T, ih = sh->idx_heads, id = sh->idx_dim, r = sh->ratio[il];
     const int64_t src = sh->kv_src[il], K = sc->ksel;
     const int is_cand_src = il == sh->cand_src;
     const int restricted = sh->cand_src >= 0 && il > sh->cand_src;
     const int64_t B = sh->cand_block;
-    const float *freq = f->e->rope.freq_compress;
     /* Skip the projections when no query of the chunk can see more rows than it selects
      * anyway (then every visible row is selected, spec §4.4.5). */
     int64_t C_last = 0;
@@ -158,13 +178,8 @@ static void indexer(const fwd *f, int64_t il, const float *u) {
         const float *qrq = fwd_act(f, sc->qr, T, sh->q_lora, sc->qrq);
         fwd_mm_act(f, &L->idx_q_b, qrq, T, sc->iq, ih * id);
         fwd_mm(f, &L->idx_proj, u, T, sc->iw, ih);
-        const float wscale = (float)(1.0 / sqrt((double)id) / sqrt((double)ih));
-        for (int64_t t = 0; t < T; t++) {
-            rope_rows(sc->iq + t * ih * id + id - nrot, ih, id, nrot, freq, f->tpos[t], 0);
-            if (f->ref)
-                for (int64_t h = 0; h < ih; h++) qdq_fp4_e8m0(sc->iq + (t * ih + h) * id, id);
-            for (int64_t h = 0; h < ih; h++) sc->iw[t * ih + h] *= wscale;
-        }
+        iprep_job pj = {f, (float)(1.0 / sqrt((double)id) / sqrt((double)ih))};
+        dsf_parallel_for_guided(f->e->pool, T, 1, iprep_range, &pj);
     }
     for (int64_t t = 0; t < T; t++) {
         const float *ik = f->tkv[t]->ik[src];
@@ -343,6 +358,22 @@ static void core_token_scalar(const fwd *f, int64_t il, int64_t t, float scale) 
     }
 }
 
+/* o [T][og x gin] -> q [og][T][gin]: item i = g * T + t. */
+typedef struct {
+    const float *o;
+    float *q;
+    int64_t T, og, gin;
+} split_job;
+
+static void split_range(void *ctx, int64_t i0, int64_t i1, int tid) {
+    (void)tid;
+    const split_job *j = ctx;
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t g = i / j->T, t = i % j->T;
+        memcpy(j->q + i * j->gin, j->o + (t * j->og + g) * j->gin, (size_t)j->gin * sizeof(float));
+    }
+}
+
 void attn_forward(const fwd *f, int64_t il, const float *u, float *out) {
     const dsf_shape *sh = f->sh;
     const dsf_layer *L = &f->w->layers[il];
@@ -389,15 +420,17 @@ void attn_forward(const fwd *f, int64_t il, const float *u, float *out) {
             wp[g] = &wg[g], xp[g] = sc->o + g * gin, yp[g] = sc->ya + g * olr;
         }
         fwd_mm_multi(f, (int)og, wp, xp, yp);
-    } else
+    } else {
+        /* every group's inputs contiguous (group-major) in sc->q, free after the core */
+        split_job sj = {sc->o, sc->q, T, og, gin};
+        dsf_parallel_for_guided(f->e->pool, T * og, 16, split_range, &sj);
         for (int64_t g = 0; g < og; g++) {
-            for (int64_t t = 0; t < T; t++)
-                memcpy(sc->q + t * gin, sc->o + t * H * dh + g * gin, (size_t)gin * sizeof(float));
             dsf_wmat wg = L->wo_a;
             wg.n_out = olr;
             wg.data = L->wo_a.data + (uint64_t)(g * olr) * L->wo_a.row_bytes;
-            fwd_mm(f, &wg, sc->q, T, sc->ya + g * olr, og * olr);
+            fwd_mm(f, &wg, sc->q + g * T * gin, T, sc->ya + g * olr, og * olr);
         }
+    }
     const float *yaq = fwd_act(f, sc->ya, T, og * olr, sc->yaq);
     fwd_mm_act(f, &L->wo_b, yaq, T, out, sh->n_embd);
 }
