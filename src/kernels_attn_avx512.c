@@ -9,6 +9,7 @@
  * [-104, 89]: at most 2 ulp (tests/unit_kernels_attn.c checks it). NaN propagates. */
 #include "kernels_attn.h"
 #include "quant.h"
+#include "red512.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -89,10 +90,19 @@ static void scores_4x4(float *s, const float *q, int64_t dh, const float *const 
                 for (int r = 0; r < 4; r++) a[i][r] = _mm512_fmadd_ps(qv, kv[r], a[i][r]);
             }
         }
+        /* the 16 sums at once (red16: lane 4r + i is head i's sum for key r), each by the tree
+         * of _mm512_reduce_add_ps as scores_tile's: the same bits, 45 operations instead of 128 */
+        __m512 a16[16];
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++)
 #pragma GCC unroll 4
-            for (int r = 0; r < 4; r++) s[i * nk + k + r] = _mm512_reduce_add_ps(a[i][r]) * scale;
+            for (int r = 0; r < 4; r++) a16[4 * i + r] = a[i][r];
+        _Alignas(64) float sum[16];
+        _mm512_store_ps(sum, _mm512_mul_ps(red16(a16), _mm512_set1_ps(scale)));
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) s[i * nk + k + r] = sum[4 * r + i];
     }
     if (k < nk) scores_tile(s + k, nk, q, dh, keys + k, nk - k, scale, 4);
 }
