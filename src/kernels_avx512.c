@@ -634,17 +634,6 @@ INLINE __m512 mx_group_dot(const __m512i *W, __m512 S, const uint16_t *xp, __m51
     return mx_group_dot_x(W, S, X, acc);
 }
 
-/* The end of a T = 1 tile: the 4 sums into out; with masked, bad[r] tells which rows had an
- * exceptional block; returns nonzero if the results are to be recomputed masked. */
-INLINE int mx_t1_end(const __m512 *acc, const __mmask16 *any, float *out, const int masked, int *bad) {
-    red4(acc, out);
-    if (masked)
-        for (int r = 0; r < 4; r++) bad[r] = any[r] != 0;
-    int redo = (any[0] | any[1] | any[2] | any[3]) != 0;
-    for (int r = 0; r < 4; r++) redo |= !isfinite(out[r]);
-    return redo;
-}
-
 /* T = 1: 4 rows over groups [q0, q1) of the permuted activations xp (group q0 first); nbl:
  * blocks in group q1 - 1. masked = 0: returns nonzero if a result is not finite, which an
  * exceptional block (S = +inf) always causes (the activations are finite), and then the
@@ -686,60 +675,12 @@ INLINE int mx_t1_tile(const uint8_t *const *wr, const uint8_t *const *sr, const 
             acc[r] = mx_group_dot(W, S, xq, acc[r]);
         }
     }
-    return mx_t1_end(acc, any, out, masked, bad);
-}
-
-/* DSF_TYPE_MXFP4R, T = 1: mx_t1_tile's operations with the scales of 4 groups prepared at
- * once. One vpmovzxbd takes a row's 16 scale bytes (groups q..q+3, block order) to 16 dwords,
- * a shift and a max make them 2^(e-127) as mxr_group_decode does, and per group one vpermd
- * spreads block i's to lane i's 4 dwords: S is bit for bit mxr_group_decode's, with 1.75
- * operations per group instead of 3. (A single-core harness, 5120-wide rows: +13 % from L2,
- * +10-12 % from memory.) A repacked row's groups are all whole; a chunk's last scale bytes
- * past q1 are not read (masked load). Returns as mx_t1_tile. */
-static const int32_t mxr_sidx[4][16] __attribute__((aligned(64))) = {
-    {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3},
-    {4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7},
-    {8, 8, 8, 8, 9, 9, 9, 9, 10, 10, 10, 10, 11, 11, 11, 11},
-    {12, 12, 12, 12, 13, 13, 13, 13, 14, 14, 14, 14, 15, 15, 15, 15}};
-
-INLINE int mxr_t1_tile(const uint8_t *const *wr, const uint8_t *const *sr, const uint16_t *xp, int64_t q0, int64_t q1,
-                       float *out, const int masked, int *bad) {
-    __m512 acc[4];
-    __mmask16 any[4] = {0, 0, 0, 0};
-    UNROLL for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
-    for (int64_t q = q0; q < q1; q += 4) {
-        const int nq = q1 - q < 4 ? (int)(q1 - q) : 4;
-        __m512i E[4];
-        UNROLL for (int r = 0; r < 4; r++) {
-            const __m128i b = nq == 4 ? _mm_loadu_si128((const __m128i *)(const void *)(sr[r] + 4 * q))
-                                      : _mm_maskz_loadu_epi8((__mmask16)((1u << (4 * nq)) - 1), sr[r] + 4 * q);
-            E[r] = _mm512_max_epu32(_mm512_slli_epi32(_mm512_cvtepu8_epi32(b), 23), _mm512_set1_epi32(0x00400000));
-        }
-        UNROLL for (int k = 0; k < 4; k++) {
-            if (k >= nq) break;
-            const uint16_t *xq = xp + (q + k - q0) * 128;
-            const __m512i idx = _mm512_load_si512((const void *)mxr_sidx[k]);
-            UNROLL for (int r = 0; r < 4; r++) {
-                const uint8_t *c = wr[r] + (q + k) * 64;
-                _mm_prefetch((const char *)(c + PF_DIST), _MM_HINT_T0);
-                __m512i W[4];
-                mx_codes_to_w(_mm512_load_si512((const void *)c), W, mx_e2m1_bf16);
-                __m512 S = _mm512_castsi512_ps(_mm512_permutexvar_epi32(idx, E[r]));
-                if (masked) {
-                    __mmask16 m = mx_bad_lanes(S);
-                    any[r] |= m;
-                    S = _mm512_maskz_mov_ps((__mmask16)~m, S);
-                }
-                acc[r] = mx_group_dot(W, S, xq, acc[r]);
-            }
-        }
-    }
-    return mx_t1_end(acc, any, out, masked, bad);
-}
-
-INLINE int mx_t1_any(const uint8_t *const *wr, const uint8_t *const *sr, const uint16_t *xp, int64_t q0, int64_t q1,
-                     int nbl, float *out, const int masked, int *bad, const int R) {
-    return R ? mxr_t1_tile(wr, sr, xp, q0, q1, out, masked, bad) : mx_t1_tile(wr, sr, xp, q0, q1, nbl, out, masked, bad, 0);
+    red4(acc, out);
+    if (masked)
+        for (int r = 0; r < 4; r++) bad[r] = any[r] != 0;
+    int redo = (any[0] | any[1] | any[2] | any[3]) != 0;
+    for (int r = 0; r < 4; r++) redo |= !isfinite(out[r]);
+    return redo;
 }
 
 /* T > 1: decodes groups [q0, q1) of one row into a panel (W0..W3 and the masked S per
@@ -894,8 +835,8 @@ INLINE void xmm_mx(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, in
                 int nbl = q1 == ngr ? nlast : 4;
                 float o[4];
                 int bad[4];
-                if (mx_t1_any(wr, sr, xp + q0 * 128, q0, q1, nbl, o, 0, bad, R)) {
-                    mx_t1_any(wr, sr, xp + q0 * 128, q0, q1, nbl, o, 1, bad, R);
+                if (mx_t1_tile(wr, sr, xp + q0 * 128, q0, q1, nbl, o, 0, bad, R)) {
+                    mx_t1_tile(wr, sr, xp + q0 * 128, q0, q1, nbl, o, 1, bad, R);
                     for (int i = 0; i < 4; i++)
                         if (bad[i])
                             o[i] = (float)((double)o[i] + mx_exceptions(wr[i], sr[i], x, 4 * q0, q1 == ngr ? nbk : 4 * q1, R));
