@@ -30,8 +30,14 @@
 #define RB 4     /* rows per tile, T = 1: one row from each of NS far-apart row streams */
 #define RBN 4    /* rows per tile, T > 1 */
 #define TB 4     /* tokens per tile, T > 1 */
-#define TC 32    /* tokens per chunk */
-#define KC 4096  /* reduction elements per chunk */
+/* fp32-activation family (T > 1): a token tile's activations (TB x KC x 4 bytes, 16 KiB) and a
+ * row tile's weights stay in L1, the chunk's activations (TC x KC x 4 = 256 KiB) in L2. With
+ * KC = 4096 and TC = 32 a token tile's activations were 64 KiB, read from L2 by every row tile;
+ * 1024 and 64 ran the bench model's prefill 3.5 % faster (in-process A-B-B-A, 10 of 10; the
+ * grouped wo_a, 4096 wide, is its main fp32 product), decode even (0.992, 7 of 12). Changing
+ * KC changes the order of the fp32 family's sums (for every T alike). */
+#define TC 64    /* tokens per chunk */
+#define KC 1024  /* reduction elements per chunk */
 _Static_assert(RB == 4 && RBN == 4 && TB == 4, "the tiles' sums (red4, red4x4) take 4 rows x 4 tokens");
 #ifndef PF_DIST
 /* Software prefetch distance in bytes along each weight row (decode tiles). Measured in the
