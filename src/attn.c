@@ -49,7 +49,7 @@ static void emit_rows(const fwd *f, int64_t il, int64_t nr) {
         float *ik = kv->ik[il] + j * id;
         op_rmsnorm(ik, sc->ikt + k * id, L->idx_k_norm, id, sh->eps);
         op_rope(ik + id - nrot, nrot, freq, j * r, 0);
-        if (f->ref) qdq_fp4_e8m0(ik, id);
+        if (f->ref) ka_qdq_fp4(akernels_get(), ik, id);
         float *c = kv->ckv[il] + j * dh;
         memcpy(c, sc->lat + k * dh, (size_t)dh * sizeof(float));
         op_rope(c + dh - nrot, nrot, freq, j * r, 0);
@@ -153,8 +153,7 @@ static void iprep_range(void *ctx, int64_t t0, int64_t t1, int tid) {
     const int64_t ih = sh->idx_heads, id = sh->idx_dim, nrot = sh->n_rot;
     for (int64_t t = t0; t < t1; t++) {
         rope_rows(sc->iq + t * ih * id + id - nrot, ih, id, nrot, f->e->rope.freq_compress, f->tpos[t], 0);
-        if (f->ref)
-            for (int64_t h = 0; h < ih; h++) qdq_fp4_e8m0(sc->iq + (t * ih + h) * id, id);
+        if (f->ref) ka_qdq_fp4(akernels_get(), sc->iq + t * ih * id, ih * id); /* groups of 32 within each head */
         for (int64_t h = 0; h < ih; h++) sc->iw[t * ih + h] *= j->wscale;
     }
 }

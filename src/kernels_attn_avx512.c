@@ -345,6 +345,21 @@ static void add_avx512(float *a, const float *y, int64_t n) {
     }
 }
 
+/* A QDQ group of 32 into v[0..1] and its max |v| into *amax; 0 if any value is a NaN or an
+ * infinity (|v| <= FLT_MAX is false for both): such a group takes the scalar twin. */
+AI int qdq_group_load(const float *x, __m512 *v, float *amax) {
+    const __m512i absm = _mm512_set1_epi32(0x7FFFFFFF);
+    v[0] = _mm512_loadu_ps(x);
+    v[1] = _mm512_loadu_ps(x + 16);
+    __m512 a0 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v[0]), absm));
+    __m512 a1 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v[1]), absm));
+    __mmask16 fin = _mm512_cmp_ps_mask(a0, _mm512_set1_ps(3.4028234664e38f), _CMP_LE_OQ) &
+                    _mm512_cmp_ps_mask(a1, _mm512_set1_ps(3.4028234664e38f), _CMP_LE_OQ);
+    if (fin != 0xFFFF) return 0;
+    *amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+    return 1;
+}
+
 /* QDQ_FP8 (quant.c qdq_fp8_e8m0), bit for bit. The scale s = pow2ceil(max(amax, 1e-4) / 448)
  * is a power of two, so v / s == v * (1 / s) exactly; e4m3 RNE of a = |v / s| <= 448: normal
  * range (a >= 2^-6) keeps 3 mantissa bits by the integer round-half-even on the fp32 bits,
@@ -354,17 +369,12 @@ static void qdq_fp8_avx512(float *x, int64_t n) {
     const __m512i absm = _mm512_set1_epi32(0x7FFFFFFF), one = _mm512_set1_epi32(1);
     const __m512 lim = _mm512_set1_ps(448.0f), c14 = _mm512_set1_ps(16384.0f), small = _mm512_set1_ps(0x1p-6f);
     for (int64_t g = 0; g + 32 <= n; g += 32) {
-        __m512 v[2] = {_mm512_loadu_ps(x + g), _mm512_loadu_ps(x + g + 16)};
-        __m512 a0 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v[0]), absm));
-        __m512 a1 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v[1]), absm));
-        /* finite check: |v| <= FLT_MAX (false for NaN and inf) */
-        __mmask16 fin = _mm512_cmp_ps_mask(a0, _mm512_set1_ps(3.4028234664e38f), _CMP_LE_OQ) &
-                        _mm512_cmp_ps_mask(a1, _mm512_set1_ps(3.4028234664e38f), _CMP_LE_OQ);
-        if (fin != 0xFFFF) {
+        __m512 v[2];
+        float amax;
+        if (!qdq_group_load(x + g, v, &amax)) {
             qdq_fp8_e8m0(x + g, 32);
             continue;
         }
-        float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
         float s = pow2ceil_f32(fmaxf(amax, 1e-4f) * (1.0f / 448.0f));
         const __m512 vs = _mm512_set1_ps(s), vinv = _mm512_set1_ps(1.0f / s);
         for (int h = 0; h < 2; h++) {
@@ -387,6 +397,38 @@ static void qdq_fp8_avx512(float *x, int64_t n) {
     }
 }
 
+/* QDQ_FP4_E8M0, bit for bit qdq_fp4_e8m0: the same scale s (scalar, per group), y = v / s
+ * (exact as v * (1/s): s is a power of two), clamped to 6, then rounded to the e2m1 grid:
+ * steps of 0.5 below 2, 1 below 4, 2 up to 6, each by roundscale's ties-to-even on y / step,
+ * where an even multiple is the even code; the sign is put back afterwards, so -0 stays -0
+ * as the twin's code 8 does. Groups with a NaN or an infinity take the scalar twin. */
+static void qdq_fp4_avx512(float *x, int64_t n) {
+    const __m512i absm = _mm512_set1_epi32(0x7FFFFFFF);
+    const __m512 six = _mm512_set1_ps(6.0f), two = _mm512_set1_ps(2.0f), four = _mm512_set1_ps(4.0f);
+    for (int64_t g = 0; g + 32 <= n; g += 32) {
+        __m512 v[2];
+        float amax;
+        if (!qdq_group_load(x + g, v, &amax)) {
+            qdq_fp4_e8m0(x + g, 32);
+            continue;
+        }
+        float s = pow2ceil_f32(fmaxf(amax, 6.0f * 0x1p-126f) * (1.0f / 6.0f));
+        const __m512 vs = _mm512_set1_ps(s), vinv = _mm512_set1_ps(1.0f / s);
+        for (int h = 0; h < 2; h++) {
+            __m512 y = _mm512_mul_ps(v[h], vinv);
+            __m512i yb = _mm512_castps_si512(y);
+            __m512i sign = _mm512_andnot_si512(absm, yb);
+            __m512 a = _mm512_min_ps(_mm512_castsi512_ps(_mm512_and_si512(yb, absm)), six);
+            /* 1 / step: 2 below 2, 1 below 4, 0.5 from 4 */
+            __m512 inv = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, two, _CMP_GE_OQ), two, _mm512_set1_ps(1.0f));
+            inv = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, four, _CMP_GE_OQ), inv, _mm512_set1_ps(0.5f));
+            __m512 q = _mm512_div_ps(_mm512_roundscale_ps(_mm512_mul_ps(a, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), inv);
+            q = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(q), sign));
+            _mm512_storeu_ps(x + g + 16 * h, _mm512_mul_ps(q, vs));
+        }
+    }
+}
+
 const dsf_akernels akernels_avx512 = {
     .name = "avx512",
     .attn = attn_avx512,
@@ -397,4 +439,5 @@ const dsf_akernels akernels_avx512 = {
     .swiglu = swiglu_avx512,
     .add = add_avx512,
     .qdq_fp8 = qdq_fp8_avx512,
+    .qdq_fp4 = qdq_fp4_avx512,
 };

@@ -491,6 +491,17 @@ TEST(kattn_forward_fallback_path_agrees) {
     free(lg[1]);
 }
 
+/* The first element whose bits differ (any two NaNs count as equal), or -1. */
+static int first_bit_diff(const float *a, const float *b, int n) {
+    for (int i = 0; i < n; i++) {
+        uint32_t ua, ub;
+        memcpy(&ua, &a[i], 4);
+        memcpy(&ub, &b[i], 4);
+        if (ua != ub && !(isnan(a[i]) && isnan(b[i]))) return i;
+    }
+    return -1;
+}
+
 /* QDQ_FP8 fast versions must equal qdq_fp8_e8m0 bit for bit: random groups over many scales,
  * e4m3 midpoints (normal and subnormal), values at the 448 clamp, zeros of both signs, tiny
  * values, groups with NaN / inf (scalar fallback), and a tail that is left alone. */
@@ -526,16 +537,55 @@ TEST(kattn_qdq_fp8_bit_identical) {
             memcpy(b, a, sizeof a);
             qdq_fp8_e8m0(a, N);
             k->qdq_fp8(b, N);
-            int same = 1;
-            for (int i = 0; i < N && same; i++) {
-                uint32_t ua, ub;
-                memcpy(&ua, &a[i], 4);
-                memcpy(&ub, &b[i], 4);
-                if (ua != ub && !(isnan(a[i]) && isnan(b[i]))) {
-                    CHECKF(0, "%s: element %d: %a vs twin %a", fast_names[ni], i, (double)b[i], (double)a[i]);
-                    same = 0;
-                }
-            }
+            const int d = first_bit_diff(a, b, N);
+            CHECKF(d < 0, "%s: element %d: %a vs twin %a", fast_names[ni], d, (double)b[d], (double)a[d]);
         }
     }
+}
+
+/* QDQ_FP4_E8M0 fast versions must equal qdq_fp4_e8m0 bit for bit: random groups over many
+ * scales, e2m1 midpoints in each of the grid's three step sizes (the ties go to the even
+ * code), values at and beyond the 6 clamp, zeros of both signs, tiny values (fp32 subnormal
+ * after the scaling), groups with NaN / inf (scalar fallback), and a tail that is left alone. */
+TEST(kattn_qdq_fp4_bit_identical) {
+    enum { N = 32 * 64 + 5 };
+    static float a[N], b[N];
+    static const float mids[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 0.1f, 1.1f, 2.9f, 4.9f, 5.9f};
+    int checked = 0;
+    for (unsigned ni = 0; ni < sizeof fast_names / sizeof *fast_names; ni++) {
+        const dsf_akernels *k = akernels_by_name(fast_names[ni]);
+        if (!k || !k->qdq_fp4) continue;
+        checked++;
+        for (int rep = 0; rep < 40; rep++) {
+            for (int g = 0; g < N / 32; g++) {
+                float amp = ldexpf(1.0f, (int)(rnd() % 80) - 40);
+                for (int i = 0; i < 32; i++) a[g * 32 + i] = rnd_unit() * amp;
+                switch (rnd() % 8) {
+                case 0: /* grid midpoints at a power-of-two scale: the group's max sets s = 2^e */
+                case 1: {
+                    int e = (int)(rnd() % 40) - 20;
+                    for (int i = 1; i < 32; i++)
+                        a[g * 32 + i] = ldexpf(mids[rnd() % (sizeof mids / sizeof *mids)], e) * (rnd() & 1 ? 1.0f : -1.0f);
+                    a[g * 32] = ldexpf(6.0f, e);
+                    break;
+                }
+                case 2: a[g * 32 + rnd() % 32] = -0.0f; a[g * 32 + rnd() % 32] = 0.0f; break;
+                case 3: a[g * 32 + rnd() % 32] = 1e-38f; a[g * 32 + rnd() % 32] = -3e-39f; break;
+                case 4: if (rep % 4 == 0) a[g * 32 + rnd() % 32] = NAN; break;
+                case 5: if (rep % 4 == 1) a[g * 32 + rnd() % 32] = -INFINITY; break;
+                case 6: /* all tiny: the floor 6 x 2^-126 sets the scale */
+                    for (int i = 0; i < 32; i++) a[g * 32 + i] = rnd_unit() * 1e-37f;
+                    break;
+                default: break;
+                }
+            }
+            for (int i = N - 5; i < N; i++) a[i] = rnd_unit() * 3.3f;
+            memcpy(b, a, sizeof a);
+            qdq_fp4_e8m0(a, N);
+            k->qdq_fp4(b, N);
+            const int d = first_bit_diff(a, b, N);
+            CHECKF(d < 0, "%s: element %d: %a vs twin %a", fast_names[ni], d, (double)b[d], (double)a[d]);
+        }
+    }
+    if (!checked) SKIP("no fast QDQ_FP4 kernel on this CPU");
 }
