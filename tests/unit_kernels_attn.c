@@ -502,6 +502,14 @@ static int first_bit_diff(const float *a, const float *b, int n) {
     return -1;
 }
 
+/* Copies a into b, runs the twin on a and the fast version on b; first_bit_diff of the two. */
+static int qdq_vs_twin(float *a, float *b, int n, qdq_fn twin, qdq_fn fast) {
+    memcpy(b, a, (size_t)n * sizeof *a);
+    twin(a, n);
+    fast(b, n);
+    return first_bit_diff(a, b, n);
+}
+
 /* QDQ_FP8 fast versions must equal qdq_fp8_e8m0 bit for bit: random groups over many scales,
  * e4m3 midpoints (normal and subnormal), values at the 448 clamp, zeros of both signs, tiny
  * values, groups with NaN / inf (scalar fallback), and a tail that is left alone. */
@@ -534,10 +542,7 @@ TEST(kattn_qdq_fp8_bit_identical) {
                 }
             }
             for (int i = N - 7; i < N; i++) a[i] = rnd_unit() * 3.3f;
-            memcpy(b, a, sizeof a);
-            qdq_fp8_e8m0(a, N);
-            k->qdq_fp8(b, N);
-            const int d = first_bit_diff(a, b, N);
+            const int d = qdq_vs_twin(a, b, N, qdq_fp8_e8m0, k->qdq_fp8);
             CHECKF(d < 0, "%s: element %d: %a vs twin %a", fast_names[ni], d, (double)b[d], (double)a[d]);
         }
     }
@@ -580,10 +585,7 @@ TEST(kattn_qdq_fp4_bit_identical) {
                 }
             }
             for (int i = N - 5; i < N; i++) a[i] = rnd_unit() * 3.3f;
-            memcpy(b, a, sizeof a);
-            qdq_fp4_e8m0(a, N);
-            k->qdq_fp4(b, N);
-            const int d = first_bit_diff(a, b, N);
+            const int d = qdq_vs_twin(a, b, N, qdq_fp4_e8m0, k->qdq_fp4);
             CHECKF(d < 0, "%s: element %d: %a vs twin %a", fast_names[ni], d, (double)b[d], (double)a[d]);
         }
     }
