@@ -32,29 +32,45 @@ static void rope_rows(float *x, int64_t n, int64_t stride, int64_t nrot, const f
 
 /* ---- compressor (KV source layers) ------------------------------------------------------ */
 
-/* Emits the compressed rows of the nr latents in sc->lat: latent k becomes row sc->tjrow[k]
- * of sequence sc->tjkv[k] (source layer il). */
-static void emit_rows(const fwd *f, int64_t il, int64_t nr) {
+typedef struct {
+    const fwd *f;
+    int64_t il;
+} emit_job;
+
+/* Latents [k0, k1): each row's index key and compressed KV row, written to its own slots. */
+static void emit_range(void *ctx, int64_t k0, int64_t k1, int tid) {
+    (void)tid;
+    const emit_job *ej = ctx;
+    const fwd *f = ej->f;
     const dsf_shape *sh = f->sh;
-    const dsf_layer *L = &f->w->layers[il];
-    dsf_scratch *sc = f->sc;
-    const int64_t dh = sh->head_dim, id = sh->idx_dim, nrot = sh->n_rot, r = sh->ratio[il];
+    const dsf_layer *L = &f->w->layers[ej->il];
+    const dsf_scratch *sc = f->sc;
+    const dsf_akernels *ak = akernels_get();
+    const int64_t il = ej->il, dh = sh->head_dim, id = sh->idx_dim, nrot = sh->n_rot, r = sh->ratio[il];
     const float *freq = f->e->rope.freq_compress;
-    if (nr <= 0) return;
-    /* index keys from the pre-RoPE latent (spec §4.4.4) */
-    fwd_mm(f, &L->idx_k, sc->lat, nr, sc->ikt, id);
-    for (int64_t k = 0; k < nr; k++) {
+    for (int64_t k = k0; k < k1; k++) {
         const int64_t j = sc->tjrow[k];
         dsf_kvstate *kv = sc->tjkv[k];
         float *ik = kv->ik[il] + j * id;
         op_rmsnorm(ik, sc->ikt + k * id, L->idx_k_norm, id, sh->eps);
         op_rope(ik + id - nrot, nrot, freq, j * r, 0);
-        if (f->ref) ka_qdq_fp4(akernels_get(), ik, id);
+        if (f->ref) ka_qdq_fp4(ak, ik, id);
         float *c = kv->ckv[il] + j * dh;
         memcpy(c, sc->lat + k * dh, (size_t)dh * sizeof(float));
         op_rope(c + dh - nrot, nrot, freq, j * r, 0);
-        if (f->ref) qdq_fp4_e4m3(c, dh);
+        if (f->ref) ka_qdq_fp4_e4m3(ak, c, dh);
     }
+}
+
+/* Emits the compressed rows of the nr latents in sc->lat: latent k becomes row sc->tjrow[k]
+ * of sequence sc->tjkv[k] (source layer il). Rows are independent: a prefill's are a job. */
+static void emit_rows(const fwd *f, int64_t il, int64_t nr) {
+    if (nr <= 0) return;
+    /* index keys from the pre-RoPE latent (spec §4.4.4) */
+    fwd_mm(f, &f->w->layers[il].idx_k, f->sc->lat, nr, f->sc->ikt, f->sh->idx_dim);
+    emit_job ej = {f, il};
+    if (nr < 8) emit_range(&ej, 0, nr, 0);
+    else dsf_parallel_for_guided(f->e->pool, nr, 4, emit_range, &ej);
 }
 
 static void compressor(const fwd *f, int64_t il, const float *u) {

@@ -109,6 +109,7 @@ const dsf_akernels akernels_ref = {
     .add = add_ref,
     .qdq_fp8 = qdq_fp8_e8m0,
     .qdq_fp4 = qdq_fp4_e8m0,
+    .qdq_fp4_e4m3 = qdq_fp4_e4m3,
 };
 
 /* ---- table choice ---------------------------------------------------------------------- */
@@ -175,6 +176,10 @@ void ka_qdq_fp8(const dsf_akernels *k, float *x, int64_t n) {
 
 void ka_qdq_fp4(const dsf_akernels *k, float *x, int64_t n) {
     (k && k->qdq_fp4 ? k->qdq_fp4 : qdq_fp4_e8m0)(x, n);
+}
+
+void ka_qdq_fp4_e4m3(const dsf_akernels *k, float *x, int64_t n) {
+    (k && k->qdq_fp4_e4m3 ? k->qdq_fp4_e4m3 : qdq_fp4_e4m3)(x, n);
 }
 
 void ka_rmsnorm(const dsf_akernels *k, float *y, const float *x, const float *w, int64_t n, float eps) {

@@ -68,7 +68,8 @@ typedef struct {
     swiglu_fn swiglu;
     add_fn add;
     qdq_fn qdq_fp8;
-    qdq_fn qdq_fp4; /* QDQ_FP4_E8M0 (index queries and keys) */
+    qdq_fn qdq_fp4;      /* QDQ_FP4_E8M0 (index queries and keys) */
+    qdq_fn qdq_fp4_e4m3; /* QDQ_FP4_E4M3 (compressed KV rows): groups of 16, e4m3 scale */
 } dsf_akernels;
 
 extern const dsf_akernels akernels_ref;
@@ -94,6 +95,7 @@ void ka_swiglu(const dsf_akernels *k, float *z, const float *g, const float *u, 
 void ka_add(const dsf_akernels *k, float *a, const float *y, int64_t n);
 void ka_qdq_fp8(const dsf_akernels *k, float *x, int64_t n);
 void ka_qdq_fp4(const dsf_akernels *k, float *x, int64_t n);
+void ka_qdq_fp4_e4m3(const dsf_akernels *k, float *x, int64_t n);
 /* y = w * x * rsqrt(sumsq(x)/n + eps) with op_rmsnorm's roundings (w may be NULL; y may alias x). */
 void ka_rmsnorm(const dsf_akernels *k, float *y, const float *x, const float *w, int64_t n, float eps);
 

@@ -397,14 +397,28 @@ static void qdq_fp8_avx512(float *x, int64_t n) {
     }
 }
 
-/* QDQ_FP4_E8M0, bit for bit qdq_fp4_e8m0: the same scale s (scalar, per group), y = v / s
- * (exact as v * (1/s): s is a power of two), clamped to 6, then rounded to the e2m1 grid:
- * steps of 0.5 below 2, 1 below 4, 2 up to 6, each by roundscale's ties-to-even on y / step,
- * where an even multiple is the even code; the sign is put back afterwards, so -0 stays -0
- * as the twin's code 8 does. Groups with a NaN or an infinity take the scalar twin. */
-static void qdq_fp4_avx512(float *x, int64_t n) {
+/* e2m1 RNE of y = v / s clamped to 6, times s (qdq_fp4_e8m0 / qdq_fp4_e4m3's value path, bit
+ * for bit): steps of 0.5 below 2, 1 below 4, 2 up to 6, each by roundscale's ties-to-even on
+ * y / step, where an even multiple is the even code; the sign is put back afterwards, so -0
+ * stays -0 as the twin's code 8 does. */
+AI __m512 qdq_e2m1(__m512 y, __m512 vs) {
     const __m512i absm = _mm512_set1_epi32(0x7FFFFFFF);
     const __m512 six = _mm512_set1_ps(6.0f), two = _mm512_set1_ps(2.0f), four = _mm512_set1_ps(4.0f);
+    __m512i yb = _mm512_castps_si512(y);
+    __m512i sign = _mm512_andnot_si512(absm, yb);
+    __m512 a = _mm512_min_ps(_mm512_castsi512_ps(_mm512_and_si512(yb, absm)), six);
+    /* 1 / step: 2 below 2, 1 below 4, 0.5 from 4 */
+    __m512 inv = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, two, _CMP_GE_OQ), two, _mm512_set1_ps(1.0f));
+    inv = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, four, _CMP_GE_OQ), inv, _mm512_set1_ps(0.5f));
+    __m512 q = _mm512_div_ps(_mm512_roundscale_ps(_mm512_mul_ps(a, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), inv);
+    q = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(q), sign));
+    return _mm512_mul_ps(q, vs);
+}
+
+/* QDQ_FP4_E8M0, bit for bit qdq_fp4_e8m0: the same scale s (scalar, per group), y = v / s
+ * (exact as v * (1/s): s is a power of two), then qdq_e2m1. Groups with a NaN or an infinity
+ * take the scalar twin. */
+static void qdq_fp4_avx512(float *x, int64_t n) {
     for (int64_t g = 0; g + 32 <= n; g += 32) {
         __m512 v[2];
         float amax;
@@ -414,18 +428,26 @@ static void qdq_fp4_avx512(float *x, int64_t n) {
         }
         float s = pow2ceil_f32(fmaxf(amax, 6.0f * 0x1p-126f) * (1.0f / 6.0f));
         const __m512 vs = _mm512_set1_ps(s), vinv = _mm512_set1_ps(1.0f / s);
-        for (int h = 0; h < 2; h++) {
-            __m512 y = _mm512_mul_ps(v[h], vinv);
-            __m512i yb = _mm512_castps_si512(y);
-            __m512i sign = _mm512_andnot_si512(absm, yb);
-            __m512 a = _mm512_min_ps(_mm512_castsi512_ps(_mm512_and_si512(yb, absm)), six);
-            /* 1 / step: 2 below 2, 1 below 4, 0.5 from 4 */
-            __m512 inv = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, two, _CMP_GE_OQ), two, _mm512_set1_ps(1.0f));
-            inv = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, four, _CMP_GE_OQ), inv, _mm512_set1_ps(0.5f));
-            __m512 q = _mm512_div_ps(_mm512_roundscale_ps(_mm512_mul_ps(a, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), inv);
-            q = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(q), sign));
-            _mm512_storeu_ps(x + g + 16 * h, _mm512_mul_ps(q, vs));
+        for (int h = 0; h < 2; h++) _mm512_storeu_ps(x + g + 16 * h, qdq_e2m1(_mm512_mul_ps(v[h], vinv), vs));
+    }
+}
+
+/* QDQ_FP4_E4M3 (compressed KV rows), bit for bit qdq_fp4_e4m3: groups of 16, the twin's scale
+ * s = e4m3_RNE(max(amax, 6 * 2^-9) / 6) (scalar, per group; not a power of two, so y = v / s is
+ * an IEEE division like the twin's), then qdq_e2m1. Groups with a NaN or an infinity take the
+ * scalar twin. */
+static void qdq_fp4_e4m3_avx512(float *x, int64_t n) {
+    const __m512i absm = _mm512_set1_epi32(0x7FFFFFFF);
+    for (int64_t g = 0; g + 16 <= n; g += 16) {
+        __m512 v = _mm512_loadu_ps(x + g);
+        __m512 a = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), absm));
+        if (_mm512_cmp_ps_mask(a, _mm512_set1_ps(3.4028234664e38f), _CMP_LE_OQ) != 0xFFFF) {
+            qdq_fp4_e4m3(x + g, 16);
+            continue;
         }
+        float s = e4m3_to_f32(f32_to_e4m3(fmaxf(_mm512_reduce_max_ps(a), 6.0f * 0x1p-9f) / 6.0f));
+        const __m512 vs = _mm512_set1_ps(s);
+        _mm512_storeu_ps(x + g, qdq_e2m1(_mm512_div_ps(v, vs), vs));
     }
 }
 
@@ -440,4 +462,5 @@ const dsf_akernels akernels_avx512 = {
     .add = add_avx512,
     .qdq_fp8 = qdq_fp8_avx512,
     .qdq_fp4 = qdq_fp4_avx512,
+    .qdq_fp4_e4m3 = qdq_fp4_e4m3_avx512,
 };

@@ -591,3 +591,53 @@ TEST(kattn_qdq_fp4_bit_identical) {
     }
     if (!checked) SKIP("no fast QDQ_FP4 kernel on this CPU");
 }
+
+/* QDQ_FP4_E4M3 fast versions must equal qdq_fp4_e4m3 bit for bit: random groups of 16 over
+ * many scales, e2m1 midpoints at e4m3 scales (the group's max 6 x s makes amax / 6 == s, so
+ * v / s lands exactly on each midpoint), scales that round below amax / 6 (the clamp at 6
+ * saturates), the floor 6 x 2^-9 and the 448 saturation of the scale, zeros of both signs,
+ * groups with NaN / inf (scalar fallback), and a tail that is left alone. */
+TEST(kattn_qdq_fp4_e4m3_bit_identical) {
+    enum { N = 16 * 128 + 9 };
+    static float a[N], b[N];
+    static const float mids[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 0.1f, 1.1f, 2.9f, 4.9f, 5.9f};
+    int checked = 0;
+    for (unsigned ni = 0; ni < sizeof fast_names / sizeof *fast_names; ni++) {
+        const dsf_akernels *k = akernels_by_name(fast_names[ni]);
+        if (!k || !k->qdq_fp4_e4m3) continue;
+        checked++;
+        for (int rep = 0; rep < 40; rep++) {
+            for (int g = 0; g < N / 16; g++) {
+                float *v = a + g * 16, amp = ldexpf(1.0f, (int)(rnd() % 40) - 20);
+                for (int i = 0; i < 16; i++) v[i] = rnd_unit() * amp;
+                switch (rnd() % 9) {
+                case 0: /* midpoints at an e4m3 scale s = (8 + m) x 2^e */
+                case 1: {
+                    float s = ldexpf((float)(8 + (int)(rnd() % 8)), (int)(rnd() % 16) - 12);
+                    for (int i = 1; i < 16; i++)
+                        v[i] = mids[rnd() % (sizeof mids / sizeof *mids)] * s * (rnd() & 1 ? 1.0f : -1.0f);
+                    v[0] = (rnd() & 1 ? 6.0f : -6.0f) * s;
+                    break;
+                }
+                case 2: /* amax / 6 just above an e4m3 value: s rounds down, |v / s| > 6 clamps */
+                    v[rnd() % 16] = 6.0f * 1.0624f * ldexpf(1.0f, (int)(rnd() % 10) - 5);
+                    break;
+                case 3: v[rnd() % 16] = -0.0f; v[rnd() % 16] = 0.0f; break;
+                case 4: /* all below the floor: s = 2^-9 */
+                    for (int i = 0; i < 16; i++) v[i] = rnd_unit() * 1e-3f;
+                    break;
+                case 5: /* amax / 6 beyond 448: s saturates */
+                    v[rnd() % 16] = 5000.0f * (rnd() & 1 ? 1.0f : -1.0f);
+                    break;
+                case 6: if (rep % 4 == 0) v[rnd() % 16] = NAN; break;
+                case 7: if (rep % 4 == 1) v[rnd() % 16] = INFINITY; break;
+                default: break;
+                }
+            }
+            for (int i = N - 9; i < N; i++) a[i] = rnd_unit() * 3.3f;
+            const int d = qdq_vs_twin(a, b, N, qdq_fp4_e4m3, k->qdq_fp4_e4m3);
+            CHECKF(d < 0, "%s: element %d: %a vs twin %a", fast_names[ni], d, (double)b[d], (double)a[d]);
+        }
+    }
+    if (!checked) SKIP("no fast QDQ_FP4_E4M3 kernel on this CPU");
+}
