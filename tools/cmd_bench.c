@@ -206,6 +206,78 @@ static const char *git_commit(void) {
     return buf;
 }
 
+/* One core's decode rate with the weights in L2, against what one core reads from memory in the
+ * same run: whether the T = 1 kernel could keep up with a core's memory stream (ratio > 1) or is
+ * compute-bound (< 1; ggml's MXFP4 GEMV is, at ~17 GB/s per core here). Single thread (the
+ * caller), a 384 KiB matrix run ~10 ms per pass, each pass between 1-thread read probes of a
+ * third of the arena (in turn); the median of 9 passes. Returns the MXFP4R ratio (the engine's expert layout). */
+static double core_decode_rate(const dsf_kernels *k, const uint8_t *arena, uint64_t arena_n, const uint16_t *xb) {
+    static const struct {
+        const char *label;
+        uint32_t type;
+    } cc[] = {{"mxfp4r gemv xbf16", DSF_TYPE_MXFP4R}, {"mxfp4 gemv xbf16", GGML_TYPE_MXFP4}, {"bf16 gemv xbf16", GGML_TYPE_BF16}};
+    const int64_t n_in = 5120;
+    const uint64_t probe_n = arena_n / 3 / 4096 * 4096, mat_cap = (uint64_t)384 << 10;
+    uint8_t *m = dsf_aligned_alloc(mat_cap + 4096);
+    float *y = dsf_aligned_alloc(4096 * sizeof(float));
+    if (!m || !y) {
+        free(m);
+        free(y);
+        return 0;
+    }
+    double ratio_mxr = 0;
+    printf("one core, weights in L2 (compute rate), against one core's read bandwidth from memory:\n");
+    for (unsigned c = 0; c < sizeof cc / sizeof *cc; c++) {
+        const int rp = cc[c].type == DSF_TYPE_MXFP4R;
+        uint64_t row_bytes = rp ? mxfp4r_row_bytes(n_in) : (uint64_t)n_in / ggml_blck_size(cc[c].type) * ggml_type_size(cc[c].type);
+        uint64_t rb = rp ? row_bytes + row_bytes / 16 : row_bytes;
+        int64_t rows = (int64_t)(mat_cap / rb) / 16 * 16;
+        uint64_t mat_bytes = rb * (uint64_t)rows;
+        fill_random(m, mat_bytes, 0xC0DEull + c);
+        if (rp)
+            for (uint64_t i = row_bytes * (uint64_t)rows; i < mat_bytes; i++) m[i] = (uint8_t)(120 + m[i] % 16);
+        else {
+            sanitize(m, mat_bytes, cc[c].type);
+            sanitize_blocks(m, mat_bytes, cc[c].type);
+        }
+        dsf_wmat w = {.type = cc[c].type, .n_in = n_in, .n_out = rows, .row_bytes = row_bytes, .data = m};
+        if (rp) w.scales = m + row_bytes * (uint64_t)rows;
+        kern_matmul_xbf16(k, &w, xb, 1, y, rows, 0, rows); /* into L2 */
+        double fr[9], g[9], pr[9];
+        double t0 = dsf_now();
+        kern_read_probe(k, arena, probe_n);
+        double p_prev = (double)probe_n / (dsf_now() - t0) / 1e9;
+        for (int r = 0; r < 9; r++) {
+            int reps = 0;
+            t0 = dsf_now();
+            double dt;
+            do {
+                kern_matmul_xbf16(k, &w, xb, 1, y, rows, 0, rows);
+                reps++;
+            } while ((dt = dsf_now() - t0) < 0.01);
+            double t1 = dsf_now();
+            kern_read_probe(k, arena + (uint64_t)((r + 1) % 3) * probe_n, probe_n);
+            double p_next = (double)probe_n / (dsf_now() - t1) / 1e9;
+            g[r] = (double)mat_bytes * reps / dt / 1e9;
+            pr[r] = 0.5 * (p_prev + p_next);
+            fr[r] = g[r] / pr[r];
+            p_prev = p_next;
+        }
+        int idx[9];
+        for (int r = 0; r < 9; r++) idx[r] = r;
+        for (int i = 0; i < 9; i++)
+            for (int j = i + 1; j < 9; j++)
+                if (fr[idx[j]] < fr[idx[i]]) { int tmp = idx[i]; idx[i] = idx[j]; idx[j] = tmp; }
+        const int med = idx[4];
+        printf("  %-20s %5d %9.2f GB/s per core; one core reads %.2f GB/s -> %.2fx\n", cc[c].label, (int)rows, g[med],
+               pr[med], fr[med]);
+        if (rp) ratio_mxr = fr[med];
+    }
+    free(m);
+    free(y);
+    return ratio_mxr;
+}
+
 static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int reps) {
     const dsf_kernels *k = set ? kernels_by_name(set) : kernels_get();
     if (!k) {
@@ -330,11 +402,12 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
         if (!strcmp(bc->label, "mxfp4 gemm xbf16")) pf_mx = fr[med];
         fflush(stdout);
     }
+    double mxr_core = core_decode_rate(k, arena, arena_n, xb);
     printf("kernels=%s threads=%d read_bw=%.2f bf16_peak=%.1f fma_peak=%.1f mxfp4_bw_fraction=%.3f "
            "bf16_bw_fraction=%.3f bf16_gemm_peak_fraction=%.3f bf16_gemm_xbf16_peak_fraction=%.3f "
-           "mxfp4_gemm_xbf16_peak_fraction=%.3f mxfp4r_bw_fraction=%.3f\n",
+           "mxfp4_gemm_xbf16_peak_fraction=%.3f mxfp4r_bw_fraction=%.3f mxfp4r_core_vs_core_read=%.3f\n",
            k->name, dsf_pool_size(pool), n_bw ? bw_sum / n_bw : 0, bf16_peak, fma_peak, frac_mx, frac_bf, pf_bf,
-           pf_xbf, pf_mx, frac_mxr);
+           pf_xbf, pf_mx, frac_mxr, mxr_core);
     dsf_pool_free(pool);
     arena_free(arena);
     free(x);
