@@ -51,23 +51,25 @@ INLINE void dec_q8_0(const uint8_t *p, __m256 *w) {
 }
 
 /* gguf-layout §1.5: magnitude from the low 3 bits through an 8-entry table (vpermps reads
- * only the low 3 bits of each index), sign from bit 3; scale 2^(e-128), e = 0/1 subnormal. */
+ * only the low 3 bits of each index), sign from bit 3; scale 2^(e-128), e = 0/1 subnormal.
+ * The code shifted left by 28 puts its sign bit in bit 31 and its 3 magnitude bits k in bits
+ * 28-30; entry k of the table is stored with k already XORed into bits 28-30, so one XOR with
+ * the shifted code restores the entry and sets the sign (no mask per vector). */
 INLINE void dec_mxfp4(const uint8_t *p, __m256 *w) {
     uint8_t e = p[0];
     uint32_t bits = e >= 2 ? (uint32_t)(e - 1) << 23 : 0x00200000u << e;
     __m256 tbl = _mm256_mul_ps(_mm256_setr_ps(0, 1, 2, 3, 4, 6, 8, 12),
                                _mm256_castsi256_ps(_mm256_set1_epi32((int)bits)));
-    const __m256i sign = _mm256_set1_epi32((int)0x80000000u);
+    tbl = _mm256_xor_ps(tbl, _mm256_castsi256_ps(_mm256_setr_epi32(0, 1 << 28, 2 << 28, 3 << 28, 4 << 28, 5 << 28,
+                                                                    6 << 28, 7 << 28)));
     UNROLL for (int k = 0; k < 2; k++) {
         __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p + 1 + 8 * k)));
         __m256i lo = q, hi = _mm256_srli_epi32(q, 4);
         __m256 vlo = _mm256_permutevar8x32_ps(tbl, lo);
         __m256 vhi = _mm256_permutevar8x32_ps(tbl, hi);
-        /* bit 3 of the code -> bit 31 */
-        vlo = _mm256_xor_ps(vlo, _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(lo, 28), sign)));
-        vhi = _mm256_xor_ps(vhi, _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(hi, 28), sign)));
-        w[k] = vlo;     /* elements 8k .. 8k+7 (low nibbles) */
-        w[k + 2] = vhi; /* elements 16+8k .. (high nibbles) */
+        /* low nibble: q << 28 keeps bits 0-3 only; high nibble: hi = q >> 4 is 0..15 */
+        w[k] = _mm256_xor_ps(vlo, _mm256_castsi256_ps(_mm256_slli_epi32(lo, 28)));     /* elements 8k .. 8k+7 */
+        w[k + 2] = _mm256_xor_ps(vhi, _mm256_castsi256_ps(_mm256_slli_epi32(hi, 28))); /* elements 16+8k .. */
     }
 }
 
@@ -76,6 +78,19 @@ INLINE float hsum(__m256 v) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
+}
+
+/* dst[i] = the fp32 value of BF16 src[i] (exact: the bits shifted into the high half). */
+static void widen_bf16(const uint16_t *src, float *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(src + i)));
+        _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+    }
+    for (; i < n; i++) {
+        uint32_t u = (uint32_t)src[i] << 16;
+        memcpy(&dst[i], &u, 4);
+    }
 }
 
 /* T = 1 row order (as kernels_avx512.c): a tile takes PW adjacent rows from each of NS
@@ -128,7 +143,7 @@ INLINE void t1_tile_rows(const dsf_wmat *w, int64_t r0, int64_t r1, int64_t len,
                 DEC(wr[r] + g * (GB), w);                                                      \
                 UNROLL for (int t = 0; t < TB; t++)                                            \
                     UNROLL for (int k = 0; k < 4; k++)                                         \
-                        a[r][t] = _mm256_fmadd_ps(w[k], _mm256_loadu_ps(x[t] + g * 32 + 8 * k), a[r][t]); \
+                        a[r][t] = _mm256_fmadd_ps(w[k], _mm256_loadu_ps(x[t] + (g - g0) * 32 + 8 * k), a[r][t]); \
             }                                                                                  \
         }                                                                                      \
         UNROLL for (int r = 0; r < RBN; r++)                                                   \
@@ -138,6 +153,8 @@ INLINE void t1_tile_rows(const dsf_wmat *w, int64_t r0, int64_t r1, int64_t len,
 #define MATMUL(NAME, DEC, GB)                                                                  \
     TILE_T1(NAME##_t1, DEC, GB)                                                                \
     TILE_TN(NAME##_tn, DEC, GB)                                                                \
+    static void NAME##_tchunks(const dsf_wmat *w, const float *x, const uint16_t *xb, float *xw, \
+                               int64_t T, float *y, int64_t ldy, int64_t r0, int64_t r1);      \
     static void NAME(const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy,      \
                      int64_t r0, int64_t r1) {                                                 \
         const int64_t ng = w->n_in / 32, kcg = KC / 32;                                        \
@@ -155,11 +172,23 @@ INLINE void t1_tile_rows(const dsf_wmat *w, int64_t r0, int64_t r1, int64_t len,
             }                                                                                  \
             return;                                                                            \
         }                                                                                      \
+        NAME##_tchunks(w, x, NULL, NULL, T, y, ldy, r0, r1);                                   \
+    }                                                                                          \
+    /* T > 1: token chunks x K chunks x row tiles x token tiles. xb (BF16 activations, x      \
+     * NULL): each chunk's activations are widened (exactly) into xw[TC * KC] first. */        \
+    static void NAME##_tchunks(const dsf_wmat *w, const float *x, const uint16_t *xb, float *xw, \
+                               int64_t T, float *y, int64_t ldy, int64_t r0, int64_t r1) {     \
+        const int64_t ng = w->n_in / 32, kcg = KC / 32;                                        \
         const uint8_t *wr[RBN];                                                                \
         for (int64_t tc = 0; tc < T; tc += TC) {                                               \
             int64_t tc1 = tc + TC < T ? tc + TC : T;                                           \
             for (int64_t g0 = 0; g0 < ng; g0 += kcg) {                                         \
                 int64_t g1 = g0 + kcg < ng ? g0 + kcg : ng;                                    \
+                const float *xc = xb ? xw : x + tc * w->n_in + g0 * 32;                        \
+                const int64_t ldx = xb ? (g1 - g0) * 32 : w->n_in;                             \
+                if (xb)                                                                        \
+                    for (int64_t t = tc; t < tc1; t++)                                         \
+                        widen_bf16(xb + t * w->n_in + g0 * 32, xw + (t - tc) * ldx, ldx);      \
                 for (int64_t r = r0; r < r1; r += RBN) {                                       \
                     for (int i = 0; i < RBN; i++)                                              \
                         wr[i] = w->data + (uint64_t)(r + i < r1 ? r + i : r1 - 1) * w->row_bytes; \
@@ -167,7 +196,7 @@ INLINE void t1_tile_rows(const dsf_wmat *w, int64_t r0, int64_t r1, int64_t len,
                         const float *xt[TB];                                                   \
                         float out[RBN * TB];                                                   \
                         for (int j = 0; j < TB; j++)                                           \
-                            xt[j] = x + (t + j < tc1 ? t + j : tc1 - 1) * w->n_in;             \
+                            xt[j] = xc + ((t + j < tc1 ? t + j : tc1 - 1) - tc) * ldx;         \
                         NAME##_tn(wr, xt, g0, g1, out);                                        \
                         for (int i = 0; i < RBN && r + i < r1; i++)                            \
                             for (int j = 0; j < TB && t + j < tc1; j++) {                      \
@@ -201,8 +230,10 @@ GUARDED(mm_f16)
 GUARDED(mm_q8_0)
 GUARDED(mm_mxfp4)
 
-/* BF16 activations for weight types without a BF16-dot tile: widen a few tokens at a time
- * into a stack buffer and run the fp32 kernel (same numbers, exact widening). */
+/* BF16 activations for weight types without a BF16-dot tile: the fp32 kernel's operations on
+ * the exactly widened values (same numbers). T = 1 widens the token into a stack buffer; T > 1
+ * widens each token x K chunk once, inside the chunk loop (a 3-token buffer made every few
+ * tokens re-read the weights from memory). */
 #define XWIDEN(NAME, FP32)                                                                     \
     static void NAME(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, int64_t ldy,   \
                      int64_t r0, int64_t r1) {                                                 \
@@ -211,16 +242,14 @@ GUARDED(mm_mxfp4)
             matmul_xbf16_any_ref(w, x, T, y, ldy, r0, r1);                                     \
             return;                                                                            \
         }                                                                                      \
-        float buf[16384];                                                                      \
-        int64_t per = 16384 / w->n_in;                                                         \
-        for (int64_t t0 = 0; t0 < T; t0 += per) {                                              \
-            int64_t nb = T - t0 < per ? T - t0 : per;                                          \
-            for (int64_t i = 0; i < nb * w->n_in; i++) {                                       \
-                uint32_t u = (uint32_t)x[t0 * w->n_in + i] << 16;                              \
-                memcpy(&buf[i], &u, 4);                                                        \
-            }                                                                                  \
-            FP32(w, buf, nb, y + t0 * ldy, ldy, r0, r1);                                       \
+        if (T > 1) { /* 512 KiB on the stack, as kernels_avx512.c's MXFP4 activations */       \
+            float xw[TC * KC];                                                                 \
+            FP32##_tchunks(w, NULL, x, xw, T, y, ldy, r0, r1);                                 \
+            return;                                                                            \
         }                                                                                      \
+        float buf[16384];                                                                      \
+        widen_bf16(x, buf, w->n_in);                                                           \
+        FP32(w, buf, 1, y, ldy, r0, r1);                                                       \
     }
 XWIDEN(xw_f32, mm_f32)
 XWIDEN(xw_f16, mm_f16)
