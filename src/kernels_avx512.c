@@ -925,8 +925,25 @@ static void xmm_mxfp4r(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y
     xmm_mx(w, x, T, y, ldy, r0, r1, 1);
 }
 
-/* BF16 activations for weight types without a BF16-dot tile: widen a few tokens at a time
- * into a stack buffer and run the fp32 kernel (same numbers, exact widening). */
+/* dst[i] = the fp32 value of BF16 src[i] (exact: the bits shifted into the high half). */
+static void widen_bf16(const uint16_t *src, float *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(src + i)));
+        _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
+    }
+    for (; i < n; i++) {
+        uint32_t u = (uint32_t)src[i] << 16;
+        memcpy(&dst[i], &u, 4);
+    }
+}
+
+/* BF16 activations for weight types without a BF16-dot tile: widen whole token tiles at a
+ * time into a stack buffer (512 KiB, as the MXFP4 activations below) and run the fp32 kernel
+ * (same numbers, exact widening; batch invariance makes the split into calls change no
+ * value). With room for only 3 tokens of 5120 (the buffer was 64 KiB) each call ran a 4-token
+ * tile on 3 and re-read the weights every 3 tokens. */
+#define XW_BUF 131072
 #define XWIDEN(NAME, FP32)                                                                     \
     static void NAME(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, int64_t ldy,   \
                      int64_t r0, int64_t r1) {                                                 \
@@ -935,14 +952,11 @@ static void xmm_mxfp4r(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y
             matmul_xbf16_any_ref(w, x, T, y, ldy, r0, r1);                                     \
             return;                                                                            \
         }                                                                                      \
-        float buf[16384];                                                                      \
-        int64_t per = 16384 / w->n_in;                                                         \
+        float buf[XW_BUF];                                                                     \
+        int64_t per = XW_BUF / w->n_in / TB * TB;                                              \
         for (int64_t t0 = 0; t0 < T; t0 += per) {                                              \
             int64_t nb = T - t0 < per ? T - t0 : per;                                          \
-            for (int64_t i = 0; i < nb * w->n_in; i++) {                                       \
-                uint32_t u = (uint32_t)x[t0 * w->n_in + i] << 16;                              \
-                memcpy(&buf[i], &u, 4);                                                        \
-            }                                                                                  \
+            widen_bf16(x + t0 * w->n_in, buf, nb * w->n_in);                                   \
             FP32(w, buf, nb, y + t0 * ldy, ldy, r0, r1);                                       \
         }                                                                                      \
     }
