@@ -312,6 +312,7 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
         {"bf16 gemm xbf16", GGML_TYPE_BF16, 5120, 4096, 64, 1}, /* prefill, BF16 activations */
         {"mxfp4 gemm xbf16", GGML_TYPE_MXFP4, 5120, 2304, 64, 1},
         {"mxfp4r gemm xbf16", DSF_TYPE_MXFP4R, 5120, 2304, 64, 1},
+        {"q8_0 gemm xbf16", GGML_TYPE_Q8_0, 5120, 4096, 64, 1}, /* widened to the fp32 tile */
         {"bf16 gemm xbf16 256", GGML_TYPE_BF16, 5120, 4096, 256, 1},
     };
     const int n_cases = (int)(sizeof cases / sizeof *cases);
