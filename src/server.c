@@ -37,6 +37,7 @@
 
 #include "generate.h"
 #include "server.h"
+#include "threads.h"
 
 #define WAIT_SLICE_MS 50 /* how often waiting connection threads check their socket */
 
@@ -1118,7 +1119,7 @@ srv_server *srv_start(const srv_params *p, char *err) {
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : p->port;
-    int perr = pthread_create(&s->sched, NULL, sched_main, s);
+    int perr = dsf_thread_start(&s->sched, sched_main, s);
     if (perr) {
         dsf_seterr(err, "cannot start the scheduler thread (%s)", strerror(perr));
         goto fail;

@@ -147,6 +147,17 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
+int dsf_thread_start(pthread_t *th, void *(*fn)(void *), void *arg) {
+    pthread_attr_t a;
+    int rc = pthread_attr_init(&a);
+    if (rc) return rc;
+    size_t have = 0;
+    if (pthread_attr_getstacksize(&a, &have) == 0 && have < DSF_THREAD_STACK) pthread_attr_setstacksize(&a, DSF_THREAD_STACK);
+    rc = pthread_create(th, &a, fn, arg);
+    pthread_attr_destroy(&a);
+    return rc;
+}
+
 dsf_pool *dsf_pool_new(int n_threads) {
     dsf_pool *p = dsf_xcalloc(1, sizeof *p);
     p->n = n_threads < 1 ? 1 : n_threads;
@@ -164,7 +175,7 @@ dsf_pool *dsf_pool_new(int n_threads) {
         for (int i = 1; i < p->n; i++) {
             p->w[i].pool = p;
             p->w[i].tid = i;
-            if (pthread_create(&p->w[i].th, NULL, worker_main, &p->w[i]) != 0) {
+            if (dsf_thread_start(&p->w[i].th, worker_main, &p->w[i]) != 0) {
                 /* Could not start all threads: run with the ones we have. */
                 p->n = i;
                 break;

@@ -7,10 +7,18 @@
 #ifndef DSF_THREADS_H
 #define DSF_THREADS_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 typedef struct dsf_pool dsf_pool;
 typedef void (*dsf_range_fn)(void *ctx, int64_t i0, int64_t i1, int tid);
+
+/* Threads that run engine work (the pool's workers, the server's scheduler) get at least this
+ * much stack whatever RLIMIT_STACK says: kernels keep chunk buffers of up to 512 KiB on the
+ * stack (kernels_avx512.c, kernels_avx2.c). */
+#define DSF_THREAD_STACK ((size_t)8 << 20)
+/* pthread_create with a stack of at least DSF_THREAD_STACK; returns pthread_create's code. */
+int dsf_thread_start(pthread_t *th, void *(*fn)(void *), void *arg);
 
 dsf_pool *dsf_pool_new(int n_threads); /* n_threads <= 1: everything runs on the caller */
 void dsf_pool_free(dsf_pool *p);
