@@ -66,9 +66,11 @@ asan:
 	    LDFLAGS="-fsanitize=address,undefined" test
 
 # Everything CI and a developer should run: gcc, clang (warning-free), sanitizers.
+# The -Werror builds go to folders of their own: EXTRA_CFLAGS does not trigger a rebuild, so
+# objects reused from build/ or build-clang/ would never be compiled with -Werror.
 check:
-	$(MAKE) EXTRA_CFLAGS=-Werror test
-	$(MAKE) CC=clang BUILD=build-clang EXTRA_CFLAGS=-Werror all
+	$(MAKE) BUILD=build-werror EXTRA_CFLAGS=-Werror test
+	$(MAKE) CC=clang BUILD=build-clang-werror EXTRA_CFLAGS=-Werror all build-clang-werror/dsflash-test
 	$(MAKE) asan
 
 bench: $(BUILD)/dsflash

@@ -171,8 +171,8 @@ static void dyn_visit(void *ctx, int64_t i0, int64_t i1, int tid) {
 typedef void (*claim_fn)(dsf_pool *p, int64_t n, int64_t grain, dsf_range_fn fn, void *ctx);
 
 /* 300 jobs of varied n and grain on pools of 1-3 threads: every index visited once and
- * visit() finds nothing wrong with the pieces. */
-static void check_claims(test_ctx *t, claim_fn run, dsf_range_fn visit) {
+ * piece_check() finds nothing wrong with the pieces. */
+static void check_claims(test_ctx *t, claim_fn run, dsf_range_fn piece_check) {
     for (int nt = 1; nt <= 3; nt++) {
         dsf_pool *p = dsf_pool_new(nt);
         static dyn_ctx d;
@@ -182,7 +182,7 @@ static void check_claims(test_ctx *t, claim_fn run, dsf_range_fn visit) {
             d.grain = grain;
             d.n = n;
             d.nthreads = dsf_pool_size(p);
-            run(p, n, grain, visit, &d);
+            run(p, n, grain, piece_check, &d);
             CHECK(!atomic_load(&d.bad));
             for (int64_t i = 0; i < n; i++) CHECK(atomic_load(&d.hits[i]) == 1);
         }
