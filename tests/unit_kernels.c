@@ -377,6 +377,15 @@ TEST(kernels_bench_cli) {
     CHECK(test_run(cmd, out, sizeof out) != 0);
     snprintf(cmd, sizeof cmd, "%s bench --help", test_bin());
     CHECK(test_run(cmd, out, sizeof out) == 0 && strstr(out, "--kernels"));
+    /* a small stack limit: raised when only the soft limit is small (no warning), a warning
+     * naming it when the hard limit is small too (the kernels keep 512 KiB chunk buffers on
+     * the caller's stack) */
+    snprintf(cmd, sizeof cmd, "sh -c 'ulimit -s 256 && %s bench --help 2>&1'", test_bin());
+    rc = test_run(cmd, out, sizeof out);
+    CHECKF(rc == 0 && strstr(out, "stack limit is 256 KiB"), "rc %d: %s", rc, out);
+    snprintf(cmd, sizeof cmd, "sh -c 'ulimit -S -s 256 && %s bench --help 2>&1'", test_bin());
+    rc = test_run(cmd, out, sizeof out);
+    CHECKF(rc == 0 && !strstr(out, "stack limit"), "rc %d: %s", rc, out);
     snprintf(cmd, sizeof cmd, "%s synth --preset tiny %s/bench-tiny.gguf 2>/dev/null && %s bench -m %s/bench-tiny.gguf "
              "--prompt 6 --gen 3 --threads 2 --arena-mb 64 --csv %s/bench.csv 2>&1", test_bin(), test_tmpdir(),
              test_bin(), test_tmpdir(), test_tmpdir());

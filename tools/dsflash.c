@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 typedef struct { const char *name, *summary; dsf_cmd_fn fn; } cmd_entry;
 static cmd_entry g_cmds[64];
@@ -29,7 +30,23 @@ static void usage(FILE *f) {
     for (int i = 0; i < g_ncmd; i++) fprintf(f, "  %-10s %s\n", g_cmds[i].name, g_cmds[i].summary);
 }
 
+/* This thread runs a share of every engine job (the pool's caller is thread 0), and the
+ * matmul kernels keep chunk buffers of up to 512 KiB on the stack. The main thread's stack
+ * grows on demand up to the soft RLIMIT_STACK, so a small soft limit is raised (within the
+ * hard one) to what the engine's other threads get (threads.h DSF_THREAD_STACK). */
+static void raise_stack_limit(void) {
+    const rlim_t want = (rlim_t)16 << 20;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_STACK, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= want) return;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want ? want : rl.rlim_max;
+    setrlimit(RLIMIT_STACK, &rl);
+    if (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < ((rlim_t)2 << 20))
+        fprintf(stderr, "dsflash: warning: the stack limit is %llu KiB (ulimit -s) and cannot be raised; running a "
+                        "model needs at least 2048 KiB\n", (unsigned long long)(rl.rlim_cur >> 10));
+}
+
 int main(int argc, char **argv) {
+    raise_stack_limit();
     qsort(g_cmds, (size_t)g_ncmd, sizeof g_cmds[0], cmp_cmd);
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);
