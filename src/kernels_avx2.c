@@ -93,34 +93,35 @@ static void widen_bf16(const uint16_t *src, float *dst, int64_t n) {
     }
 }
 
-/* T = 1 row order (as kernels_avx512.c): a tile takes PW adjacent rows from each of NS
+/* T = 1 row order (as kernels_avx512.c): a tile takes R / NS adjacent rows from each of NS
  * far-apart streams (the row range cut into NS contiguous pieces), so each thread reads NS
  * long sequential streams; rows past r1 repeat row r1 - 1 and their results are dropped.
  * The order of rows changes no value. */
 #define NS 4
-#define PW (RB1 / NS)
-INLINE int64_t t1_stream_len(int64_t r0, int64_t r1) { return (r1 - r0 + RB1 - 1) / RB1; }
+INLINE int64_t t1_stream_len(int64_t r0, int64_t r1, int R) { return (r1 - r0 + R - 1) / R; }
 INLINE void t1_tile_rows(const dsf_wmat *w, int64_t r0, int64_t r1, int64_t len, int64_t k, int64_t *rr,
-                         const uint8_t **wr) {
+                         const uint8_t **wr, int R) {
+    const int pw = R / NS;
     for (int s = 0; s < NS; s++)
-        for (int j = 0; j < PW; j++) {
-            int64_t r = r0 + (s * len + k) * PW + j;
-            rr[s * PW + j] = r < r1 ? r : -1;
-            wr[s * PW + j] = w->data + (uint64_t)(r < r1 ? r : r1 - 1) * w->row_bytes;
+        for (int j = 0; j < pw; j++) {
+            int64_t r = r0 + (s * len + k) * pw + j;
+            rr[s * pw + j] = r < r1 ? r : -1;
+            wr[s * pw + j] = w->data + (uint64_t)(r < r1 ? r : r1 - 1) * w->row_bytes;
         }
 }
 
 /* One accumulator per row, the group's four vectors fused in order (the same operations as
- * TILE_TN, for batch invariance); RB1 rows give RB1 independent FMA chains. Each row is
+ * TILE_TN, for batch invariance); R rows give R independent FMA chains (RB1; 4 for the
+ * types whose decode needs registers of its own: with 8 the MXFP4 tile spilled). Each row is
  * prefetched 2 KiB ahead. */
-#define TILE_T1(NAME, DEC, GB)                                                                 \
+#define TILE_T1(NAME, DEC, GB, R)                                                              \
     INLINE void NAME(const uint8_t *const *wr, const float *x, int64_t g0, int64_t g1,         \
                      float *out) {                                                             \
-        __m256 a[RB1];                                                                         \
-        UNROLL for (int r = 0; r < RB1; r++) a[r] = _mm256_setzero_ps();                       \
+        __m256 a[R];                                                                           \
+        UNROLL for (int r = 0; r < (R); r++) a[r] = _mm256_setzero_ps();                       \
         for (int64_t g = g0; g < g1; g++) {                                                    \
             const float *xg = x + g * 32;                                                      \
-            UNROLL for (int r = 0; r < RB1; r++) {                                             \
+            UNROLL for (int r = 0; r < (R); r++) {                                             \
                 __m256 w[4];                                                                   \
                 _mm_prefetch((const char *)(wr[r] + g * (GB) + 2048), _MM_HINT_T0);            \
                 DEC(wr[r] + g * (GB), w);                                                      \
@@ -128,7 +129,7 @@ INLINE void t1_tile_rows(const dsf_wmat *w, int64_t r0, int64_t r1, int64_t len,
                     a[r] = _mm256_fmadd_ps(w[k], _mm256_loadu_ps(xg + 8 * k), a[r]);           \
             }                                                                                  \
         }                                                                                      \
-        UNROLL for (int r = 0; r < RB1; r++) out[r] = hsum(a[r]);                              \
+        UNROLL for (int r = 0; r < (R); r++) out[r] = hsum(a[r]);                              \
     }
 
 #define TILE_TN(NAME, DEC, GB)                                                                 \
@@ -150,8 +151,8 @@ INLINE void t1_tile_rows(const dsf_wmat *w, int64_t r0, int64_t r1, int64_t len,
             UNROLL for (int t = 0; t < TB; t++) out[r * TB + t] = hsum(a[r][t]);               \
     }
 
-#define MATMUL(NAME, DEC, GB)                                                                  \
-    TILE_T1(NAME##_t1, DEC, GB)                                                                \
+#define MATMUL(NAME, DEC, GB, R1)                                                              \
+    TILE_T1(NAME##_t1, DEC, GB, R1)                                                            \
     TILE_TN(NAME##_tn, DEC, GB)                                                                \
     static void NAME##_tchunks(const dsf_wmat *w, const float *x, const uint16_t *xb, float *xw, \
                                int64_t T, float *y, int64_t ldy, int64_t r0, int64_t r1);      \
@@ -159,14 +160,14 @@ INLINE void t1_tile_rows(const dsf_wmat *w, int64_t r0, int64_t r1, int64_t len,
                      int64_t r0, int64_t r1) {                                                 \
         const int64_t ng = w->n_in / 32, kcg = KC / 32;                                        \
         if (T == 1) {                                                                          \
-            const uint8_t *wr[RB1];                                                            \
-            int64_t rr[RB1], len = t1_stream_len(r0, r1);                                      \
+            const uint8_t *wr[R1];                                                             \
+            int64_t rr[R1], len = t1_stream_len(r0, r1, R1);                                   \
             for (int64_t k = 0; k < len; k++) {                                                \
-                t1_tile_rows(w, r0, r1, len, k, rr, wr);                                       \
+                t1_tile_rows(w, r0, r1, len, k, rr, wr, R1);                                   \
                 for (int64_t g0 = 0; g0 < ng; g0 += kcg) {                                     \
-                    float out[RB1];                                                            \
+                    float out[R1];                                                             \
                     NAME##_t1(wr, x, g0, g0 + kcg < ng ? g0 + kcg : ng, out);                  \
-                    for (int i = 0; i < RB1; i++)                                              \
+                    for (int i = 0; i < (R1); i++)                                             \
                         if (rr[i] >= 0) y[rr[i]] = g0 == 0 ? out[i] : y[rr[i]] + out[i];       \
                 }                                                                              \
             }                                                                                  \
@@ -209,11 +210,11 @@ INLINE void t1_tile_rows(const dsf_wmat *w, int64_t r0, int64_t r1, int64_t len,
         }                                                                                      \
     }
 
-MATMUL(mm_f32, dec_f32, 128)
-MATMUL(mm_bf16, dec_bf16, 64)
-MATMUL(mm_f16, dec_f16, 64)
-MATMUL(mm_q8_0, dec_q8_0, 34)
-MATMUL(mm_mxfp4, dec_mxfp4, 17)
+MATMUL(mm_f32, dec_f32, 128, RB1)
+MATMUL(mm_bf16, dec_bf16, 64, RB1)
+MATMUL(mm_f16, dec_f16, 64, RB1)
+MATMUL(mm_q8_0, dec_q8_0, 34, RB1)
+MATMUL(mm_mxfp4, dec_mxfp4, 17, 4)
 
 #define GUARDED(NAME)                                                                          \
     static void NAME##_any(const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy, \
