@@ -345,18 +345,21 @@ static void add_avx512(float *a, const float *y, int64_t n) {
     }
 }
 
-/* A QDQ group of 32 into v[0..1] and its max |v| into *amax; 0 if any value is a NaN or an
- * infinity (|v| <= FLT_MAX is false for both): such a group takes the scalar twin. */
-AI int qdq_group_load(const float *x, __m512 *v, float *amax) {
+/* A QDQ group of 16 x nv (nv = 1 or 2) into v[0..nv) and its max |v| into *amax; 0 if any
+ * value is a NaN or an infinity (|v| <= FLT_MAX is false for both): such a group takes the
+ * scalar twin. */
+AI int qdq_group_load(const float *x, __m512 *v, float *amax, const int nv) {
     const __m512i absm = _mm512_set1_epi32(0x7FFFFFFF);
-    v[0] = _mm512_loadu_ps(x);
-    v[1] = _mm512_loadu_ps(x + 16);
-    __m512 a0 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v[0]), absm));
-    __m512 a1 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v[1]), absm));
-    __mmask16 fin = _mm512_cmp_ps_mask(a0, _mm512_set1_ps(3.4028234664e38f), _CMP_LE_OQ) &
-                    _mm512_cmp_ps_mask(a1, _mm512_set1_ps(3.4028234664e38f), _CMP_LE_OQ);
+    __m512 a[2], m = _mm512_setzero_ps();
+    __mmask16 fin = 0xFFFF;
+    for (int h = 0; h < nv; h++) {
+        v[h] = _mm512_loadu_ps(x + 16 * h);
+        a[h] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v[h]), absm));
+        fin &= _mm512_cmp_ps_mask(a[h], _mm512_set1_ps(3.4028234664e38f), _CMP_LE_OQ);
+        m = _mm512_max_ps(m, a[h]);
+    }
     if (fin != 0xFFFF) return 0;
-    *amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+    *amax = _mm512_reduce_max_ps(m);
     return 1;
 }
 
@@ -371,7 +374,7 @@ static void qdq_fp8_avx512(float *x, int64_t n) {
     for (int64_t g = 0; g + 32 <= n; g += 32) {
         __m512 v[2];
         float amax;
-        if (!qdq_group_load(x + g, v, &amax)) {
+        if (!qdq_group_load(x + g, v, &amax, 2)) {
             qdq_fp8_e8m0(x + g, 32);
             continue;
         }
@@ -422,7 +425,7 @@ static void qdq_fp4_avx512(float *x, int64_t n) {
     for (int64_t g = 0; g + 32 <= n; g += 32) {
         __m512 v[2];
         float amax;
-        if (!qdq_group_load(x + g, v, &amax)) {
+        if (!qdq_group_load(x + g, v, &amax, 2)) {
             qdq_fp4_e8m0(x + g, 32);
             continue;
         }
@@ -437,15 +440,14 @@ static void qdq_fp4_avx512(float *x, int64_t n) {
  * an IEEE division like the twin's), then qdq_e2m1. Groups with a NaN or an infinity take the
  * scalar twin. */
 static void qdq_fp4_e4m3_avx512(float *x, int64_t n) {
-    const __m512i absm = _mm512_set1_epi32(0x7FFFFFFF);
     for (int64_t g = 0; g + 16 <= n; g += 16) {
-        __m512 v = _mm512_loadu_ps(x + g);
-        __m512 a = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), absm));
-        if (_mm512_cmp_ps_mask(a, _mm512_set1_ps(3.4028234664e38f), _CMP_LE_OQ) != 0xFFFF) {
+        __m512 v;
+        float amax;
+        if (!qdq_group_load(x + g, &v, &amax, 1)) {
             qdq_fp4_e4m3(x + g, 16);
             continue;
         }
-        float s = e4m3_to_f32(f32_to_e4m3(fmaxf(_mm512_reduce_max_ps(a), 6.0f * 0x1p-9f) / 6.0f));
+        float s = e4m3_to_f32(f32_to_e4m3(fmaxf(amax, 6.0f * 0x1p-9f) / 6.0f));
         const __m512 vs = _mm512_set1_ps(s);
         _mm512_storeu_ps(x + g, qdq_e2m1(_mm512_div_ps(v, vs), vs));
     }
