@@ -104,6 +104,7 @@ static int cmp_entry(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     int passed = 0, failed = 0, skipped = 0;
+    const char *failed_names[64]; /* repeated before the summary, so that a log's tail names them */
     qsort(g_tests, (size_t)g_n, sizeof *g_tests, cmp_entry);
     setvbuf(stdout, NULL, _IOLBF, 0);
     for (int i = 0; i < g_n; i++) {
@@ -136,6 +137,7 @@ int main(int argc, char **argv) {
             snprintf(shared->msg, sizeof shared->msg, "exited with status %d", WEXITSTATUS(st));
         }
         if (shared->failed) {
+            if (failed < 64) failed_names[failed] = e->name;
             failed++;
             printf("FAIL %-40s %s\n", e->name, shared->msg);
         } else if (shared->skipped) {
@@ -146,6 +148,11 @@ int main(int argc, char **argv) {
             printf("ok   %-40s (%.2fs)\n", e->name, secs);
         }
         munmap(shared, sizeof *shared);
+    }
+    if (failed) {
+        printf("failed:");
+        for (int i = 0; i < failed && i < 64; i++) printf(" %s", failed_names[i]);
+        printf("%s\n", failed > 64 ? " ..." : "");
     }
     printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     return failed ? 1 : 0;
