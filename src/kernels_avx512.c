@@ -416,18 +416,23 @@ INLINE void xb_bf16_t1(const uint8_t *const *wr, const uint16_t *x, int64_t g0, 
 XMATMUL(xmm_bf16, xb_bf16_tile, 4, 4, xb_bf16_t1, 1)
 
 /* ---- MXFP4 x BF16 activations ----
- * A group is 4 consecutive blocks (128 weights, 68 bytes). One vpermt2b gathers the group's
- * 4 x 16 code bytes so that 128-bit lane i holds block i. vpermw reads the low 5 bits of each
- * 16-bit word (the table repeats, so bit 4 does not matter): the word b[2m+1] << 8 | b[2m]
- * shifted right by 0, 4, 8 and 12 selects elements 2m, 16+2m, 2m+1 and 17+2m of the lane's
- * block, as unscaled e2m1 values in BF16 (W0..W3). The activations are permuted the same way
- * (mx_perm_group), so four vdpbf16ps into a zeroed P leave in lane i the exact products of
- * block i only, summed in fp32; one FMA applies each block's scale S = 2^(e-127) (the scale
- * byte moved into the exponent field of its lane's 4 dwords: e2m1 x 2^(e-127) is
- * gguf-layout §1.5's kvalues x 2^(e-128)) and adds P into the row's accumulator. This takes
- * about 16 vector operations per 128 weights, against 22 when each block was decoded to
- * scaled BF16 through a per-block table: a core now decodes 36-41 GB/s of MXFP4 from L2
- * (27-28 before), about what it reads from memory in this machine's faster bandwidth mode.
+ * A unit is 16 consecutive blocks (512 weights). Each of its 4 code lines holds one dword of
+ * each block (dword lane j = block j): the repacked layout (DSF_TYPE_MXFP4R, kernels.h) is
+ * those lines; MXFP4 rows (272 bytes per unit) are gathered into them by 3 byte permutes per
+ * line (mx_r0_line). vpermw reads the low 5 bits of each 16-bit word (the table repeats, so
+ * bit 4 does not matter): line h's words, shifted right by 0, 4, 8 and 12, select in lane j
+ * the element pairs (a, a + 2) of block j, a = 4h + 0, 16, 1 and 17, as unscaled e2m1 values
+ * in BF16: W_k, k = 4h + s. The activations are permuted to match (X_k, mx_perm_unit), so
+ * the unit's 16 vdpbf16ps into a zeroed P leave in lane j the exact products of block j
+ * only, summed in fp32; one FMA applies each block's scale S = 2^(e-127) (its scale byte
+ * shifted into the exponent field of lane j: e2m1 x 2^(e-127) is gguf-layout §1.5's
+ * kvalues x 2^(e-128)) and adds P into the row's accumulator. Per 128 weights and row that
+ * is a load, 3 shifts, 4 vpermw and 4 dots, plus a quarter of the scale work and the FMA:
+ * ~10 operations besides the dots against ~13 for the earlier groups of 4 blocks in 128-bit
+ * lanes (a scale broadcast, AND, rotate, max and FMA per group). In a harness that ran both
+ * kernels interleaved (host in its slow-compute state): one core from L2 +8-9 % (5120- and
+ * 2304-wide rows), two threads from memory +6 %, the T > 1 tile +3-5 %. The last unit of a
+ * row may hold fewer blocks (mx_unit); its missing lanes are zero codes and scale byte 0.
  * Scale e = 0 is 2^-127, a subnormal S (vpmaxud raises e << 23 = 0 to it; the FMA is exact up
  * to the rounding of a subnormal result). e = 255 is 2^128, not finite in fp32: S = +inf.
  * Such an exceptional block gets a zero S lane (masked tile) and its exact contribution is
@@ -435,15 +440,17 @@ XMATMUL(xmm_bf16, xb_bf16_tile, 4, 4, xb_bf16_t1, 1)
  * the activations are finite, so an exceptional block makes the row's result non-finite, and
  * a chunk with a non-finite result is recomputed by the masked tile (which gives a genuine
  * overflow again).
- * Batch invariance: T > 1 decodes W0..W3 and the masked S of 4 rows into a panel and runs,
- * for each token, the same P = 4 dots from zero and acc = fma(P, S, acc) over the same K
+ * Batch invariance: T > 1 decodes the W_k and the masked S of 4 rows into a panel and runs,
+ * for each token, the same P = 16 dots from zero and acc = fma(P, S, acc) over the same K
  * chunks, so every output gets exactly the operations of T = 1. Where the scales and the
  * activations allow it (nearly always), the panel holds W x S instead, and acc + P' (P' the
- * same 4 dots on those weights) gives the same bits with an add for the FMA: the prefill
+ * same 16 dots on those weights) gives the same bits with an add for the FMA: the prefill
  * tile ran 7-9 % faster (mx_tn_tile, mx_panel_ps). */
 #ifndef MXKC
-#define MXKC 2048 /* K chunk (elements) of the MXFP4 kernels: 16 groups */
+#define MXKC 2048 /* K chunk (elements) of the MXFP4 kernels: 4 units */
 #endif
+#define MXU 512 /* elements per unit */
+_Static_assert(MXKC % MXU == 0, "a K chunk is whole units");
 #ifndef MXTC
 /* T > 1 token chunk: its permuted activations, MXTC x MXKC x 2 = 512 KiB (stack; the
  * engine's threads have the default 2-8 MiB). Each chunk decodes every row's panel again, so
@@ -466,24 +473,43 @@ static const uint16_t mx_e2m1_bf16_x256[32] __attribute__((aligned(64))) = {
     0x0000, 0x4300, 0x4380, 0x43C0, 0x4400, 0x4440, 0x4480, 0x44C0,
     0x0000, 0xC300, 0xC380, 0xC3C0, 0xC400, 0xC440, 0xC480, 0xC4C0};
 
-/* Byte indices into (p[0..63], p[4..67]): lane i gets block i's 16 code bytes p[17i+1 ...]. */
-static const uint8_t mx_idx_codes[64] __attribute__((aligned(64))) = {
-    1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16,
-    18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33,
-    35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50,
-    112, 113, 114, 115, 116, 117, 118, 119, 120, 121, 122, 123, 124, 125, 126, 127};
+/* Word indices of one block's 32 activations: words 2k and 2k + 1 are the elements of X_k's
+ * lane, a and a + 2 with a = 4h + (0, 16, 1, 17)[s], k = 4h + s. */
+static const uint16_t mx_idx_pair[32] __attribute__((aligned(64))) = {
+    0, 2, 16, 18, 1, 3, 17, 19, 4,  6,  20, 22, 5,  7,  21, 23,
+    8, 10, 24, 26, 9, 11, 25, 27, 12, 14, 28, 30, 13, 15, 29, 31};
 
-/* Byte indices into p[0..63]: byte 3 of each dword of lane i gets block i's scale p[17i]. */
-static const uint8_t mx_idx_scales[64] __attribute__((aligned(64))) = {
-    0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,
-    17, 17, 17, 17, 17, 17, 17, 17, 17, 17, 17, 17, 17, 17, 17, 17,
-    34, 34, 34, 34, 34, 34, 34, 34, 34, 34, 34, 34, 34, 34, 34, 34,
-    51, 51, 51, 51, 51, 51, 51, 51, 51, 51, 51, 51, 51, 51, 51, 51};
+/* A 16 x 16 dword transpose in 4 butterfly stages (m = 8, 4, 2, 1): registers r and r + m
+ * (r & m = 0) swap their 2 x 2 blocks of m lanes through these vpermt2d indices. */
+static const uint32_t mx_tr_idx[4][2][16] __attribute__((aligned(64))) = {
+    {{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23}, {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}},
+    {{0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27}, {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}},
+    {{0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29}, {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31}},
+    {{0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30}, {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}}};
 
-/* Word indices of one block's 32 activations in the W0..W3 order (see above). */
-static const uint16_t mx_idx_perm[32] __attribute__((aligned(64))) = {
-    0,  2,  4,  6,  8,  10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30,
-    1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+/* MXFP4 rows: byte indices of a unit's lines in its 272 bytes p[0..271], taken modulo 256 by
+ * the permutes: line h (dword j: p[17j + 1 + 4h .. +3]) and, as row 4, the scale bytes p[17j]
+ * in byte 0 of dword j. Positions 0-127 come from p[0..127] (vpermt2b), 128-255 (mx_r0_k1)
+ * from p[128..255] (vpermt2b), 256-271 (mx_r0_k2) from p[256..] (vpermb). */
+static const uint8_t mx_r0_idx[5][64] __attribute__((aligned(64))) = {
+    {1,   2,   3,   4,   18,  19,  20,  21,  35,  36,  37,  38,  52,  53,  54,  55,  69,  70,  71,  72,  86,  87,
+     88,  89,  103, 104, 105, 106, 120, 121, 122, 123, 137, 138, 139, 140, 154, 155, 156, 157, 171, 172, 173, 174,
+     188, 189, 190, 191, 205, 206, 207, 208, 222, 223, 224, 225, 239, 240, 241, 242, 0,   1,   2,   3},
+    {5,   6,   7,   8,   22,  23,  24,  25,  39,  40,  41,  42,  56,  57,  58,  59,  73,  74,  75,  76,  90,  91,
+     92,  93,  107, 108, 109, 110, 124, 125, 126, 127, 141, 142, 143, 144, 158, 159, 160, 161, 175, 176, 177, 178,
+     192, 193, 194, 195, 209, 210, 211, 212, 226, 227, 228, 229, 243, 244, 245, 246, 4,   5,   6,   7},
+    {9,   10,  11,  12,  26,  27,  28,  29,  43,  44,  45,  46,  60,  61,  62,  63,  77,  78,  79,  80,  94,  95,
+     96,  97,  111, 112, 113, 114, 128, 129, 130, 131, 145, 146, 147, 148, 162, 163, 164, 165, 179, 180, 181, 182,
+     196, 197, 198, 199, 213, 214, 215, 216, 230, 231, 232, 233, 247, 248, 249, 250, 8,   9,   10,  11},
+    {13,  14,  15,  16,  30,  31,  32,  33,  47,  48,  49,  50,  64,  65,  66,  67,  81,  82,  83,  84,  98,  99,
+     100, 101, 115, 116, 117, 118, 132, 133, 134, 135, 149, 150, 151, 152, 166, 167, 168, 169, 183, 184, 185, 186,
+     200, 201, 202, 203, 217, 218, 219, 220, 234, 235, 236, 237, 251, 252, 253, 254, 12,  13,  14,  15},
+    {0,   0,   0,   0,   17,  17,  17,  17,  34,  34,  34,  34,  51,  51,  51,  51,  68,  68,  68,  68,  85,  85,
+     85,  85,  102, 102, 102, 102, 119, 119, 119, 119, 136, 136, 136, 136, 153, 153, 153, 153, 170, 170, 170, 170,
+     187, 187, 187, 187, 204, 204, 204, 204, 221, 221, 221, 221, 238, 238, 238, 238, 255, 255, 255, 255}};
+static const uint64_t mx_r0_k1[5] = {0x0FFFFFFF00000000ull, 0x0FFFFFFF00000000ull, 0x0FFFFFFFF0000000ull,
+                                     0x0FFFFFFFF0000000ull, 0x1111111100000000ull};
+#define MX_R0_K2 0xF000000000000000ull /* lines 0-3: block 15's dword */
 
 INLINE int mx_exceptional(int e) { return e == 255; }
 
@@ -504,21 +530,22 @@ static double mx_row_exceptions(const uint8_t *row, const uint16_t *x, int64_t b
     return s;
 }
 
-/* The same for a DSF_TYPE_MXFP4R row (codes c, scales sc). */
-static double mxr_row_exceptions(const uint8_t *c, const uint8_t *sc, const uint16_t *x, int64_t b0, int64_t b1) {
+/* The same for a DSF_TYPE_MXFP4R row of nbk blocks (codes c, scales sc). */
+static double mxr_row_exceptions(const uint8_t *c, const uint8_t *sc, int64_t nbk, const uint16_t *x, int64_t b0,
+                                 int64_t b1) {
     double s = 0;
     for (int64_t b = b0; b < b1; b++)
         if (mx_exceptional(sc[b])) {
             uint8_t blk[17];
-            blk[0] = sc[b];
-            memcpy(blk + 1, c + b * 16, 16);
+            mxfp4r_block(c, sc, nbk, b, blk);
             s += mx_block_exact(blk, x + b * 32);
         }
     return s;
 }
 
-INLINE double mx_exceptions(const uint8_t *row, const uint8_t *sc, const uint16_t *x, int64_t b0, int64_t b1, const int R) {
-    return R ? mxr_row_exceptions(row, sc, x, b0, b1) : mx_row_exceptions(row, x, b0, b1);
+INLINE double mx_exceptions(const uint8_t *row, const uint8_t *sc, int64_t nbk, const uint16_t *x, int64_t b0,
+                            int64_t b1, const int R) {
+    return R ? mxr_row_exceptions(row, sc, nbk, x, b0, b1) : mx_row_exceptions(row, x, b0, b1);
 }
 
 /* The exponent range of nonzero BF16 values, 32 at a time: lo gets min(|v| - 1) (zero wraps to
@@ -529,213 +556,283 @@ INLINE void mx_range_acc(__m512i v, __m512i *lo, __m512i *hi) {
     *hi = _mm512_max_epu16(*hi, a);
 }
 
-/* The activations of group q (blocks 4q .. 4q+nb-1 of x; missing blocks are zeros) in the
- * order of W0..W3: xp[32j + 8i + m] is element m of W_j's lane i. lo, hi (or NULL): the
- * exponent range of the group's values is added to them (mx_range_acc). */
-INLINE void mx_perm_group(const uint16_t *x, int nb, uint16_t *xp, __m512i *lo, __m512i *hi) {
-    const __m512i idx = _mm512_load_si512((const void *)mx_idx_perm);
-    __m512i y[4];
-    UNROLL for (int i = 0; i < 4; i++) {
-        if (i < nb) {
-            __m512i v = _mm512_loadu_si512((const void *)(x + 32 * i));
+/* The activations of one unit (blocks 0 .. nb-1 of x; missing blocks are zeros) in the order
+ * of W_0..W_15: xp[32k + 2j], xp[32k + 2j + 1] are the elements of lane j of X_k; for a
+ * short unit (nb <= 8), of the 8 paired W' (mx_unit). lo, hi (or NULL): the exponent range
+ * of the unit's values is added to them (mx_range_acc). */
+INLINE void mx_perm_unit(const uint16_t *x, int nb, uint16_t *xp, __m512i *lo, __m512i *hi) {
+    const __m512i idx = _mm512_load_si512((const void *)mx_idx_pair);
+    __m512i y[16];
+    UNROLL for (int j = 0; j < 16; j++) {
+        if (j < nb) {
+            __m512i v = _mm512_loadu_si512((const void *)(x + 32 * j));
             if (lo) mx_range_acc(v, lo, hi);
-            y[i] = _mm512_permutexvar_epi16(idx, v);
+            y[j] = _mm512_permutexvar_epi16(idx, v);
         } else
-            y[i] = _mm512_setzero_si512();
+            y[j] = _mm512_setzero_si512();
     }
-    /* y[i]'s 128-bit quarter j holds lane i of W_j: a 4 x 4 transpose of quarters */
-    __m512i t0 = _mm512_shuffle_i64x2(y[0], y[1], 0x44), t1 = _mm512_shuffle_i64x2(y[0], y[1], 0xEE);
-    __m512i t2 = _mm512_shuffle_i64x2(y[2], y[3], 0x44), t3 = _mm512_shuffle_i64x2(y[2], y[3], 0xEE);
-    _mm512_store_si512((void *)xp, _mm512_shuffle_i64x2(t0, t2, 0x88));
-    _mm512_store_si512((void *)(xp + 32), _mm512_shuffle_i64x2(t0, t2, 0xDD));
-    _mm512_store_si512((void *)(xp + 64), _mm512_shuffle_i64x2(t1, t3, 0x88));
-    _mm512_store_si512((void *)(xp + 96), _mm512_shuffle_i64x2(t1, t3, 0xDD));
+    /* y[j]'s dword k is lane j of X_k: transpose */
+    UNROLL for (int s = 0; s < 4; s++) {
+        const int m = 8 >> s;
+        const __m512i ilo = _mm512_load_si512((const void *)mx_tr_idx[s][0]);
+        const __m512i ihi = _mm512_load_si512((const void *)mx_tr_idx[s][1]);
+        UNROLL for (int r = 0; r < 16; r++) {
+            if (r & m) continue;
+            const __m512i a = y[r], b = y[r | m];
+            y[r] = _mm512_permutex2var_epi32(a, ilo, b);
+            y[r | m] = _mm512_permutex2var_epi32(a, ihi, b);
+        }
+    }
+    if (nb > 8) {
+        UNROLL for (int k = 0; k < 16; k++) _mm512_store_si512((void *)(xp + 32 * k), y[k]);
+        return;
+    }
+    /* a short unit's paired lines (mx_unit): X'_{4l+s} = lanes 0-7 of X_{8l+s} | of X_{8l+4+s} */
+    UNROLL for (int l = 0; l < 2; l++)
+        UNROLL for (int s = 0; s < 4; s++)
+            _mm512_store_si512((void *)(xp + 32 * (4 * l + s)), _mm512_shuffle_i64x2(y[8 * l + s], y[8 * l + 4 + s], 0x44));
 }
 
-/* Groups [q0, q1) of a row of nbk blocks, permuted into xp (128 elements per group). */
-INLINE void mx_perm_x(const uint16_t *x, int64_t nbk, int64_t q0, int64_t q1, uint16_t *xp, __m512i *lo, __m512i *hi) {
-    for (int64_t q = q0; q < q1; q++) {
-        int64_t nb = nbk - 4 * q;
-        mx_perm_group(x + q * 128, nb < 4 ? (int)nb : 4, xp + (q - q0) * 128, lo, hi);
+/* Units [u0, u1) of a row of nbk blocks, permuted into xp (MXU elements per unit). */
+INLINE void mx_perm_x(const uint16_t *x, int64_t nbk, int64_t u0, int64_t u1, uint16_t *xp, __m512i *lo, __m512i *hi) {
+    for (int64_t u = u0; u < u1; u++) {
+        int64_t nb = nbk - 16 * u;
+        mx_perm_unit(x + u * MXU, nb < 16 ? (int)nb : 16, xp + (u - u0) * MXU, lo, hi);
     }
 }
 
-/* A group's code bytes (lane i = block i) -> the unscaled e2m1 values W0..W3 in BF16. */
-INLINE void mx_codes_to_w(__m512i c, __m512i *W, const uint16_t *table) {
-    const __m512i tbl = _mm512_load_si512((const void *)table);
+/* A code line (lane j: dword h of block j) -> the unscaled e2m1 values W_{4h}..W_{4h+3} in BF16. */
+INLINE void mx_codes_to_w(__m512i c, __m512i *W, const __m512i tbl) {
     W[0] = _mm512_permutexvar_epi16(c, tbl);
     W[1] = _mm512_permutexvar_epi16(_mm512_srli_epi16(c, 4), tbl);
     W[2] = _mm512_permutexvar_epi16(_mm512_srli_epi16(c, 8), tbl);
     W[3] = _mm512_permutexvar_epi16(_mm512_srli_epi16(c, 12), tbl);
 }
 
-/* Decodes the group at p (nb blocks; nb < 4 only for a row's last group, read with a masked
- * load so that nothing past the row is touched): W[0..3] and S; returns the exceptional
- * lanes (as a 16-bit dword mask). */
-INLINE void mx_group_decode(const uint8_t *p, int nb, __m512i *W, __m512 *S, const uint16_t *table) {
-    __m512i a, b;
-    if (nb == 4) {
-        a = _mm512_loadu_si512((const void *)p);
-        b = _mm512_loadu_si512((const void *)(p + 4));
-    } else {
-        a = _mm512_maskz_loadu_epi8(((__mmask64)1 << (17 * nb)) - 1, p);
-        b = _mm512_setzero_si512();
+/* S from the scale bytes in byte 0 of each dword: e << 23 is 2^(e-127); e = 0 gives 0, raised
+ * to 0x00400000, the subnormal 2^-127. */
+INLINE __m512 mx_scale_s(__m512i e) {
+    return _mm512_castsi512_ps(_mm512_max_epu32(_mm512_slli_epi32(e, 23), _mm512_set1_epi32(0x00400000)));
+}
+
+INLINE __mmask64 mx_bytes_mask(int n) { return n >= 64 ? ~(__mmask64)0 : n <= 0 ? 0 : ((__mmask64)1 << n) - 1; }
+
+/* MXFP4 rows: the unit at p (nb blocks, 17 nb bytes; nb < 16 only for a row's last unit)
+ * loaded into A[0..4] with masked loads, so that nothing past it is touched. */
+INLINE void mx_r0_load(const uint8_t *p, int nb, __m512i *A) {
+    if (nb == 16) {
+        UNROLL for (int i = 0; i < 4; i++) A[i] = _mm512_loadu_si512((const void *)(p + 64 * i));
+        A[4] = _mm512_zextsi128_si512(_mm_loadu_si128((const __m128i *)(const void *)(p + 256)));
+        return;
     }
-    __m512i c = _mm512_permutex2var_epi8(a, _mm512_load_si512((const void *)mx_idx_codes), b);
-    __m512i e = _mm512_maskz_permutexvar_epi8((__mmask64)0x8888888888888888ull,
-                                              _mm512_load_si512((const void *)mx_idx_scales), a);
-    /* e << 23 is 2^(e-127); e = 0 gives 0, raised to 0x00400000, the subnormal 2^-127 */
-    *S = _mm512_castsi512_ps(_mm512_max_epu32(_mm512_srli_epi32(e, 1), _mm512_set1_epi32(0x00400000)));
-    mx_codes_to_w(c, W, table);
+    UNROLL for (int i = 0; i < 4; i++) A[i] = _mm512_maskz_loadu_epi8(mx_bytes_mask(17 * nb - 64 * i), p + 64 * i);
+    A[4] = _mm512_setzero_si512();
 }
 
-/* The same for a DSF_TYPE_MXFP4R group: its 64 code bytes (aligned, lane i = block i) and its
- * 4 scale bytes. The scale path needs no shuffle: the 4 bytes broadcast to every dword, lane
- * i keeps byte i and rotates it into the exponent field (by 23, 15, 7 and 31 bits). W and S
- * are bit for bit mx_group_decode's for the same blocks. (Measured on one core, 5120-wide
- * rows: 46-49 GB/s from L2 against 38 for mx_group_decode; 32-38 against 29-32 from memory.) */
-INLINE void mxr_group_decode(const uint8_t *codes, const uint8_t *sc4, __m512i *W, __m512 *S,
-                              const uint16_t *table) {
-    const __m512i c = _mm512_load_si512((const void *)codes);
-    int32_t s4;
-    memcpy(&s4, sc4, 4);
-    const __m512i keep = _mm512_set_epi32((int)0xFF000000u, (int)0xFF000000u, (int)0xFF000000u, (int)0xFF000000u,
-                                          0xFF0000, 0xFF0000, 0xFF0000, 0xFF0000, 0xFF00, 0xFF00, 0xFF00, 0xFF00,
-                                          0xFF, 0xFF, 0xFF, 0xFF);
-    const __m512i rot = _mm512_set_epi32(31, 31, 31, 31, 7, 7, 7, 7, 15, 15, 15, 15, 23, 23, 23, 23);
-    __m512i e = _mm512_rolv_epi32(_mm512_and_si512(_mm512_set1_epi32(s4), keep), rot);
-    *S = _mm512_castsi512_ps(_mm512_max_epu32(e, _mm512_set1_epi32(0x00400000)));
-    mx_codes_to_w(c, W, table);
+/* Line h (0-3) of a unit loaded by mx_r0_load, or (h = 4) its scale bytes as mx_scale_s takes them. */
+INLINE __m512i mx_r0_line(const __m512i *A, int h) {
+    const __m512i idx = _mm512_load_si512((const void *)mx_r0_idx[h]);
+    if (h == 4)
+        return _mm512_or_si512(_mm512_maskz_permutex2var_epi8((__mmask64)0x0000000011111111ull, A[0], idx, A[1]),
+                               _mm512_maskz_permutex2var_epi8((__mmask64)mx_r0_k1[4], A[2], idx, A[3]));
+    __m512i r = _mm512_permutex2var_epi8(A[0], idx, A[1]);
+    r = _mm512_mask_mov_epi8(r, (__mmask64)mx_r0_k1[h], _mm512_permutex2var_epi8(A[2], idx, A[3]));
+    return _mm512_mask_mov_epi8(r, (__mmask64)MX_R0_K2, _mm512_permutexvar_epi8(idx, A[4]));
 }
 
-/* Group q of a row in either layout: R = 0, MXFP4 rows (row: the row, nb blocks); R = 1,
- * DSF_TYPE_MXFP4R (row: the row's codes, sc its scales; the group is always whole). */
-INLINE void mx_group_t(const uint8_t *row, const uint8_t *sc, int64_t q, int nb, __m512i *W, __m512 *S, const int R,
-                       const uint16_t *table) {
-    if (R) mxr_group_decode(row + q * 64, sc + q * 4, W, S, table);
-    else mx_group_decode(row + q * 68, nb, W, S, table);
+/* DSF_TYPE_MXFP4R: line h of the unit at c (nb blocks: lines of 4 nb bytes), and its scale
+ * bytes at sc. */
+INLINE __m512i mxr_line(const uint8_t *c, int nb, int h) {
+    if (nb == 16) return _mm512_loadu_si512((const void *)(c + 64 * h));
+    return _mm512_maskz_loadu_epi8(mx_bytes_mask(4 * nb), c + 4 * nb * h);
+}
+INLINE __m512i mxr_scale_bytes(const uint8_t *sc, int nb) {
+    if (nb == 16) return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)sc));
+    return _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8((__mmask16)((1u << nb) - 1), sc));
 }
 
-INLINE void mx_group(const uint8_t *row, const uint8_t *sc, int64_t q, int nb, __m512i *W, __m512 *S, const int R) {
-    mx_group_t(row, sc, q, nb, W, S, R, mx_e2m1_bf16);
+/* Decodes unit u of a row in either layout (R = 0: MXFP4, row the row; R = 1: the repacked
+ * codes and scales sc): W[0..15] with the given table, and S. A short unit of nb <= 8 blocks
+ * (the last of a 2304-wide row) takes half the work: its lines are paired, line 0 in lanes
+ * 0-7 and line 1 in lanes 8-15 of one register, lines 2 and 3 in another, and decode to 8
+ * W' (W[0..7]); lane j of the 8 dots' P then holds the products of block j for k = 0-3 and
+ * 8-11, lane 8 + j those for k = 4-7 and 12-15, and mx_fold adds the two. (Otherwise half
+ * of each operation on a short unit is idle, and 256-bit operations cost as much as 512-bit
+ * ones here: a 256-bit tile for it ran no faster.) */
+INLINE void mx_unit(const uint8_t *row, const uint8_t *sc, int64_t u, int nb, __m512i *W, __m512 *S, const int R,
+                    const uint16_t *table) {
+    const __m512i tbl = _mm512_load_si512((const void *)table);
+    __m512i L[4], e;
+    if (R) {
+        const uint8_t *c = row + 256 * u;
+        if (nb > 8) {
+            UNROLL for (int h = 0; h < 4; h++) L[h] = mxr_line(c, nb, h);
+        } else if (nb == 8) {
+            L[0] = _mm512_loadu_si512((const void *)c);
+            L[1] = _mm512_loadu_si512((const void *)(c + 64));
+        } else {
+            /* lines of nb dwords: 2 nb dwords into lanes 0 .. nb-1 and 8 .. 8+nb-1 */
+            const __mmask16 m = (__mmask16)(((1u << nb) - 1) * 0x0101u);
+            L[0] = _mm512_maskz_expandloadu_epi32(m, c);
+            L[1] = _mm512_maskz_expandloadu_epi32(m, c + 8 * nb);
+        }
+        e = mxr_scale_bytes(sc + 16 * u, nb);
+    } else {
+        __m512i A[5];
+        mx_r0_load(row + 272 * u, nb, A);
+        UNROLL for (int h = 0; h < 4; h++) L[h] = mx_r0_line(A, h);
+        if (nb <= 8) {
+            L[0] = _mm512_shuffle_i64x2(L[0], L[1], 0x44);
+            L[1] = _mm512_shuffle_i64x2(L[2], L[3], 0x44);
+        }
+        e = mx_r0_line(A, 4);
+    }
+    const int nl = nb > 8 ? 4 : 2;
+    for (int h = 0; h < nl; h++) mx_codes_to_w(L[h], W + 4 * h, tbl);
+    *S = mx_scale_s(e);
 }
 
-/* The exceptional lanes of a group's S: +inf (e = 255). */
+/* W per unit: 16, or 8 paired for a short unit (mx_unit). */
+INLINE int mx_nw(int nb) { return nb > 8 ? 16 : 8; }
+
+/* A short unit's P: lane j (j < 8) gets lane j + lane 8 + j, lanes 8-15 get 0 (so that
+ * fma(P, S, acc) and acc + P leave them as they are: acc is never -0, it starts at +0 and a
+ * sum that cancels to zero is +0). */
+INLINE __m512 mx_fold(__m512 P) { return _mm512_maskz_add_ps(0x00FF, P, _mm512_shuffle_f32x4(P, P, 0x4E)); }
+
+/* The exceptional lanes of a unit's S: +inf (e = 255). */
 INLINE __mmask16 mx_bad_lanes(__m512 S) { return _mm512_fpclass_ps_mask(S, 0x08); }
 
-/* P: a group's 4 dots from zero (lane i: the products of block i only). */
-INLINE __m512 mx_group_p(const __m512i *W, const __m512i *X) {
+/* P: a unit's 16 dots from zero (lane j: the products of block j only), activations at xu;
+ * a short unit's 8, folded. */
+INLINE __m512 mx_unit_p(const __m512i *W, const uint16_t *xu, int nb) {
     __m512 P = _mm512_setzero_ps();
-    UNROLL for (int j = 0; j < 4; j++) P = _mm512_dpbf16_ps(P, as_bh(W[j]), as_bh(X[j]));
+    if (nb <= 8) {
+        UNROLL for (int k = 0; k < 8; k++)
+            P = _mm512_dpbf16_ps(P, as_bh(W[k]), as_bh(_mm512_load_si512((const void *)(xu + 32 * k))));
+        return mx_fold(P);
+    }
+    UNROLL for (int k = 0; k < 16; k++)
+        P = _mm512_dpbf16_ps(P, as_bh(W[k]), as_bh(_mm512_load_si512((const void *)(xu + 32 * k))));
     return P;
 }
 
-INLINE __m512 mx_group_dot_x(const __m512i *W, __m512 S, const __m512i *X, __m512 acc) {
-    return _mm512_fmadd_ps(mx_group_p(W, X), S, acc);
+/* T = 1, repacked: unit u (nb blocks; full = nb == 16) of 4 rows: line h of the 4 rows in
+ * turn, 4 dots each into the row's own P (the same 16 dots in the same order as mx_unit_p),
+ * and the rows' S. */
+INLINE void mxr_t1_unit(const uint8_t *const *wr, const uint8_t *const *sr, const uint16_t *xu, int64_t u, int nb,
+                        __m512 *P, __m512 *S, const __m512i tbl, const int full) {
+    UNROLL for (int r = 0; r < 4; r++) P[r] = _mm512_setzero_ps();
+    UNROLL for (int h = 0; h < 4; h++)
+        UNROLL for (int r = 0; r < 4; r++) {
+            const uint8_t *c = wr[r] + 256 * u;
+            __m512i W[4];
+            if (full) {
+                /* one prefetch per line read; the scale stream (1/16 of the codes) is left to
+                 * the hardware */
+                _mm_prefetch((const char *)(c + 64 * h + PF_DIST), _MM_HINT_T0);
+                mx_codes_to_w(_mm512_loadu_si512((const void *)(c + 64 * h)), W, tbl);
+            } else
+                mx_codes_to_w(mxr_line(c, nb, h), W, tbl);
+            UNROLL for (int s = 0; s < 4; s++)
+                P[r] = _mm512_dpbf16_ps(P[r], as_bh(W[s]), as_bh(_mm512_load_si512((const void *)(xu + 32 * (4 * h + s)))));
+        }
+    UNROLL for (int r = 0; r < 4; r++) S[r] = mx_scale_s(mxr_scale_bytes(sr[r] + 16 * u, full ? 16 : nb));
 }
 
-INLINE __m512 mx_group_dot(const __m512i *W, __m512 S, const uint16_t *xp, __m512 acc) {
-    __m512i X[4];
-    UNROLL for (int j = 0; j < 4; j++) X[j] = _mm512_load_si512((const void *)(xp + 32 * j));
-    return mx_group_dot_x(W, S, X, acc);
-}
-
-/* T = 1: 4 rows over groups [q0, q1) of the permuted activations xp (group q0 first); nbl:
- * blocks in group q1 - 1. masked = 0: returns nonzero if a result is not finite, which an
+/* T = 1: 4 rows over units [u0, u1) of the permuted activations xp (unit u0 first); nbl:
+ * blocks in unit u1 - 1. masked = 0: returns nonzero if a result is not finite, which an
  * exceptional block (S = +inf) always causes (the activations are finite), and then the
  * results are to be discarded; the hot loop checks nothing. masked = 1: zeroes the
  * exceptional S lanes, bad[r] tells which rows had any. */
-INLINE int mx_t1_tile(const uint8_t *const *wr, const uint8_t *const *sr, const uint16_t *xp, int64_t q0, int64_t q1,
+INLINE int mx_t1_tile(const uint8_t *const *wr, const uint8_t *const *sr, const uint16_t *xp, int64_t u0, int64_t u1,
                       int nbl, float *out, const int masked, int *bad, const int R) {
     __m512 acc[4];
     __mmask16 any[4] = {0, 0, 0, 0};
     UNROLL for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
-    int64_t qf = nbl < 4 ? q1 - 1 : q1;
-    for (int64_t q = q0; q < qf; q++) {
-        const uint16_t *xq = xp + (q - q0) * 128;
-        UNROLL for (int r = 0; r < 4; r++) {
-            /* one prefetch per group (for 68-byte groups, two, one per line touched, measured
-             * ~4 % slower from memory: they take load slots; the hardware fills the line
-             * skipped every 16). The scale stream (1/16 of the codes) is left to the hardware. */
-            _mm_prefetch((const char *)(wr[r] + q * (R ? 64 : 68) + PF_DIST + (R ? 0 : 64)), _MM_HINT_T0);
-            __m512i W[4];
-            __m512 S;
-            mx_group(wr[r], R ? sr[r] : NULL, q, 4, W, &S, R);
-            if (masked) {
-                __mmask16 k = mx_bad_lanes(S);
-                any[r] |= k;
-                S = _mm512_maskz_mov_ps((__mmask16)~k, S);
+    const __m512i tbl = _mm512_load_si512((const void *)mx_e2m1_bf16);
+    for (int64_t u = u0; u < u1; u++) {
+        const uint16_t *xu = xp + (u - u0) * MXU;
+        const int nb = u == u1 - 1 ? nbl : 16;
+        __m512 P[4], S[4];
+        if (R && nb == 16) mxr_t1_unit(wr, sr, xu, u, 16, P, S, tbl, 1);
+        else if (R && nb > 8) mxr_t1_unit(wr, sr, xu, u, nb, P, S, tbl, 0);
+        else
+            UNROLL for (int r = 0; r < 4; r++) {
+                if (nb == 16)
+                    UNROLL for (int i = 0; i < 5; i++)
+                        _mm_prefetch((const char *)(wr[r] + 272 * u + 64 * i + PF_DIST), _MM_HINT_T0);
+                __m512i W[16];
+                mx_unit(wr[r], R ? sr[r] : NULL, u, nb, W, &S[r], R, mx_e2m1_bf16);
+                P[r] = mx_unit_p(W, xu, nb);
             }
-            acc[r] = mx_group_dot(W, S, xq, acc[r]);
-        }
-    }
-    if (qf < q1) {
-        const uint16_t *xq = xp + (qf - q0) * 128;
-        for (int r = 0; r < 4; r++) {
-            __m512i W[4];
-            __m512 S;
-            mx_group(wr[r], R ? sr[r] : NULL, qf, nbl, W, &S, R);
-            __mmask16 k = mx_bad_lanes(S);
-            any[r] |= k;
-            if (masked) S = _mm512_maskz_mov_ps((__mmask16)~k, S);
-            acc[r] = mx_group_dot(W, S, xq, acc[r]);
+        UNROLL for (int r = 0; r < 4; r++) {
+            if (masked) {
+                __mmask16 k = mx_bad_lanes(S[r]);
+                any[r] |= k;
+                S[r] = _mm512_maskz_mov_ps((__mmask16)~k, S[r]);
+            }
+            acc[r] = _mm512_fmadd_ps(P[r], S[r], acc[r]);
         }
     }
     red4(acc, out);
     if (masked)
         for (int r = 0; r < 4; r++) bad[r] = any[r] != 0;
-    int redo = (any[0] | any[1] | any[2] | any[3]) != 0;
+    int redo = 0;
     for (int r = 0; r < 4; r++) redo |= !isfinite(out[r]);
     return redo;
 }
 
-/* T > 1: decodes groups [q0, q1) of one row into a panel (W0..W3 and the masked S per
- * group, exactly as mx_t1_tile's masked pass computes them); returns 1 if any was
+/* T > 1: decodes units [u0, u1) of one row into a panel (W_0..W_15 and the masked S per
+ * unit, exactly as mx_t1_tile's masked pass computes them); returns 1 if any was
  * exceptional. */
-INLINE int mx_panel(const uint8_t *row, const uint8_t *sc, int64_t q0, int64_t q1, int nbl, __m512i (*panel)[5],
+INLINE int mx_panel(const uint8_t *row, const uint8_t *sc, int64_t u0, int64_t u1, int nbl, __m512i (*panel)[17],
                     const int R) {
     __mmask16 any = 0;
-    for (int64_t q = q0; q < q1; q++) {
-        __m512i W[4];
+    for (int64_t u = u0; u < u1; u++) {
+        __m512i W[16];
         __m512 S;
-        int nb = q == q1 - 1 ? nbl : 4;
-        mx_group(row, sc, q, nb, W, &S, R);
+        const int nb = u == u1 - 1 ? nbl : 16;
+        mx_unit(row, sc, u, nb, W, &S, R, mx_e2m1_bf16);
         __mmask16 k = mx_bad_lanes(S);
         any |= k;
-        for (int j = 0; j < 4; j++) _mm512_store_si512((void *)&panel[q - q0][j], W[j]);
-        _mm512_store_si512((void *)&panel[q - q0][4], _mm512_castps_si512(_mm512_maskz_mov_ps((__mmask16)~k, S)));
+        for (int j = 0; j < mx_nw(nb); j++) _mm512_store_si512((void *)&panel[u - u0][j], W[j]);
+        _mm512_store_si512((void *)&panel[u - u0][16], _mm512_castps_si512(_mm512_maskz_mov_ps((__mmask16)~k, S)));
     }
     return any != 0;
 }
 
-/* T > 1, prescaled: the same panel with each weight multiplied by its block's scale, W0'..W3'
- * = W x S in BF16, and S left out. The table holds the e2m1 values times 2^8, and one
+/* T > 1, prescaled: the same panel with each weight multiplied by its block's scale, W_k' =
+ * W_k x S in BF16, and S left out. The table holds the e2m1 values times 2^8, and one
  * saturating subtraction of (135 - e) << 7 from each word moves the exponent field to that of
  * value x 2^(e-127); zero saturates to zero. Exact for 2 <= e <= 135 (every result a normal
- * BF16). Returns 1 if every block in [q0, q1) has such a scale and e >= emin (when it returns
+ * BF16). Returns 1 if every block in [u0, u1) has such a scale and e >= emin (when it returns
  * 0, the caller builds mx_panel's panels for the whole tile instead). pf > 0: prefetches into
- * L2 the same groups pf bytes further on (the next row tile's row; its scales pfs further):
+ * L2 the same units pf bytes further on (the next row tile's row; its scales pfs further):
  * the loads of a panel waited on memory (8 % of the MXFP4 time by perf), and the prefill ran
  * 1.4 % faster (in-process A-B-B-A, 14 of 16). */
-INLINE int mx_panel_ps(const uint8_t *row, const uint8_t *sc, int64_t q0, int64_t q1, int nbl, __m512i (*panel)[5],
+INLINE int mx_panel_ps(const uint8_t *row, const uint8_t *sc, int64_t u0, int64_t u1, int nbl, __m512i (*panel)[17],
                        const int R, int emin, int64_t pf, int64_t pfs) {
-    if (pf && R) _mm_prefetch((const char *)(sc + q0 * 4 + pfs), _MM_HINT_T1);
+    if (pf && R) _mm_prefetch((const char *)(sc + u0 * 16 + pfs), _MM_HINT_T1);
     __m512i smin = _mm512_set1_epi32(-1), smax = _mm512_setzero_si512();
     const __m512i top = _mm512_set1_epi32(135 << 23);
-    for (int64_t q = q0; q < q1; q++) {
-        __m512i W[4];
+    for (int64_t u = u0; u < u1; u++) {
+        __m512i W[16];
         __m512 S;
-        int nb = q == q1 - 1 ? nbl : 4;
-        if (pf) _mm_prefetch((const char *)(row + q * (R ? 64 : 68) + pf), _MM_HINT_T1);
-        mx_group_t(row, sc, q, nb, W, &S, R, mx_e2m1_bf16_x256);
-        const __mmask16 live = (__mmask16)((1u << (4 * nb)) - 1); /* a short group's missing blocks */
+        const int nb = u == u1 - 1 ? nbl : 16;
+        if (pf)
+            for (int i = 0; i < (R ? 4 : 5); i++)
+                _mm_prefetch((const char *)(row + u * (R ? 256 : 272) + 64 * i + pf), _MM_HINT_T1);
+        mx_unit(row, sc, u, nb, W, &S, R, mx_e2m1_bf16_x256);
+        const __mmask16 live = (__mmask16)((1u << nb) - 1); /* a short unit's missing blocks */
         const __m512i si = _mm512_castps_si512(S);
         smin = _mm512_mask_min_epu32(smin, live, smin, si);
         smax = _mm512_mask_max_epu32(smax, live, smax, si);
         /* (135 - e) << 23, then its high word into both words of the dword */
         __m512i d = _mm512_sub_epi32(top, si);
         d = _mm512_or_si512(d, _mm512_srli_epi32(d, 16));
-        for (int j = 0; j < 4; j++) _mm512_store_si512((void *)&panel[q - q0][j], _mm512_subs_epu16(W[j], d));
+        if (nb <= 8) d = _mm512_shuffle_i64x2(d, d, 0x44); /* paired lines: lane 8 + j is block j */
+        for (int j = 0; j < mx_nw(nb); j++) _mm512_store_si512((void *)&panel[u - u0][j], _mm512_subs_epu16(W[j], d));
     }
     if (emin < 2) emin = 2;
     return _mm512_reduce_min_epu32(smin) >= ((uint32_t)emin << 23) && _mm512_reduce_max_epu32(smax) <= (135u << 23);
@@ -756,48 +853,53 @@ INLINE void mx_range_end(__m512i lo, __m512i hi, int *fmin, int *fmax) {
 #define MXTB 4 /* tokens per T > 1 tile */
 #endif
 _Static_assert(MXTB == 4, "mx_tn_tile's sums (red4x4) take 4 rows x 4 tokens");
-/* T > 1: 4 panel rows x MXTB tokens (permuted activations x[t]) over nq groups, 16
- * accumulators. ps = 0: the panel row's W0..W3 and S stay in registers for the MXTB tokens,
- * whose activations each dot reads from L1 (memory operands); acc = fma(P, S, acc).
+/* T > 1: 4 panel rows x MXTB tokens (permuted activations x[t]) over nu units, 16
+ * accumulators. ps = 0: per row and token, P = mx_unit_p from the panel; acc = fma(P, S, acc).
  * ps = 1: a prescaled panel (mx_panel_ps), acc += P'. When every value involved is far enough
  * from the ends of the fp32 range (xmm_mx checks), P' is exactly S x P (scaling by a power of
  * two commutes with every rounding of the sum), so acc + P' is fma(P, S, acc): the same bits,
- * with an add (which runs on other pipes) for the FMA. With no S to hold, the 4 rows' W_j and
- * 2 tokens' X_j fit registers beside the 8 partial P: the tile takes the tokens in pairs and
- * the 4 dots of each P in the outer loop (the same 4 dots from zero in the same order), 6
- * loads per 8 dots instead of 5 per 4; a 2304 x 5120 expert with 96 tokens ran 3-7 % faster
- * in a harness, the prefill 0.5-3 % (in-process A-B-B-A, 14 of 16). */
-INLINE void mx_tn_tile(__m512i (*const *panel)[5], const uint16_t *const *x, int64_t nq, float *out, const int ps) {
+ * with an add (which runs on other pipes) for the FMA. The tile takes the tokens in pairs:
+ * for each k the 4 rows' W_k and 2 tokens' X_k feed 8 partial P (the same 16 dots from zero
+ * in the same order), 6 loads per 8 dots. */
+/* The prescaled tile's unit u (nw = 16 W, or 8 paired and folded): for each k the 4 rows' W_k
+ * and 2 tokens' X_k feed 8 partial P (the dots of mx_unit_p in the same order). */
+INLINE void mx_tn_ps(__m512i (*const *panel)[17], const uint16_t *const *x, int64_t u, __m512 acc[4][MXTB], const int nw) {
+    UNROLL for (int h = 0; h < MXTB; h += 2) {
+        __m512 P[4][2];
+        UNROLL for (int r = 0; r < 4; r++)
+            UNROLL for (int v = 0; v < 2; v++) P[r][v] = _mm512_setzero_ps();
+        UNROLL for (int k = 0; k < nw; k++) {
+            __m512i W[4], X[2];
+            UNROLL for (int r = 0; r < 4; r++) W[r] = _mm512_load_si512((const void *)&panel[r][u][k]);
+            UNROLL for (int v = 0; v < 2; v++) X[v] = _mm512_load_si512((const void *)(x[h + v] + u * MXU + 32 * k));
+            UNROLL for (int r = 0; r < 4; r++)
+                UNROLL for (int v = 0; v < 2; v++) P[r][v] = _mm512_dpbf16_ps(P[r][v], as_bh(W[r]), as_bh(X[v]));
+        }
+        UNROLL for (int r = 0; r < 4; r++)
+            UNROLL for (int v = 0; v < 2; v++)
+                acc[r][h + v] = _mm512_add_ps(acc[r][h + v], nw == 8 ? mx_fold(P[r][v]) : P[r][v]);
+    }
+}
+
+INLINE void mx_tn_tile(__m512i (*const *panel)[17], const uint16_t *const *x, int64_t nu, int nbl, float *out,
+                       const int ps) {
     __m512 acc[4][MXTB];
     UNROLL for (int r = 0; r < 4; r++)
         UNROLL for (int t = 0; t < MXTB; t++) acc[r][t] = _mm512_setzero_ps();
-    for (int64_t q = 0; q < nq; q++) {
-        if (ps) {
-            UNROLL for (int h = 0; h < MXTB; h += 2) {
-                __m512 P[4][2];
-                UNROLL for (int r = 0; r < 4; r++)
-                    UNROLL for (int u = 0; u < 2; u++) P[r][u] = _mm512_setzero_ps();
-                UNROLL for (int j = 0; j < 4; j++) {
-                    __m512i W[4], X[2];
-                    UNROLL for (int r = 0; r < 4; r++) W[r] = _mm512_load_si512((const void *)&panel[r][q][j]);
-                    UNROLL for (int u = 0; u < 2; u++) X[u] = _mm512_load_si512((const void *)(x[h + u] + q * 128 + 32 * j));
-                    UNROLL for (int r = 0; r < 4; r++)
-                        UNROLL for (int u = 0; u < 2; u++) P[r][u] = _mm512_dpbf16_ps(P[r][u], as_bh(W[r]), as_bh(X[u]));
-                }
-                UNROLL for (int r = 0; r < 4; r++)
-                    UNROLL for (int u = 0; u < 2; u++) acc[r][h + u] = _mm512_add_ps(acc[r][h + u], P[r][u]);
-            }
+    for (int64_t u = 0; u < nu; u++) {
+        if (ps && (u < nu - 1 || nbl > 8)) {
+            mx_tn_ps(panel, x, u, acc, 16);
             continue;
         }
-        UNROLL for (int r = 0; r < 4; r++) {
-            __m512i W[4];
-            UNROLL for (int j = 0; j < 4; j++) W[j] = _mm512_load_si512((const void *)&panel[r][q][j]);
-            const __m512 S = _mm512_castsi512_ps(_mm512_load_si512((const void *)&panel[r][q][4]));
-            UNROLL for (int t = 0; t < MXTB; t++) {
-                __m512i X[4];
-                UNROLL for (int j = 0; j < 4; j++) X[j] = _mm512_load_si512((const void *)(x[t] + q * 128 + 32 * j));
-                acc[r][t] = _mm512_fmadd_ps(mx_group_p(W, X), S, acc[r][t]);
-            }
+        if (ps) {
+            mx_tn_ps(panel, x, u, acc, 8);
+            continue;
+        }
+        const int nb = u == nu - 1 ? nbl : 16;
+        for (int r = 0; r < 4; r++) {
+            const __m512 S = _mm512_castsi512_ps(_mm512_load_si512((const void *)&panel[r][u][16]));
+            UNROLL for (int t = 0; t < MXTB; t++)
+                acc[r][t] = _mm512_fmadd_ps(mx_unit_p(panel[r][u], x[t] + u * MXU, nb), S, acc[r][t]);
         }
     }
     red4x4(acc, out);
@@ -810,7 +912,7 @@ INLINE void mxr_scale_rows(const dsf_wmat *w, const uint8_t *const *wr, const ui
 
 /* MXFP4 x BF16 activations. T = 1: tiles of 4 far-apart row streams, K chunks of MXKC.
  * T > 1: per token chunk and K chunk, the activations are permuted once; per 4 adjacent rows
- * the weights are decoded once into a panel (4 x 16 x 5 x 64 bytes = 20 KiB, L1) and the tile
+ * the weights are decoded once into a panel (4 x 4 x 17 x 64 bytes = 17 KiB, L1) and the tile
  * runs over it for every MXTB (4) tokens of the chunk. Adjacent rows let a whole tile's 16
  * sums go to y as one 4-float access per token (tile_put4x4): the prefill ran 4.1 % faster
  * than with far-apart rows and per-element stores (in-process A-B-B-A, 7 of 8). (The BF16
@@ -823,54 +925,54 @@ INLINE void xmm_mx(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, in
         matmul_xbf16_any_ref(w, x, T, y, ldy, r0, r1);
         return;
     }
-    const int64_t nbk = w->n_in / 32, ngr = (nbk + 3) / 4, kcq = MXKC / 128;
-    /* blocks in a row's last group (a repacked row's last group is padded to 4) */
-    const int nlast = R ? 4 : (int)(nbk - 4 * (ngr - 1));
+    const int64_t nbk = w->n_in / 32, nun = (nbk + 15) / 16, kcu = MXKC / MXU;
+    const int nlast = (int)(nbk - 16 * (nun - 1)); /* blocks in a row's last unit */
     int64_t rr[4], len = t1_stream_len(r0, r1, 4, 1);
     const uint8_t *wr[4], *sr[4] = {NULL, NULL, NULL, NULL};
     /* the permuted activations: T = 1 a whole row (n_in <= 16384), T > 1 a chunk */
     _Static_assert(MXTC * MXKC >= 16384, "the T = 1 activations must fit the chunk buffer");
     _Alignas(64) uint16_t xp[MXTC * MXKC];
     if (T == 1) {
-        mx_perm_x(x, nbk, 0, ngr, xp, NULL, NULL);
+        mx_perm_x(x, nbk, 0, nun, xp, NULL, NULL);
         for (int64_t k = 0; k < len; k++) {
             t1_tile_rows(w, r0, r1, len, k, 4, 1, rr, wr);
             if (R) mxr_scale_rows(w, wr, sr);
-            for (int64_t q0 = 0; q0 < ngr; q0 += kcq) {
-                int64_t q1 = q0 + kcq < ngr ? q0 + kcq : ngr;
-                int nbl = q1 == ngr ? nlast : 4;
+            for (int64_t u0 = 0; u0 < nun; u0 += kcu) {
+                int64_t u1 = u0 + kcu < nun ? u0 + kcu : nun;
+                int nbl = u1 == nun ? nlast : 16;
                 float o[4];
                 int bad[4];
-                if (mx_t1_tile(wr, sr, xp + q0 * 128, q0, q1, nbl, o, 0, bad, R)) {
-                    mx_t1_tile(wr, sr, xp + q0 * 128, q0, q1, nbl, o, 1, bad, R);
+                if (mx_t1_tile(wr, sr, xp + u0 * MXU, u0, u1, nbl, o, 0, bad, R)) {
+                    mx_t1_tile(wr, sr, xp + u0 * MXU, u0, u1, nbl, o, 1, bad, R);
                     for (int i = 0; i < 4; i++)
                         if (bad[i])
-                            o[i] = (float)((double)o[i] + mx_exceptions(wr[i], sr[i], x, 4 * q0, q1 == ngr ? nbk : 4 * q1, R));
+                            o[i] = (float)((double)o[i] +
+                                           mx_exceptions(wr[i], sr[i], nbk, x, 16 * u0, u1 == nun ? nbk : 16 * u1, R));
                 }
                 for (int i = 0; i < 4; i++)
-                    if (rr[i] >= 0) y[rr[i]] = q0 == 0 ? o[i] : y[rr[i]] + o[i];
+                    if (rr[i] >= 0) y[rr[i]] = u0 == 0 ? o[i] : y[rr[i]] + o[i];
             }
         }
         return;
     }
-    _Alignas(64) __m512i panel[4][MXKC / 128][5];
-    __m512i(*pr[4])[5] = {panel[0], panel[1], panel[2], panel[3]};
+    _Alignas(64) __m512i panel[4][MXKC / MXU][17];
+    __m512i(*pr[4])[17] = {panel[0], panel[1], panel[2], panel[3]};
     for (int64_t tc = 0; tc < T; tc += MXTC) {
         int64_t tc1 = tc + MXTC < T ? tc + MXTC : T;
-        for (int64_t q0 = 0; q0 < ngr; q0 += kcq) {
-            int64_t q1 = q0 + kcq < ngr ? q0 + kcq : ngr, b1 = q1 == ngr ? nbk : 4 * q1;
-            int nbl = q1 == ngr ? nlast : 4;
+        for (int64_t u0 = 0; u0 < nun; u0 += kcu) {
+            int64_t u1 = u0 + kcu < nun ? u0 + kcu : nun, b1 = u1 == nun ? nbk : 16 * u1;
+            int nbl = u1 == nun ? nlast : 16;
             __m512i lo = _mm512_set1_epi16(-1), hi = _mm512_setzero_si512();
-            for (int64_t t = tc; t < tc1; t++) mx_perm_x(x + t * w->n_in, nbk, q0, q1, xp + (t - tc) * MXKC, &lo, &hi);
+            for (int64_t t = tc; t < tc1; t++) mx_perm_x(x + t * w->n_in, nbk, u0, u1, xp + (t - tc) * MXKC, &lo, &hi);
             int fmin, fmax;
             mx_range_end(lo, hi, &fmin, &fmax);
             /* The prescaled tile gives mx_tn_tile's bits when no sum in either form is subnormal
              * or overflows. The products' fp32 partial sums are multiples of 2^(fmin-135) (e2m1
              * steps of 1/2 times BF16 steps): with fmin >= 9 and fmin + e >= 136 neither form
-             * has a subnormal one (every scale has 2 <= e <= 135, mx_panel_ps); a lane's 8
-             * products are below 2^(fmax+e-247) (|e2m1| <= 6), so fmax + 135 <= 374 keeps
+             * has a subnormal one (every scale has 2 <= e <= 135, mx_panel_ps); a lane's 32
+             * products are below 2^(fmax+e-245) (|e2m1| <= 6), so fmax + 135 <= 372 keeps
              * both forms finite. */
-            const int ps_ok = fmin >= 9 && fmax <= 239, ps_emin = 136 - fmin;
+            const int ps_ok = fmin >= 9 && fmax <= 237, ps_emin = 136 - fmin;
             const int64_t lenn = t1_stream_len(r0, r1, 1, 4);
             for (int64_t k = 0; k < lenn; k++) {
                 int exc[4], ps = ps_ok;
@@ -879,13 +981,13 @@ INLINE void xmm_mx(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, in
                 if (R) mxr_scale_rows(w, wr, sr);
                 for (int i = 0; i < 4 && ps; i++) {
                     if (rr[i] >= 0 || i == 0)
-                        ps = mx_panel_ps(wr[i], sr[i], q0, q1, nbl, panel[i], R, ps_emin, pf, (int64_t)(4 * (w->row_bytes / 16)));
+                        ps = mx_panel_ps(wr[i], sr[i], u0, u1, nbl, panel[i], R, ps_emin, pf, (int64_t)(4 * (w->row_bytes / 16)));
                     else memcpy(panel[i], panel[i - 1], sizeof panel[i]);
                     exc[i] = 0;
                 }
                 for (int i = 0; i < 4 && !ps; i++) {
                     /* rows past r1 repeat row r1 - 1 (results dropped): decode it once */
-                    if (rr[i] >= 0 || i == 0) exc[i] = mx_panel(wr[i], sr[i], q0, q1, nbl, panel[i], R);
+                    if (rr[i] >= 0 || i == 0) exc[i] = mx_panel(wr[i], sr[i], u0, u1, nbl, panel[i], R);
                     else {
                         exc[i] = exc[i - 1];
                         memcpy(panel[i], panel[i - 1], sizeof panel[i]);
@@ -895,18 +997,19 @@ INLINE void xmm_mx(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, in
                     const uint16_t *xt[MXTB];
                     float out[4 * MXTB];
                     for (int j = 0; j < MXTB; j++) xt[j] = xp + ((t + j < tc1 ? t + j : tc1 - 1) - tc) * MXKC;
-                    if (ps) mx_tn_tile(pr, xt, q1 - q0, out, 1);
-                    else mx_tn_tile(pr, xt, q1 - q0, out, 0);
+                    if (ps) mx_tn_tile(pr, xt, u1 - u0, nbl, out, 1);
+                    else mx_tn_tile(pr, xt, u1 - u0, nbl, out, 0);
                     if (ps && rr[3] >= 0 && t + MXTB <= tc1) {
-                        tile_put4x4(out, y, ldy, t, rr[0], q0);
+                        tile_put4x4(out, y, ldy, t, rr[0], u0);
                         continue;
                     }
                     for (int i = 0; i < 4; i++)
                         for (int j = 0; j < MXTB && rr[i] >= 0 && t + j < tc1; j++) {
                             float v = out[j * 4 + i];
-                            if (exc[i]) v = (float)((double)v + mx_exceptions(wr[i], sr[i], x + (t + j) * w->n_in, 4 * q0, b1, R));
+                            if (exc[i])
+                                v = (float)((double)v + mx_exceptions(wr[i], sr[i], nbk, x + (t + j) * w->n_in, 16 * u0, b1, R));
                             float *yy = &y[(t + j) * ldy + rr[i]];
-                            *yy = q0 == 0 ? v : *yy + v;
+                            *yy = u0 == 0 ? v : *yy + v;
                         }
                 }
             }

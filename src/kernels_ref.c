@@ -16,8 +16,7 @@ void wmat_dequant_row(const dsf_wmat *w, int64_t r, float *out) {
     const uint8_t *c = w->data + (uint64_t)r * w->row_bytes, *sc = w->scales + (uint64_t)r * (w->row_bytes / 16);
     for (int64_t b = 0; b < w->n_in / 32; b++) {
         uint8_t blk[17];
-        blk[0] = sc[b];
-        memcpy(blk + 1, c + b * 16, 16);
+        mxfp4r_block(c, sc, w->n_in / 32, b, blk);
         dequant_row(GGML_TYPE_MXFP4, blk, out + b * 32, 32);
     }
 }
