@@ -740,6 +740,24 @@ INLINE void mxr_t1_unit(const uint8_t *const *wr, const uint8_t *const *sr, cons
     UNROLL for (int r = 0; r < 4; r++) S[r] = mx_scale_s(mxr_scale_bytes(sr[r] + 16 * u, full ? 16 : nb));
 }
 
+/* T = 1, repacked: a short unit of 8 blocks (2304-wide rows) of 4 rows, its paired lines
+ * (mx_unit) taken in turn for the 4 rows: the dots and the fold of mx_unit_p. */
+INLINE void mxr_t1_pair8(const uint8_t *const *wr, const uint8_t *const *sr, const uint16_t *xu, int64_t u, __m512 *P,
+                         __m512 *S, const __m512i tbl) {
+    UNROLL for (int r = 0; r < 4; r++) P[r] = _mm512_setzero_ps();
+    UNROLL for (int l = 0; l < 2; l++)
+        UNROLL for (int r = 0; r < 4; r++) {
+            __m512i W[4];
+            mx_codes_to_w(_mm512_loadu_si512((const void *)(wr[r] + 256 * u + 64 * l)), W, tbl);
+            UNROLL for (int s = 0; s < 4; s++)
+                P[r] = _mm512_dpbf16_ps(P[r], as_bh(W[s]), as_bh(_mm512_load_si512((const void *)(xu + 32 * (4 * l + s)))));
+        }
+    UNROLL for (int r = 0; r < 4; r++) {
+        P[r] = mx_fold(P[r]);
+        S[r] = mx_scale_s(mxr_scale_bytes(sr[r] + 16 * u, 8));
+    }
+}
+
 /* T = 1: 4 rows over units [u0, u1) of the permuted activations xp (unit u0 first); nbl:
  * blocks in unit u1 - 1. masked = 0: returns nonzero if a result is not finite, which an
  * exceptional block (S = +inf) always causes (the activations are finite), and then the
@@ -757,6 +775,7 @@ INLINE int mx_t1_tile(const uint8_t *const *wr, const uint8_t *const *sr, const 
         __m512 P[4], S[4];
         if (R && nb == 16) mxr_t1_unit(wr, sr, xu, u, 16, P, S, tbl, 1);
         else if (R && nb > 8) mxr_t1_unit(wr, sr, xu, u, nb, P, S, tbl, 0);
+        else if (R && nb == 8) mxr_t1_pair8(wr, sr, xu, u, P, S, tbl);
         else
             UNROLL for (int r = 0; r < 4; r++) {
                 if (nb == 16)
