@@ -13,6 +13,7 @@ LDFLAGS ?=
 # ISA-specific kernels: each file is compiled with only its own flags (STYLE.md "SIMD").
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mavx512vnni -mavx512vbmi -mfma -mf16c
+AMX_FLAGS    := $(AVX512_FLAGS) -mamx-tile -mamx-bf16
 
 LIB_SRC   := $(sort $(wildcard src/*.c))
 TOOL_SRC  := $(sort $(wildcard tools/*.c))
@@ -30,6 +31,9 @@ $(BUILD)/%_avx2.o: %_avx2.c
 $(BUILD)/%_avx512.o: %_avx512.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLCFLAGS) $(AVX512_FLAGS) -c $< -o $@
+$(BUILD)/%_amx.o: %_amx.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALLCFLAGS) $(AMX_FLAGS) -c $< -o $@
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLCFLAGS) -c $< -o $@

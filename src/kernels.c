@@ -2,15 +2,20 @@
  * or, when it has none, to the scalar twin.
  *
  * Selection: the best table whose every compile flag the CPU supports (a table compiled with
- * -mavx512vbmi may contain such instructions anywhere, so all of them are required).
- * DSF_KERNELS=ref|avx2|avx512 forces one; an unknown name or one the CPU cannot run prints a
+ * -mavx512vbmi may contain such instructions anywhere, so all of them are required); amx also
+ * needs the OS to grant the tile state. DSF_KERNELS=ref|avx2|avx512|amx|amx-mxfp4 forces one; an unknown name or one the CPU cannot run prints a
  * warning and falls back to the automatic choice. */
 #include "kernels.h"
 #include "util.h"
 
+#include <pthread.h>
 #include <string.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#endif
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 static int cpu_has_avx2(void) {
@@ -37,11 +42,45 @@ static int cpu_has_avx512(void) {
 #endif
 }
 
+/* AMX: CPUID.(7,0):EDX bits 22 (AMX-BF16) and 24 (AMX-TILE), the OS saving the tile state
+ * (XCR0 bits 17 and 18), and Linux granting this process the tile data state
+ * (arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA; without it the first tile
+ * instruction faults). Asked once. */
+static int amx_ok;
+static void amx_probe(void) {
+#if defined(__linux__) && defined(__x86_64__)
+    unsigned a, b, c, d;
+    if (!kernels_amx_built() || !cpu_has_avx512() || !__get_cpuid_count(7, 0, &a, &b, &c, &d) ||
+        !(d & (1u << 22)) || !(d & (1u << 24)))
+        return;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return; /* OSXSAVE */
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & (3u << 17)) != (3u << 17)) return;
+    amx_ok = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+#endif
+}
+
+static dsf_kernels amx_table, amx_mx_table;
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+static void amx_setup(void) {
+    amx_probe();
+    if (!amx_ok) return;
+    kernels_amx_init(&amx_table, 0);
+    kernels_amx_init(&amx_mx_table, 1);
+}
+static int cpu_has_amx(void) {
+    pthread_once(&amx_once, amx_setup);
+    return amx_ok;
+}
+
 const dsf_kernels *kernels_by_name(const char *name) {
     if (!name) return NULL;
     if (!strcmp(name, "ref")) return &kernels_ref;
     if (!strcmp(name, "avx2")) return cpu_has_avx2() ? &kernels_avx2 : NULL;
     if (!strcmp(name, "avx512")) return cpu_has_avx512() ? &kernels_avx512 : NULL;
+    if (!strcmp(name, "amx")) return cpu_has_amx() ? &amx_table : NULL;
+    if (!strcmp(name, "amx-mxfp4")) return cpu_has_amx() ? &amx_mx_table : NULL;
     return NULL;
 }
 
@@ -51,9 +90,11 @@ static const dsf_kernels *pick(void) {
         const dsf_kernels *k = kernels_by_name(want);
         if (k) return k;
         dsf_log(0, "dsflash: warning: DSF_KERNELS=%s is %s; choosing automatically", want,
-                (!strcmp(want, "avx2") || !strcmp(want, "avx512")) ? "not supported by this CPU"
-                                                                  : "unknown (ref, avx2, avx512)");
+                (!strcmp(want, "avx2") || !strcmp(want, "avx512") || !strncmp(want, "amx", 3))
+                    ? "not supported by this CPU"
+                    : "unknown (ref, avx2, avx512, amx, amx-mxfp4)");
     }
+    if (cpu_has_amx()) return &amx_table;
     if (cpu_has_avx512()) return &kernels_avx512;
     if (cpu_has_avx2()) return &kernels_avx2;
     return &kernels_ref;

@@ -91,8 +91,15 @@ typedef struct {
 extern const dsf_kernels kernels_ref;
 extern const dsf_kernels kernels_avx2;   /* AVX2 + FMA + F16C (kernels_avx2.c) */
 extern const dsf_kernels kernels_avx512; /* AVX-512 F/BW/VL/DQ/BF16/VNNI/VBMI (kernels_avx512.c) */
-/* The table picked once for this process: the best one the CPU supports, or the one named by
- * DSF_KERNELS=ref|avx2|avx512 (an unsupported or unknown name warns and falls back). */
+/* The avx512 table with the BF16-activation products of BF16 weights (mxfp4 = 1: and of MXFP4
+ * weights, without a repacked kernel) on AMX tiles (kernels_amx.c): kernels_amx_init fills *k
+ * with it (with kernels_ref when the build has no AMX); kernels_amx_built says whether the
+ * build has it. kernels_by_name("amx") and ("amx-mxfp4") return them. */
+void kernels_amx_init(dsf_kernels *k, int mxfp4);
+int kernels_amx_built(void);
+/* The table picked once for this process: the best one the CPU supports (amx, avx512, avx2,
+ * ref), or the one named by DSF_KERNELS=ref|avx2|avx512|amx|amx-mxfp4 (an unsupported or
+ * unknown name warns and falls back). */
 const dsf_kernels *kernels_get(void);
 /* The table of that name if this CPU can run it, else NULL (tests and benchmarks). */
 const dsf_kernels *kernels_by_name(const char *name);

@@ -116,7 +116,7 @@ const dsf_akernels akernels_ref = {
 
 static const dsf_akernels *by_matmul_table(const dsf_kernels *k) {
     if (!k) return &akernels_ref;
-    if (!strcmp(k->name, "avx512")) return &akernels_avx512;
+    if (!strcmp(k->name, "avx512") || !strncmp(k->name, "amx", 3)) return &akernels_avx512; /* amx: avx512 + tiles */
     if (!strcmp(k->name, "avx2")) return &akernels_avx2;
     return &akernels_ref;
 }

@@ -157,6 +157,8 @@ static void run_table(test_ctx *t, const char *name) {
 
 TEST(kernels_avx512_vs_ref) { run_table(t, "avx512"); }
 TEST(kernels_avx2_vs_ref) { run_table(t, "avx2"); }
+TEST(kernels_amx_vs_ref) { run_table(t, "amx"); }
+TEST(kernels_amx_mxfp4_vs_ref) { run_table(t, "amx-mxfp4"); }
 
 TEST(kernels_mxfp4_extreme_scales) {
     /* e = 255 decodes to 2^127 (gguf-layout §1.5, not NaN); e = 0 to 2^-128. Codes limited to
@@ -180,8 +182,8 @@ TEST(kernels_mxfp4_extreme_scales) {
         want[0] += kv * ldexp(1, 127) * x[i];
         want[1] += kv * ldexp(1, -128) * x[i];
     }
-    const char *names[] = {"ref", "avx2", "avx512"};
-    for (int n = 0; n < 3; n++) {
+    const char *names[] = {"ref", "avx2", "avx512", "amx", "amx-mxfp4"};
+    for (int n = 0; n < 5; n++) {
         const dsf_kernels *k = kernels_by_name(names[n]);
         if (!k) continue;
         float y[2] = {NAN, NAN};
@@ -242,8 +244,8 @@ TEST(kernels_mxfp4_extreme_scale_in_full_group) {
                 mag[tt][r] += fabs(v);
             }
         }
-    const char *names[] = {"ref", "avx2", "avx512"};
-    for (int n = 0; n < 3; n++) {
+    const char *names[] = {"ref", "avx2", "avx512", "amx", "amx-mxfp4"};
+    for (int n = 0; n < 5; n++) {
         const dsf_kernels *k = kernels_by_name(names[n]);
         if (!k) continue;
         for (int fam = 0; fam < 2; fam++)
@@ -273,8 +275,10 @@ TEST(kernels_dispatch_bad_name) {
     setenv("DSF_LOG", "0", 1);
     const dsf_kernels *k = kernels_get();
     CHECK(k != NULL);
-    const dsf_kernels *best = kernels_by_name("avx512") ? kernels_by_name("avx512")
-                              : kernels_by_name("avx2") ? kernels_by_name("avx2") : &kernels_ref;
+    const dsf_kernels *best = kernels_by_name("amx")      ? kernels_by_name("amx")
+                              : kernels_by_name("avx512") ? kernels_by_name("avx512")
+                              : kernels_by_name("avx2")   ? kernels_by_name("avx2")
+                                                          : &kernels_ref;
     CHECK(k == best);
     CHECK(kernels_by_name("sse9") == NULL);
 }
@@ -333,11 +337,11 @@ static int check_xbf16(test_ctx *t, const dsf_kernels *k, uint32_t type, int64_t
 }
 
 TEST(kernels_xbf16_vs_ref) {
-    static const char *names[] = {"avx512", "avx2", "ref"};
+    static const char *names[] = {"avx512", "avx2", "ref", "amx", "amx-mxfp4"};
     static const uint32_t types[] = {GGML_TYPE_BF16, GGML_TYPE_MXFP4, GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0};
     static const int64_t n_ins[] = {32, 96, 2048 + 96};
     static const int64_t Ts[] = {1, 2, 3, 7, 9, 17, 70, 133}; /* 133: two token chunks of XTC, MXTC (128) */
-    for (int n = 0; n < 3; n++) {
+    for (int n = 0; n < 5; n++) {
         const dsf_kernels *k = kernels_by_name(names[n]);
         if (!k) continue;
         for (unsigned a = 0; a < sizeof types / sizeof *types; a++)
@@ -404,13 +408,16 @@ TEST(kernels_bench_cli) {
  * place in the batch or on the row range (reference mode's QDQ turns any last-bit difference
  * between prefill and token-by-token decode into rounding flips that cascade; STYLE.md asks
  * decode, chunked prefill and one prefill to agree). Checked bit for bit. */
-TEST(kernels_batch_invariant) {
-    static const char *names[] = {"avx512", "avx2"};
+/* The amx table's tiles are 16 rows x 16 tokens (two of each per step) with K chunks of 16
+ * blocks, so it also runs a shape with whole and partial tiles of both (batch_shape 1). */
+static void batch_invariant(test_ctx *t, const char *name, int shape) {
     static const uint32_t types[] = {GGML_TYPE_F32, GGML_TYPE_BF16, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_MXFP4};
-    const int64_t n_in = 4096 + 2048 + 96, n_out = 11, T = 9; /* two K chunks plus a partial one */
-    for (int n = 0; n < 2; n++) {
-        const dsf_kernels *k = kernels_by_name(names[n]);
-        if (!k) continue;
+    /* shape 0: two K chunks plus a partial one; shape 1: 3 row tiles + 2 rows, 2 token tiles + 8 */
+    const int64_t n_in = shape ? 1024 + 96 : 4096 + 2048 + 96, n_out = shape ? 50 : 11, T = shape ? 40 : 9;
+    const int64_t cut[4] = {0, shape ? 5 : 3, shape ? 37 : 10, n_out}, first = shape ? 17 : 5;
+    {
+        const dsf_kernels *k = kernels_by_name(name);
+        if (!k) return;
         for (unsigned a = 0; a < sizeof types / sizeof *types; a++) {
             dsf_wmat w = {.type = types[a], .n_in = n_in, .n_out = n_out};
             uint8_t *data = make_weights(types[a], n_in, n_out, &w.row_bytes);
@@ -419,29 +426,30 @@ TEST(kernels_batch_invariant) {
             uint16_t *xb = malloc((size_t)(T * n_in) * sizeof *xb);
             for (int64_t i = 0; i < T * n_in; i++) x[i] = rnd_unit();
             kern_act_to_bf16(x, xb, T * n_in);
-            float yb[9 * 11], y1[11], yc[9 * 11];
+            float yb[40 * 50], y1[50], yc[40 * 50];
+            const size_t ny = (size_t)(T * n_out) * sizeof *yb;
             for (int fam = 0; fam < 2; fam++) {
                 if (fam == 0) kern_matmul(k, &w, x, T, yb, n_out, 0, n_out);
                 else kern_matmul_xbf16(k, &w, xb, T, yb, n_out, 0, n_out);
-                /* chunked prefill: 5 + 4 tokens */
+                /* chunked prefill: first + the rest of the tokens */
                 if (fam == 0) {
-                    kern_matmul(k, &w, x, 5, yc, n_out, 0, n_out);
-                    kern_matmul(k, &w, x + 5 * n_in, 4, yc + 5 * n_out, n_out, 0, n_out);
+                    kern_matmul(k, &w, x, first, yc, n_out, 0, n_out);
+                    kern_matmul(k, &w, x + first * n_in, T - first, yc + first * n_out, n_out, 0, n_out);
                 } else {
-                    kern_matmul_xbf16(k, &w, xb, 5, yc, n_out, 0, n_out);
-                    kern_matmul_xbf16(k, &w, xb + 5 * n_in, 4, yc + 5 * n_out, n_out, 0, n_out);
+                    kern_matmul_xbf16(k, &w, xb, first, yc, n_out, 0, n_out);
+                    kern_matmul_xbf16(k, &w, xb + first * n_in, T - first, yc + first * n_out, n_out, 0, n_out);
                 }
-                CHECKF(!memcmp(yb, yc, sizeof yb), "%s %s %s: chunked prefill differs from one prefill", names[n],
+                CHECKF(!memcmp(yb, yc, ny), "%s %s %s: chunked prefill differs from one prefill", name,
                        fam ? "xbf16" : "fp32", ggml_type_name(types[a]));
                 for (int64_t tt = 0; tt < T; tt++) {
-                    /* token by token, rows split unevenly into [0,3) [3,10) [10,11) */
-                    const int64_t cut[4] = {0, 3, 10, 11};
+                    /* token by token, rows split unevenly at cut[] */
                     for (int c = 0; c < 3; c++) {
                         if (fam == 0) kern_matmul(k, &w, x + tt * n_in, 1, y1, n_out, cut[c], cut[c + 1]);
                         else kern_matmul_xbf16(k, &w, xb + tt * n_in, 1, y1, n_out, cut[c], cut[c + 1]);
                     }
-                    CHECKF(!memcmp(y1, yb + tt * n_out, sizeof y1), "%s %s %s: token %lld decoded alone differs from the batch",
-                           names[n], fam ? "xbf16" : "fp32", ggml_type_name(types[a]), (long long)tt);
+                    CHECKF(!memcmp(y1, yb + tt * n_out, (size_t)n_out * sizeof *y1),
+                           "%s %s %s: token %lld decoded alone differs from the batch", name, fam ? "xbf16" : "fp32",
+                           ggml_type_name(types[a]), (long long)tt);
                 }
             }
             free(data);
@@ -449,6 +457,16 @@ TEST(kernels_batch_invariant) {
             free(xb);
         }
     }
+}
+
+TEST(kernels_batch_invariant) {
+    batch_invariant(t, "avx512", 0);
+    batch_invariant(t, "avx2", 0);
+    batch_invariant(t, "amx", 0);
+    batch_invariant(t, "amx", 1);
+    batch_invariant(t, "amx-mxfp4", 0);
+    batch_invariant(t, "amx-mxfp4", 1);
+    batch_invariant(t, "avx512", 1);
 }
 
 /* DSF_TYPE_MXFP4R (the experts repacked at load) against the MXFP4 rows it was made from.
@@ -493,8 +511,8 @@ static int check_repacked(test_ctx *t, int64_t n_in, int64_t n_out, int64_t T, i
         if (memcmp(ra, rb_, (size_t)n_in * sizeof *ra)) rc = -1;
     }
     if (rc) test_fail(t, __FILE__, __LINE__, "mxfp4r n_in=%lld: repacked rows differ", (long long)n_in);
-    const char *names[] = {"avx512", "avx2", "ref"};
-    for (int n = 0; n < 3 && !rc; n++) {
+    const char *names[] = {"avx512", "avx2", "ref", "amx", "amx-mxfp4"};
+    for (int n = 0; n < 5 && !rc; n++) {
         const dsf_kernels *k = kernels_by_name(names[n]);
         if (!k) continue;
         for (int fam = 0; fam < 2 && !rc; fam++) {

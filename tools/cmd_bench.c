@@ -192,6 +192,27 @@ static void sanitize_blocks(uint8_t *p, uint64_t n, uint32_t type) {
         for (uint64_t i = 0; i + 17 <= n; i += 17) p[i] = (uint8_t)(120 + p[i] % 16);
 }
 
+/* The CPU as /proc/cpuinfo names it (model name, family and model): the host these machines
+ * land on changes (docs/PERFORMANCE.md), and the figures mean different things on each. */
+static const char *cpu_name(void) {
+    static char buf[160] = "unknown";
+    char line[256], name[96] = "", fam[16] = "", mod[16] = "";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return buf;
+    while (fgets(line, sizeof line, f) && line[0] != '\n') {
+        char *v = strchr(line, ':');
+        if (!v) continue;
+        v += v[1] == ' ' ? 2 : 1;
+        v[strcspn(v, "\r\n")] = 0;
+        if (!strncmp(line, "model name", 10)) snprintf(name, sizeof name, "%s", v);
+        else if (!strncmp(line, "cpu family", 10)) snprintf(fam, sizeof fam, "%s", v);
+        else if (!strncmp(line, "model\t", 6)) snprintf(mod, sizeof mod, "%s", v);
+    }
+    fclose(f);
+    if (name[0]) snprintf(buf, sizeof buf, "%s (family %s, model %s)", name, fam[0] ? fam : "?", mod[0] ? mod : "?");
+    return buf;
+}
+
 static const char *git_commit(void) {
     static char buf[64] = "unknown";
     FILE *f = popen("git rev-parse --short HEAD 2>/dev/null", "r");
@@ -327,8 +348,8 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
     for (int i = 0; i < 256 * 16384; i++) x[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
     kern_act_to_bf16(x, xb, 256 * 16384);
 
-    printf("dsflash bench --kernels: kernels %s, threads %d, arena %llu MiB, commit %s\n", k->name,
-           dsf_pool_size(pool), (unsigned long long)arena_mb, git_commit());
+    printf("dsflash bench --kernels: kernels %s, threads %d, arena %llu MiB, commit %s\n  cpu %s\n", k->name,
+           dsf_pool_size(pool), (unsigned long long)arena_mb, git_commit(), cpu_name());
     double bf16_peak = median3(probe_peak(pool, k, 1), probe_peak(pool, k, 1), probe_peak(pool, k, 1));
     double fma_peak = median3(probe_peak(pool, k, 0), probe_peak(pool, k, 0), probe_peak(pool, k, 0));
     probe_read(pool, k, arena, arena_n); /* warm-up: fault the pages in */
@@ -640,8 +661,8 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
     long rss = rss_kib("VmHWM:");
 
     printf("dsflash bench: model %s\n", path);
-    printf("  kernels %s, threads %d, numerics %s, commit %s, peak RSS %.1f MiB\n", k->name, n_threads,
-           plain ? "plain" : "reference", git_commit(), rss / 1024.0);
+    printf("  kernels %s, threads %d, numerics %s, commit %s, peak RSS %.1f MiB\n  cpu %s\n", k->name, n_threads,
+           plain ? "plain" : "reference", git_commit(), rss / 1024.0, cpu_name());
     printf("  weights read per decoded token: %.3f GB; matmul FLOPs per token: %.2f GFLOP (a prompt token without the "
            "LM head: %.2f)\n",
            tok_bytes / 1e9, tok_flops / 1e9, (tok_flops - head_flops) / 1e9);
@@ -655,9 +676,10 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
                pmd < 0.95 ? " (the rest was cached earlier in 4 KiB folios: --cold re-reads the file in 2 MiB "
                             "ones; TLB misses cost bandwidth)"
                           : "");
-    printf("  prefill %d tokens: %.2f s, %.1f tok/s, %.1f GFLOP/s; measured BF16 dot peak %.1f GFLOP/s (best of 3 probes "
-           "before and after: %.1f, %.1f) -> %.3f\n",
-           n_prompt, t_prefill, prefill_tps, prefill_gflops, peak, pk0, pk1, prefill_gflops / peak);
+    printf("  prefill %d tokens: %.2f s, %.1f tok/s, %.1f GFLOP/s; measured BF16 peak (%s) %.1f GFLOP/s (best of 3 "
+           "probes before and after: %.1f, %.1f) -> %.3f\n",
+           n_prompt, t_prefill, prefill_tps, prefill_gflops, strncmp(k->name, "amx", 3) ? "dot instructions" : "AMX tiles",
+           peak, pk0, pk1, prefill_gflops / peak);
     printf("  decode %d tokens (blocks of %d): %.2f tok/s, %.2f GB/s of weights; read bandwidth (median of "
            "neighbouring probes) %.2f GB/s -> fraction %.3f (median over %d blocks)\n",
            steps, block, decode_tps, tok_bytes * decode_tps / 1e9, bw_med, frac, n_blocks);
