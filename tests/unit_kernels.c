@@ -472,7 +472,9 @@ TEST(kernels_batch_invariant) {
 /* DSF_TYPE_MXFP4R (the experts repacked at load) against the MXFP4 rows it was made from.
  * The repacked kernel runs the same operations on the same values, so its results must be
  * the same bits as the MXFP4 kernel's, for decode and prefill token counts, short units
- * (n_in = 32, 64, 96, 160: one; 512 + 96, 512 + 384, 2304: whole units, then a short one), K chunk
+ * (n_in = 32, 64, 96, 160: one; 512 + 96, 512 + 384, 2304: whole units, then a short one), the
+ * decode tile's pairs of whole units (1024 + 256: a pair, then 8 blocks; 1536 + 96: a pair, a
+ * unit alone, a short one), K chunk
  * boundaries (2048 + 96, 2048 + 512), row ranges and the exceptional scales (e = 0 and
  * e = 255); the twins (both activation families) must also agree bit for
  * bit, and the row dequantizer must give the same floats. Guards against a wrong scale lane,
@@ -554,7 +556,7 @@ static int check_repacked(test_ctx *t, int64_t n_in, int64_t n_out, int64_t T, i
 }
 
 TEST(kernels_mxfp4r_same_bits) {
-    static const int64_t n_ins[] = {32, 64, 96, 160, 512 + 96, 512 + 384, 2048 + 96, 2048 + 512, 2304};
+    static const int64_t n_ins[] = {32, 64, 96, 160, 512 + 96, 512 + 384, 1024 + 256, 1536 + 96, 2048 + 96, 2048 + 512, 2304};
     static const int64_t Ts[] = {1, 2, 3, 7, 9, 33};
     for (unsigned a = 0; a < sizeof n_ins / sizeof *n_ins; a++)
         for (unsigned c = 0; c < sizeof Ts / sizeof *Ts; c++)
