@@ -3,8 +3,9 @@
  *
  * Selection: the best table whose every compile flag the CPU supports (a table compiled with
  * -mavx512vbmi may contain such instructions anywhere, so all of them are required); amx also
- * needs the OS to grant the tile state. DSF_KERNELS=ref|avx2|avx512|amx|amx-mxfp4 forces one; an unknown name or one the CPU cannot run prints a
- * warning and falls back to the automatic choice. */
+ * needs the OS to grant the tile state. DSF_KERNELS=ref|avx2|avx512|amx|amx-mxfp4 forces one;
+ * an unknown name or one the CPU cannot run prints a warning and falls back to the automatic
+ * choice. */
 #include "kernels.h"
 #include "util.h"
 

@@ -710,48 +710,33 @@ INLINE __m512 mx_unit_p(const __m512i *W, const uint16_t *xu, int nb) {
 
 /* T = 1, repacked: unit u (nb blocks; full = nb == 16) of 4 rows: line h of the 4 rows in
  * turn, 4 dots each into the row's own P (the same 16 dots in the same order as mx_unit_p),
- * and the rows' S. */
+ * and the rows' S. nv = 2 (full units only): units u and u + 1 at once, their lines
+ * interleaved, into P[0..3] and P[4..7] (S likewise), so that 8 chains of dots run instead of
+ * 4; each P still gets the same dots in the same order (the same bits). With 4 chains the
+ * tile waited on the latency of vdpbf16ps (6 cycles on a Zen 5 host): one core from L2 went
+ * from 42.5 to 50.7 GB/s, against the ~40 GB/s one core reads from memory there. */
 INLINE void mxr_t1_unit(const uint8_t *const *wr, const uint8_t *const *sr, const uint16_t *xu, int64_t u, int nb,
-                        __m512 *P, __m512 *S, const __m512i tbl, const int full) {
-    UNROLL for (int r = 0; r < 4; r++) P[r] = _mm512_setzero_ps();
+                        __m512 *P, __m512 *S, const __m512i tbl, const int full, const int nv) {
+    UNROLL for (int i = 0; i < 4 * nv; i++) P[i] = _mm512_setzero_ps();
     UNROLL for (int h = 0; h < 4; h++)
-        UNROLL for (int r = 0; r < 4; r++) {
-            const uint8_t *c = wr[r] + 256 * u;
-            __m512i W[4];
-            if (full) {
-                /* one prefetch per line read; the scale stream (1/16 of the codes) is left to
-                 * the hardware */
-                _mm_prefetch((const char *)(c + 64 * h + PF_DIST), _MM_HINT_T0);
-                mx_codes_to_w(_mm512_loadu_si512((const void *)(c + 64 * h)), W, tbl);
-            } else
-                mx_codes_to_w(mxr_line(c, nb, h), W, tbl);
-            UNROLL for (int s = 0; s < 4; s++)
-                P[r] = _mm512_dpbf16_ps(P[r], as_bh(W[s]), as_bh(_mm512_load_si512((const void *)(xu + 32 * (4 * h + s)))));
-        }
-    UNROLL for (int r = 0; r < 4; r++) S[r] = mx_scale_s(mxr_scale_bytes(sr[r] + 16 * u, full ? 16 : nb));
-}
-
-/* T = 1, repacked: two full units u, u + 1 of 4 rows at once, their lines interleaved, so
- * that 8 chains of dots run instead of 4. Each P gets exactly mxr_t1_unit's dots in its
- * order (the same bits); only the schedule changes. With 4 chains the kernel waited on the
- * latency of vdpbf16ps (6 cycles on a Zen 5 host): one core from L2 went from 42.5 to 50
- * GB/s, against the ~40 GB/s one core reads from memory there. */
-INLINE void mxr_t1_unit2(const uint8_t *const *wr, const uint8_t *const *sr, const uint16_t *xu, int64_t u, __m512 *P,
-                         __m512 *S, const __m512i tbl) {
-    UNROLL for (int i = 0; i < 8; i++) P[i] = _mm512_setzero_ps();
-    UNROLL for (int h = 0; h < 4; h++)
-        UNROLL for (int v = 0; v < 2; v++)
+        UNROLL for (int v = 0; v < nv; v++)
             UNROLL for (int r = 0; r < 4; r++) {
                 const uint8_t *c = wr[r] + 256 * (u + v);
                 __m512i W[4];
-                _mm_prefetch((const char *)(c + 64 * h + PF_DIST), _MM_HINT_T0);
-                mx_codes_to_w(_mm512_loadu_si512((const void *)(c + 64 * h)), W, tbl);
+                if (full) {
+                    /* one prefetch per line read; the scale stream (1/16 of the codes) is left
+                     * to the hardware */
+                    _mm_prefetch((const char *)(c + 64 * h + PF_DIST), _MM_HINT_T0);
+                    mx_codes_to_w(_mm512_loadu_si512((const void *)(c + 64 * h)), W, tbl);
+                } else
+                    mx_codes_to_w(mxr_line(c, nb, h), W, tbl);
                 UNROLL for (int s = 0; s < 4; s++)
                     P[4 * v + r] = _mm512_dpbf16_ps(P[4 * v + r], as_bh(W[s]),
                                                     as_bh(_mm512_load_si512((const void *)(xu + MXU * v + 32 * (4 * h + s)))));
             }
-    UNROLL for (int v = 0; v < 2; v++)
-        UNROLL for (int r = 0; r < 4; r++) S[4 * v + r] = mx_scale_s(mxr_scale_bytes(sr[r] + 16 * (u + v), 16));
+    UNROLL for (int v = 0; v < nv; v++)
+        UNROLL for (int r = 0; r < 4; r++)
+            S[4 * v + r] = mx_scale_s(mxr_scale_bytes(sr[r] + 16 * (u + v), full ? 16 : nb));
 }
 
 /* T = 1, repacked: a short unit of 8 blocks (2304-wide rows) of 4 rows, its paired lines
@@ -803,14 +788,14 @@ INLINE int mx_t1_tile(const uint8_t *const *wr, const uint8_t *const *sr, const 
         __m512 P[8], S[8];
         if (R && u + 1 < u1 && (u + 2 < u1 || nbl == 16)) {
             /* units u and u + 1, both full: their P and S, then each unit's step in turn */
-            mxr_t1_unit2(wr, sr, xu, u, P, S, tbl);
+            mxr_t1_unit(wr, sr, xu, u, 16, P, S, tbl, 1, 2);
             mx_t1_step(P, S, acc, any, masked);
             mx_t1_step(P + 4, S + 4, acc, any, masked);
             u++;
             continue;
         }
-        if (R && nb == 16) mxr_t1_unit(wr, sr, xu, u, 16, P, S, tbl, 1);
-        else if (R && nb > 8) mxr_t1_unit(wr, sr, xu, u, nb, P, S, tbl, 0);
+        if (R && nb == 16) mxr_t1_unit(wr, sr, xu, u, 16, P, S, tbl, 1, 1);
+        else if (R && nb > 8) mxr_t1_unit(wr, sr, xu, u, nb, P, S, tbl, 0, 1);
         else if (R && nb == 8) mxr_t1_pair8(wr, sr, xu, u, P, S, tbl);
         else
             UNROLL for (int r = 0; r < 4; r++) {
