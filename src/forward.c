@@ -65,24 +65,57 @@ static int64_t mm_min_grain(const fwd *f, const dsf_wmat *w, int64_t T) {
 
 /* DSF_PROFILE=1: a time split printed to stderr at exit, for decode steps (T = 1) and prefill
  * chunks (T > 1) apart: whole forward calls, and the matmuls by path (fp32 / BF16
- * activations) and weight type, with the bytes (decode) or FLOPs (prefill) they did. A
- * debugging aid for speed work; off by default (one branch per call). Process-wide counters
- * without locks: meant for one engine driven by one thread (bench, logits, run). */
-enum { PROF_TYPES = 3, PROF_PATHS = 2 };
+ * activations) and weight type, with the bytes (decode) or FLOPs (prefill) they did.
+ * DSF_PROFILE=2 adds a table by product: each shape and weight type (a multi-product job,
+ * such as an MoE job, as one line named by its first product and its count), with its calls,
+ * time, GB/s and GFLOP/s, slowest first. A debugging aid for speed work; off by default (one
+ * branch per call). Process-wide counters without locks: meant for one engine driven by one
+ * thread (bench, logits, run). */
+enum { PROF_TYPES = 3, PROF_PATHS = 2, PROF_PRODS = 96 };
+typedef struct {
+    int64_t n_out, n_in;
+    uint32_t type;
+    int n; /* products in the job (1: a single product) */
+    long calls;
+    double s, bytes, flop;
+} prof_prod;
 typedef struct {
     double fwd_s, tokens, mm_s[PROF_PATHS][PROF_TYPES], mm_bytes[PROF_PATHS][PROF_TYPES], mm_flop[PROF_PATHS][PROF_TYPES];
     long calls, mm_calls;
+    prof_prod prod[PROF_PRODS];
+    int n_prod, prod_full; /* prod_full: a product did not fit the table */
 } prof_phase;
 static struct {
-    int on;
+    int on; /* 0 off, 1 the time split, 2 also the table by product */
     prof_phase ph[2]; /* 0: decode steps, 1: prefill chunks */
 } prof = {.on = -1};
+
+static int prof_prod_cmp(const void *a, const void *b) {
+    const prof_prod *x = a, *y = b;
+    return x->s < y->s ? 1 : x->s > y->s ? -1 : 0;
+}
+
+static void prof_report_prods(const char *phase, prof_phase *q, double per) {
+    qsort(q->prod, (size_t)q->n_prod, sizeof *q->prod, prof_prod_cmp);
+    fprintf(stderr, "dsflash profile by product, %s (ms per token; a job of n products is named by its first):\n", phase);
+    fprintf(stderr, "  %-30s %8s %9s %8s %9s\n", "product", "calls", "ms/token", "GB/s", "GFLOP/s");
+    for (int i = 0; i < q->n_prod; i++) {
+        const prof_prod *p = &q->prod[i];
+        char name[64];
+        int o = p->n > 1 ? snprintf(name, sizeof name, "job of %d: ", p->n) : 0;
+        snprintf(name + o, sizeof name - (size_t)o, "%lld x %lld %s", (long long)p->n_out, (long long)p->n_in,
+                 p->type == DSF_TYPE_MXFP4R ? "mxfp4r" : ggml_type_name(p->type));
+        fprintf(stderr, "  %-30s %8ld %9.3f %8.2f %9.1f\n", name, p->calls, 1e3 * p->s / per, p->bytes / p->s / 1e9,
+                p->flop / p->s / 1e9);
+    }
+    if (q->prod_full) fprintf(stderr, "  (more than %d distinct products: the rest not listed)\n", PROF_PRODS);
+}
 
 static void prof_report(void) {
     static const char *path[PROF_PATHS] = {"fp32 act", "bf16 act"};
     static const char *type[PROF_TYPES] = {"dense", "mxfp4", "mxfp4 (n_in < 4096)"};
     for (int ph = 0; ph < 2; ph++) {
-        const prof_phase *q = &prof.ph[ph];
+        prof_phase *q = &prof.ph[ph];
         if (!q->calls) continue;
         double mm = 0, per = ph ? q->tokens : (double)q->calls;
         for (int a = 0; a < PROF_PATHS; a++)
@@ -96,13 +129,14 @@ static void prof_report(void) {
                     fprintf(stderr, "  %s %-20s: %.2f ms/token, %.2f GB/s, %.1f GFLOP/s\n", path[a], type[b],
                             1e3 * q->mm_s[a][b] / per, q->mm_bytes[a][b] / q->mm_s[a][b] / 1e9,
                             q->mm_flop[a][b] / q->mm_s[a][b] / 1e9);
+        if (prof.on >= 2) prof_report_prods(ph ? "prefill" : "decode", q, per);
     }
 }
 
 static int prof_enabled(void) {
     if (prof.on < 0) {
         const char *v = dsf_knob("DSF_PROFILE");
-        prof.on = v && *v && strcmp(v, "0") != 0;
+        prof.on = !v || !*v || !strcmp(v, "0") ? 0 : !strcmp(v, "2") ? 2 : 1;
         if (prof.on) atexit(prof_report);
     }
     return prof.on;
@@ -117,6 +151,34 @@ static void prof_mm(const fwd *f, const dsf_wmat *w, int64_t T, int path, double
     q->mm_calls++;
 }
 
+/* One product or job (n products from w[0]) into the table by product (DSF_PROFILE=2). */
+static void prof_job(const fwd *f, const dsf_wmat *const *w, int n, int64_t T, double t0) {
+    if (prof.on < 2 || n <= 0) return;
+    prof_phase *q = &prof.ph[f->T > 1];
+    double bytes = 0, flop = 0;
+    for (int i = 0; i < n; i++) {
+        bytes += (double)wmat_row_read_bytes(w[i]) * (double)w[i]->n_out;
+        flop += 2.0 * (double)w[i]->n_in * (double)w[i]->n_out * (double)T;
+    }
+    prof_prod *p = NULL;
+    for (int i = 0; i < q->n_prod && !p; i++)
+        if (q->prod[i].n_out == w[0]->n_out && q->prod[i].n_in == w[0]->n_in && q->prod[i].type == w[0]->type &&
+            q->prod[i].n == n)
+            p = &q->prod[i];
+    if (!p) {
+        if (q->n_prod == PROF_PRODS) {
+            q->prod_full = 1;
+            return;
+        }
+        p = &q->prod[q->n_prod++];
+        *p = (prof_prod){.n_out = w[0]->n_out, .n_in = w[0]->n_in, .type = w[0]->type, .n = n};
+    }
+    p->calls++;
+    p->s += dsf_now() - t0;
+    p->bytes += bytes;
+    p->flop += flop;
+}
+
 static void prof_fwd(int64_t T, double t0) {
     prof_phase *q = &prof.ph[T > 1];
     q->fwd_s += dsf_now() - t0;
@@ -128,7 +190,10 @@ static void prof_fwd(int64_t T, double t0) {
 static void run_mm(const fwd *f, const dsf_wmat *w, int64_t T, dsf_range_fn fn, void *job, int path) {
     double t0 = prof_enabled() ? dsf_now() : 0;
     dsf_parallel_for_guided(f->e->pool, w->n_out, mm_min_grain(f, w, T), fn, job);
-    if (t0 > 0) prof_mm(f, w, T, path, t0);
+    if (t0 > 0) {
+        prof_job(f, &w, 1, T, t0);
+        prof_mm(f, w, T, path, t0);
+    }
 }
 
 void fwd_mm(const fwd *f, const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy) {
@@ -274,6 +339,7 @@ static void mm_multi(const fwd *f, int n, const dsf_wmat *const *w, const float 
         }
     }
     run_units(f, units, nu);
+    if (t0 > 0) prof_job(f, w, n, 1, t0);
     if (t0 > 0) { /* one clock for the whole job: split it by bytes */
         double tot = 0, dt = dsf_now() - t0;
         for (int i = 0; i < n; i++) tot += (double)wmat_row_read_bytes(w[i]) * (double)w[i]->n_out;

@@ -402,6 +402,22 @@ TEST(kernels_bench_cli) {
     CHECKF(rc == 0 && strstr(out, "decode_bw_fraction=") && strstr(out, "dsflash profile, decode: 3 calls") &&
                strstr(out, "dsflash profile, prefill:"),
            "rc %d: %s", rc, out);
+    /* DSF_PROFILE=2: the table by product. The tiny preset (vocab 1024, hidden 128, 8 layers,
+     * top-2 routed + 1 shared expert of 64): 3 decode steps run the LM head 3 times and the
+     * MoE gate/up job (2 products per expert, 3 experts) 8 x 3 times. */
+    snprintf(cmd, sizeof cmd, "DSF_PROFILE=2 %s bench -m %s/bench-tiny.gguf --prompt 6 --gen 3 --threads 2 "
+             "--arena-mb 64 2>&1", test_bin(), test_tmpdir());
+    rc = test_run(cmd, out, sizeof out);
+    const char *dec = strstr(out, "dsflash profile by product, decode");
+    const char *pre = dec ? strstr(dec, "dsflash profile, prefill") : NULL;
+    CHECKF(rc == 0 && dec && pre && strstr(pre, "dsflash profile by product, prefill"), "rc %d: %s", rc, out);
+    long head = -1, moe = -1;
+    for (const char *l = dec; l && l < pre; l = strchr(l + 1, '\n')) {
+        long n;
+        if (sscanf(l, " 1024 x 128 BF16 %ld", &n) == 1) head = n;
+        if (sscanf(l, " job of 6: 64 x 128 mxfp4r %ld", &n) == 1) moe = n;
+    }
+    CHECKF(head == 3 && moe == 24, "LM head calls %ld (want 3), MoE gate/up jobs %ld (want 24): %s", head, moe, out);
 }
 
 /* Batch invariance: within a kernel family, y[t][r] must not depend on T, on the token's
