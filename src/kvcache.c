@@ -115,7 +115,7 @@ int scratch_init(dsf_scratch *sc, const dsf_shape *s, int64_t T, int64_t max_ctx
     TAKE(qa, t * ql * F);
     TAKE(qr, t * ql * F);
     TAKE(qrq, t * ql * F);
-    TAKE(q, t * H * dh * F);
+    TAKE(q, t * (H * dh + DSF_Q_PAD) * F);
     TAKE(kvw, t * dh * F);
     TAKE(o, t * H * dh * F);
     TAKE(ya, t * oo * F);
