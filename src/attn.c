@@ -332,7 +332,8 @@ static void core_range(void *ctx, int64_t i0, int64_t i1, int tid) {
         const int64_t nk = query_keys(f, j->il, t, keys);
         /* one joint softmax over window + selected rows; the sink is a raw logit in the
          * denominator only (kernels_attn.h) */
-        ka_attn(j->k, sc->o + (t * H + h) * dh, sc->q + t * (H * dh + DSF_Q_PAD) + h * dh, n, dh, keys, nk, j->scale, sinks + h, att);
+        const float *q = sc->q + t * (H * dh + DSF_Q_PAD) + h * dh;
+        ka_attn(j->k, sc->o + (t * H + h) * dh, q, n, dh, keys, nk, j->scale, sinks + h, att);
         rope_rows(sc->o + (t * H + h) * dh + dh - nrot, n, dh, nrot, j->freq, f->tpos[t], 1);
     }
 }

@@ -97,7 +97,8 @@ static int prof_prod_cmp(const void *a, const void *b) {
 
 static void prof_report_prods(const char *phase, prof_phase *q, double per) {
     qsort(q->prod, (size_t)q->n_prod, sizeof *q->prod, prof_prod_cmp);
-    fprintf(stderr, "dsflash profile by product, %s (ms per token; a job of n products is named by its first):\n", phase);
+    fprintf(stderr, "dsflash profile by product, %s (ms per token; a job of n products is named by its first):\n",
+            phase);
     fprintf(stderr, "  %-30s %8s %9s %8s %9s\n", "product", "calls", "ms/token", "GB/s", "GFLOP/s");
     for (int i = 0; i < q->n_prod; i++) {
         const prof_prod *p = &q->prod[i];

@@ -48,7 +48,7 @@ typedef struct {
     float *mix;                  /* [T][mix] */
     float *h, *u;                /* [T][D] */
     float *qa, *qr, *qrq, *uq;   /* [T][q_lora], uq: [T][D] QDQ'd input */
-    float *q;                    /* [T][H * dh + DSF_Q_PAD]: the query heads of token t at q + t * (H * dh + DSF_Q_PAD) */
+    float *q;                    /* [T][H * dh + DSF_Q_PAD]: token t's heads from q + t * (H * dh + DSF_Q_PAD) */
     float *kvw;                  /* [T][dh] */
     float *o;                    /* [T][H][dh] */
     float *ya, *yaq;             /* [T][og*olr] */
