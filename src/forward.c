@@ -340,8 +340,8 @@ static void mm_multi(const fwd *f, int n, const dsf_wmat *const *w, const float 
         }
     }
     run_units(f, units, nu);
-    if (t0 > 0) prof_job(f, w, n, 1, t0);
     if (t0 > 0) { /* one clock for the whole job: split it by bytes */
+        prof_job(f, w, n, 1, t0);
         double tot = 0, dt = dsf_now() - t0;
         for (int i = 0; i < n; i++) tot += (double)wmat_row_read_bytes(w[i]) * (double)w[i]->n_out;
         for (int i = 0; i < n; i++)
