@@ -31,12 +31,13 @@ static void mm_range(void *ctx, int64_t i0, int64_t i1, int tid) {
     kern_matmul(j->k, j->w, j->x, j->T, j->y, j->ldy, i0, i1);
 }
 
-/* Rows per unit of a threaded matmul: MM_UNITS units per thread, claimed dynamically (the
- * kernels give every row the same value whatever its range, so the split changes nothing).
- * A single product is claimed guided instead (pieces shrink from a quarter of the rows per
- * thread down to mm_min_grain), so that both threads finish together. */
+/* Rows per unit of a multi-product job (mm_multi): MM_UNITS units per thread and product,
+ * claimed from both ends in shrinking runs (the kernels give every row the same value
+ * whatever its range, so the split changes nothing). A single product is claimed guided
+ * instead (pieces shrink from a quarter of the rows per thread down to mm_min_grain). Either
+ * way both threads finish together. */
 #ifndef MM_UNITS
-#define MM_UNITS 4
+#define MM_UNITS 16
 #endif
 static int64_t mm_grain(const fwd *f, const dsf_wmat *w) {
     int64_t grain = w->n_out / (MM_UNITS * dsf_pool_size(f->e->pool));
@@ -54,7 +55,7 @@ static int64_t mm_grain(const fwd *f, const dsf_wmat *w) {
 #define MM_TAIL_BYTES 65536
 #endif
 static int64_t mm_min_grain(const fwd *f, const dsf_wmat *w, int64_t T) {
-    int64_t grain = w->n_out / (8 * MM_UNITS * dsf_pool_size(f->e->pool));
+    int64_t grain = w->n_out / (32 * dsf_pool_size(f->e->pool));
     if (T == 1 && MM_TAIL_BYTES > 0) {
         const int64_t rb = (int64_t)wmat_row_read_bytes(w) > 0 ? (int64_t)wmat_row_read_bytes(w) : 1;
         grain = (MM_TAIL_BYTES + rb - 1) / rb;
@@ -279,13 +280,17 @@ typedef struct {
     const mm_unit *u;
 } multi_job;
 
+/* Units [i0, i1) of a job; adjacent units of one product run as one call (longer row
+ * streams for the kernel's tiles). */
 static void multi_range(void *ctx, int64_t i0, int64_t i1, int tid) {
     (void)tid;
     const multi_job *j = ctx;
-    for (int64_t i = i0; i < i1; i++) {
+    for (int64_t i = i0; i < i1;) {
         const mm_unit *u = &j->u[i];
-        if (u->xb) kern_matmul_xbf16(j->k, u->w, u->xb, 1, u->y, u->w->n_out, u->r0, u->r1);
-        else kern_matmul(j->k, u->w, u->x, 1, u->y, u->w->n_out, u->r0, u->r1);
+        int64_t r1 = u->r1;
+        for (i++; i < i1 && j->u[i].w == u->w && j->u[i].y == u->y && j->u[i].r0 == r1; i++) r1 = j->u[i].r1;
+        if (u->xb) kern_matmul_xbf16(j->k, u->w, u->xb, 1, u->y, u->w->n_out, u->r0, r1);
+        else kern_matmul(j->k, u->w, u->x, 1, u->y, u->w->n_out, u->r0, r1);
     }
 }
 

@@ -92,15 +92,17 @@ static void run_chunk(dsf_pool *p, int k) {
             p->fn(p->ctx, i0, i1, k);
             i0 = atomic_load(&p->next);
         }
-    } else if (p->dynamic == 3) { /* units [front, back) are unclaimed */
+    } else if (p->dynamic == 3) { /* units [front, back) are unclaimed; guided from either end */
         const int from_back = k & 1;
         int_fast64_t v = atomic_load(&p->next);
         for (;;) {
             const int64_t front = v & 0xffffffff, back = v >> 32;
             if (front >= back) break;
-            if (!atomic_compare_exchange_weak(&p->next, &v, from_back ? v - ((int_fast64_t)1 << 32) : v + 1)) continue;
-            i0 = from_back ? back - 1 : front;
-            p->fn(p->ctx, i0, i0 + 1, k);
+            int64_t size = (back - front) / (2 * p->n);
+            if (size < 1) size = 1;
+            if (!atomic_compare_exchange_weak(&p->next, &v, from_back ? v - ((int_fast64_t)size << 32) : v + size)) continue;
+            i0 = from_back ? back - size : front;
+            p->fn(p->ctx, i0, i0 + size, k);
             v = atomic_load(&p->next);
         }
     } else if (p->dynamic) {

@@ -34,10 +34,11 @@ void dsf_parallel_for_dyn(dsf_pool *p, int64_t n, int64_t grain, dsf_range_fn fn
  * pieces shrink towards the end and the threads finish together, with few claims. Same
  * contract as dsf_parallel_for_dyn (boundaries depend on timing; tid = the thread's index). */
 void dsf_parallel_for_guided(dsf_pool *p, int64_t n, int64_t min_grain, dsf_range_fn fn, void *ctx);
-/* Two-ended claiming of n single-index units: even threads claim from the front (0, 1, ...),
- * odd threads from the back (n - 1, n - 2, ...), one unit per fn call, until the two ends
- * meet. A caller that puts compute-bound units first and bandwidth-bound ones last thus has
- * both kinds running at once on two threads until one kind runs out. Same contract as
+/* Two-ended claiming of n units: even threads claim from the front, odd threads from the
+ * back, until the two ends meet; each claim takes max(1, unclaimed / (2 x threads)) adjacent
+ * units (one fn call), so the claims shrink to single units where the ends meet. A caller
+ * that puts compute-bound units first and bandwidth-bound ones last thus has both kinds
+ * running at once on two threads until one kind runs out. Same contract as
  * dsf_parallel_for_dyn; n < 2^31. */
 void dsf_parallel_for_ends(dsf_pool *p, int64_t n, dsf_range_fn fn, void *ctx);
 

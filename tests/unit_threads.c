@@ -202,17 +202,20 @@ static void guided_visit(void *ctx, int64_t i0, int64_t i1, int tid) {
 
 TEST(threads_guided_pieces) { check_claims(t, dsf_parallel_for_guided, guided_visit); }
 
-/* Two-ended jobs: every unit visited exactly once, one unit per call; even threads claim
- * front to back (their units rise), odd threads back to front (their units fall). */
+/* Two-ended jobs: every unit visited exactly once; even threads claim front to back (each
+ * claim starts past the end of their last), odd threads back to front (each claim ends at or
+ * before the start of their last); no claim is larger than half of what was unclaimed when
+ * it was taken over 2 x threads, i.e. than n / (2 x threads), nor empty. */
 static void ends_visit(void *ctx, int64_t i0, int64_t i1, int tid) {
     dyn_ctx *d = ctx;
-    if (i1 != i0 + 1 || tid < 0 || tid >= d->nthreads || tid >= 8) {
+    int64_t most = d->n / (2 * d->nthreads) > 1 ? d->n / (2 * d->nthreads) : 1;
+    if (i1 <= i0 || i1 - i0 > most || tid < 0 || tid >= d->nthreads || tid >= 8) {
         atomic_store(&d->bad, 1);
         return;
     }
-    if (d->last[tid] >= 0 && ((tid & 1) ? i0 >= d->last[tid] : i0 <= d->last[tid])) atomic_store(&d->bad, 1);
-    d->last[tid] = i0;
-    atomic_fetch_add(&d->hits[i0], 1);
+    if (d->last[tid] >= 0 && ((tid & 1) ? i1 > d->last[tid] : i0 < d->last[tid])) atomic_store(&d->bad, 1);
+    d->last[tid] = (tid & 1) ? i0 : i1;
+    for (int64_t i = i0; i < i1; i++) atomic_fetch_add(&d->hits[i], 1);
 }
 
 static void ends_run(dsf_pool *p, int64_t n, int64_t grain, dsf_range_fn fn, void *ctx) {
