@@ -144,20 +144,47 @@ int sampler_survivors(const float *logits, int n_vocab, const dsf_sampler_params
 
 /* ==== sampling ========================================================================== */
 
+/* Greedy over logits [i0, i1), merged into (*best, *bl): the largest logit, the lowest id
+ * among equal ones; NaN and -inf never win (best stays -1 if nothing does). Eight running
+ * maxima over interleaved ids, merged at the end: one chain through a compare and a select
+ * per id ran ~150 us over a 129280-entry vocabulary, and a chain through the load of
+ * logits[best] ~600 us (the bench's own loop, 0.7 % of a decode step of the bench model). */
+static void greedy_scan(const float *logits, int i0, int i1, int32_t *best, float *bl) {
+    float m[8];
+    int32_t id[8];
+    for (int j = 0; j < 8; j++) {
+        m[j] = -INFINITY;
+        id[j] = -1;
+    }
+    int i = i0;
+    for (; i + 8 <= i1; i += 8)
+        for (int j = 0; j < 8; j++)
+            if (logits[i + j] > m[j]) {
+                m[j] = logits[i + j];
+                id[j] = i + j;
+            }
+    for (; i < i1; i++) /* the tail's ids exceed lane 0's, and > keeps the lowest on ties */
+        if (logits[i] > m[0]) {
+            m[0] = logits[i];
+            id[0] = i;
+        }
+    for (int j = 0; j < 8; j++)
+        if (id[j] >= 0 && (*best < 0 || m[j] > *bl || (m[j] == *bl && id[j] < *best))) {
+            *best = id[j];
+            *bl = m[j];
+        }
+}
+
 int32_t dsf_sample_ws(const float *logits, int n_vocab, const dsf_sampler_params *p,
                       uint64_t *rng_state, void *scratch) {
     if (n_vocab <= 0 || !logits) return -1;
     if (!(p->temperature > 0.0f)) { /* greedy (also for a NaN temperature) */
         int32_t best = -1;
         float bl = 0.0f;
-        for (int i = 0; i < n_vocab; i++) {
-            float l = logits[i];
-            if (isnan(l) || l == -INFINITY || (p->ignore_eos && i == p->eos_id)) continue;
-            if (best < 0 || l > bl) {
-                best = i;
-                bl = l;
-            }
-        }
+        if (p->ignore_eos && p->eos_id >= 0 && p->eos_id < n_vocab) {
+            greedy_scan(logits, 0, p->eos_id, &best, &bl);
+            greedy_scan(logits, p->eos_id + 1, n_vocab, &best, &bl);
+        } else greedy_scan(logits, 0, n_vocab, &best, &bl);
         return best;
     }
     cand *c = scratch;

@@ -93,6 +93,43 @@ TEST(smp_greedy) {
     for (int i = 0; i < 20; i++) CHECK(dsf_sample(L4, 4, &p, &rng) == 0);
 }
 
+/* Greedy over vocabularies longer than the sampler's 8 interleaved maxima: the winner in
+ * every lane position and in the tail, ties across lanes (the lowest id wins), NaN and -inf
+ * never winning, EOS masked in the middle; the expected id is found by a plain scan here. */
+TEST(smp_greedy_long) {
+    enum { N = 1003 };
+    static float a[N];
+    dsf_sampler_params p;
+    dsf_sampler_params_default(&p);
+    p.temperature = 0.0f;
+    uint64_t rng = dsf_rng_init(3);
+    for (int trial = 0; trial < 200; trial++) {
+        uint64_t s = dsf_rng_init((uint64_t)trial + 11);
+        for (int i = 0; i < N; i++) {
+            double u = dsf_rng_uniform(&s);
+            a[i] = u < 0.05 ? NAN : u < 0.1 ? -INFINITY : (float)(int)(u * 40.0); /* many ties */
+        }
+        if (trial % 4 == 1) a[N - 1 - trial % 7] = 1000.0f; /* the winner in the tail */
+        if (trial % 4 == 2) a[8 * (trial % 100) + trial % 8] = 1000.0f;
+        p.ignore_eos = trial % 3 == 0;
+        p.eos_id = (trial * 37) % N;
+        int want = -1;
+        for (int i = 0; i < N; i++) {
+            if (isnan(a[i]) || a[i] == -INFINITY || (p.ignore_eos && i == p.eos_id)) continue;
+            if (want < 0 || a[i] > a[want]) want = i;
+        }
+        CHECKF(dsf_sample(a, N, &p, &rng) == want, "trial %d: want %d", trial, want);
+        for (int n = 1; n <= 17; n++) { /* short vocabularies: lanes partly or not at all */
+            int w = -1;
+            for (int i = 0; i < n; i++) {
+                if (isnan(a[i]) || a[i] == -INFINITY || (p.ignore_eos && i == p.eos_id)) continue;
+                if (w < 0 || a[i] > a[w]) w = i;
+            }
+            CHECKF(dsf_sample(a, n, &p, &rng) == w, "trial %d, n %d: want %d", trial, n, w);
+        }
+    }
+}
+
 /* splitmix64 with state 0 yields 0xE220A8397B1DCDAF first (the published test vector). */
 TEST(smp_rng_vector) {
     uint64_t s = dsf_rng_init(0);

@@ -630,13 +630,16 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
     double *fr = malloc((size_t)(n_blocks + 1) * sizeof *fr), *bw = malloc((size_t)(n_blocks + 1) * sizeof *bw);
     double p_prev = probe_read(pool, k, arena, arena_n), t_dec = 0;
     int pos = n_prompt, steps = 0;
+    dsf_sampler_params greedy;
+    dsf_sampler_params_default(&greedy);
+    greedy.temperature = 0.0f;
+    uint64_t rng = dsf_rng_init(0);
     for (int bi = 0; bi < n_blocks; bi++) {
         double tb = dsf_now();
         for (int j = 0; j < block; j++) {
-            int best = 0;
-            for (int v = 1; v < n_vocab; v++)
-                if (logits[v] > logits[best]) best = v;
-            toks[pos] = best;
+            /* the engine's greedy sampler: the step a user's greedy decode takes */
+            int32_t best = dsf_sample_ws(logits, n_vocab, &greedy, &rng, NULL);
+            toks[pos] = best >= 0 ? best : 0;
             if (dsf_session_eval(ss, &toks[pos], 1, logits, false, err) < 0) {
                 fprintf(stderr, "dsflash bench: decode: %s\n", err);
                 return 1;
