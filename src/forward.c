@@ -31,16 +31,19 @@ static void mm_range(void *ctx, int64_t i0, int64_t i1, int tid) {
     kern_matmul(j->k, j->w, j->x, j->T, j->y, j->ldy, i0, i1);
 }
 
-/* Rows per unit of a multi-product job (mm_multi): MM_UNITS units per thread and product,
- * claimed from both ends in shrinking runs (the kernels give every row the same value
- * whatever its range, so the split changes nothing). A single product is claimed guided
- * instead (pieces shrink from a quarter of the rows per thread down to mm_min_grain). Either
- * way both threads finish together. */
+/* Rows per unit of a multi-product job (mm_multi): MM_UNITS units per thread and product, at
+ * most MM_UNITS_MAX per product (so that an MoE job of 14 products stays one job of at most
+ * MULTI_UNITS units on a many-core pool), claimed from both ends in shrinking runs (the
+ * kernels give every row the same value whatever its range, so the split changes nothing).
+ * A single product is claimed guided instead (pieces shrink from a quarter of the rows per
+ * thread down to mm_min_grain). Either way the threads finish together. */
 #ifndef MM_UNITS
 #define MM_UNITS 16
 #endif
+#define MM_UNITS_MAX 32
 static int64_t mm_grain(const fwd *f, const dsf_wmat *w) {
-    int64_t grain = w->n_out / (MM_UNITS * dsf_pool_size(f->e->pool));
+    int64_t units = MM_UNITS * (int64_t)dsf_pool_size(f->e->pool);
+    int64_t grain = w->n_out / (units < MM_UNITS_MAX ? units : MM_UNITS_MAX);
     return grain < 16 ? 16 : grain;
 }
 
