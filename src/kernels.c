@@ -113,10 +113,12 @@ const dsf_kernels *kernels_get(void) {
 
 uint64_t mxfp4r_row_bytes(int64_t n_in) { return n_in > 0 && n_in % 32 == 0 ? (uint64_t)n_in / 2 : 0; }
 
-/* Byte offset of code bytes 4h .. 4h+3 of block b in a repacked row of nbk blocks: unit
- * u = b / 16 is 4 lines of 4 nu bytes, nu = its blocks (16, or fewer in the last) (kernels.h). */
+/* Byte offset of code bytes 4h .. 4h+3 of block b in a repacked row of nbk blocks (kernels.h):
+ * unit u = b / 16 is 4 lines of 4 nu bytes, nu = its blocks (16, or fewer in the last); the
+ * two whole units of a pair (2p, 2p + 1) interleave their lines. */
 static uint64_t mxfp4r_dword(int64_t nbk, int64_t b, int h) {
-    const int64_t u = b / 16, nu = nbk - 16 * u < 16 ? nbk - 16 * u : 16;
+    const int64_t u = b / 16, nu = nbk - 16 * u < 16 ? nbk - 16 * u : 16, npair = nbk / 32;
+    if (u < 2 * npair) return (uint64_t)(512 * (u / 2) + 128 * h + 64 * (u % 2) + 4 * (b % 16));
     return (uint64_t)(256 * u + 4 * nu * h + 4 * (b % 16));
 }
 

@@ -642,6 +642,19 @@ INLINE __m512i mxr_scale_bytes(const uint8_t *sc, int nb) {
     return _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8((__mmask16)((1u << nb) - 1), sc));
 }
 
+/* DSF_TYPE_MXFP4R: line h of whole unit u of an interleaved pair (units 2p, 2p + 1, both
+ * whole: kernels.h) in the row at c. */
+INLINE const uint8_t *mxr_pair_line(const uint8_t *c, int64_t u, int h) { return c + 256 * (u & ~(int64_t)1) + 128 * h + 64 * (u & 1); }
+
+/* Whether unit u of a K chunk [u0, u1) (u0 even; units whole except the last, of nbl blocks)
+ * is one of an interleaved pair: itself and u ^ 1 whole units of the chunk. A pair never
+ * straddles a chunk: chunks start at multiples of 4 units, and only a row's last chunk ends
+ * elsewhere. */
+INLINE int mxr_paired(int64_t u, int64_t u1, int nbl) {
+    const int64_t v = u ^ 1;
+    return v < u1 && (u < u1 - 1 || nbl == 16) && (v < u1 - 1 || nbl == 16);
+}
+
 /* Decodes unit u of a row in either layout (R = 0: MXFP4, row the row; R = 1: the repacked
  * codes and scales sc): W[0..15] with the given table, and S. A short unit of nb <= 8 blocks
  * (the last of a 2304-wide row) takes half the work: its lines are paired, line 0 in lanes
@@ -651,12 +664,14 @@ INLINE __m512i mxr_scale_bytes(const uint8_t *sc, int nb) {
  * of each operation on a short unit is idle, and 256-bit operations cost as much as 512-bit
  * ones here: a 256-bit tile for it ran no faster.) */
 INLINE void mx_unit(const uint8_t *row, const uint8_t *sc, int64_t u, int nb, __m512i *W, __m512 *S, const int R,
-                    const uint16_t *table) {
+                    const uint16_t *table, const int paired) {
     const __m512i tbl = _mm512_load_si512((const void *)table);
     __m512i L[4], e;
     if (R) {
         const uint8_t *c = row + 256 * u;
-        if (nb > 8) {
+        if (paired) { /* a whole unit of an interleaved pair (kernels.h) */
+            UNROLL for (int h = 0; h < 4; h++) L[h] = _mm512_loadu_si512((const void *)mxr_pair_line(row, u, h));
+        } else if (nb > 8) {
             UNROLL for (int h = 0; h < 4; h++) L[h] = mxr_line(c, nb, h);
         } else if (nb == 8) {
             L[0] = _mm512_loadu_si512((const void *)c);
@@ -724,10 +739,13 @@ INLINE void mxr_t1_unit(const uint8_t *const *wr, const uint8_t *const *sr, cons
                 const uint8_t *c = wr[r] + 256 * (u + v);
                 __m512i W[4];
                 if (full) {
-                    /* one prefetch per line read; the scale stream (1/16 of the codes) is left
-                     * to the hardware */
-                    _mm_prefetch((const char *)(c + 64 * h + PF_DIST), _MM_HINT_T0);
-                    mx_codes_to_w(_mm512_loadu_si512((const void *)(c + 64 * h)), W, tbl);
+                    /* units u, u + 1 (nv = 2, u even) are an interleaved pair (mxr_pair_line),
+                     * so that this loop reads each row at rising addresses; a whole unit alone (nv = 1)
+                     * is a row's last whole unit, not in a pair. One prefetch per line
+                     * read; the scale stream (1/16 of the codes) is left to the hardware. */
+                    const uint8_t *cl = nv == 2 ? wr[r] + 256 * u + 128 * h + 64 * v : c + 64 * h;
+                    _mm_prefetch((const char *)(cl + PF_DIST), _MM_HINT_T0);
+                    mx_codes_to_w(_mm512_loadu_si512((const void *)cl), W, tbl);
                 } else
                     mx_codes_to_w(mxr_line(c, nb, h), W, tbl);
                 UNROLL for (int s = 0; s < 4; s++)
@@ -803,7 +821,7 @@ INLINE int mx_t1_tile(const uint8_t *const *wr, const uint8_t *const *sr, const 
                     UNROLL for (int i = 0; i < 5; i++)
                         _mm_prefetch((const char *)(wr[r] + 272 * u + 64 * i + PF_DIST), _MM_HINT_T0);
                 __m512i W[16];
-                mx_unit(wr[r], R ? sr[r] : NULL, u, nb, W, &S[r], R, mx_e2m1_bf16);
+                mx_unit(wr[r], R ? sr[r] : NULL, u, nb, W, &S[r], R, mx_e2m1_bf16, R && mxr_paired(u, u1, nbl));
                 P[r] = mx_unit_p(W, xu, nb);
             }
         mx_t1_step(P, S, acc, any, masked);
@@ -826,7 +844,7 @@ INLINE int mx_panel(const uint8_t *row, const uint8_t *sc, int64_t u0, int64_t u
         __m512i W[16];
         __m512 S;
         const int nb = u == u1 - 1 ? nbl : 16;
-        mx_unit(row, sc, u, nb, W, &S, R, mx_e2m1_bf16);
+        mx_unit(row, sc, u, nb, W, &S, R, mx_e2m1_bf16, R && mxr_paired(u, u1, nbl));
         __mmask16 k = mx_bad_lanes(S);
         any |= k;
         for (int j = 0; j < mx_nw(nb); j++) _mm512_store_si512((void *)&panel[u - u0][j], W[j]);
@@ -856,7 +874,7 @@ INLINE int mx_panel_ps(const uint8_t *row, const uint8_t *sc, int64_t u0, int64_
         if (pf)
             for (int i = 0; i < (R ? 4 : 5); i++)
                 _mm_prefetch((const char *)(row + u * (R ? 256 : 272) + 64 * i + pf), _MM_HINT_T1);
-        mx_unit(row, sc, u, nb, W, &S, R, mx_e2m1_bf16_x256);
+        mx_unit(row, sc, u, nb, W, &S, R, mx_e2m1_bf16_x256, R && mxr_paired(u, u1, nbl));
         const __mmask16 live = (__mmask16)((1u << nb) - 1); /* a short unit's missing blocks */
         const __m512i si = _mm512_castps_si512(S);
         smin = _mm512_mask_min_epu32(smin, live, smin, si);
