@@ -203,9 +203,9 @@ static void guided_visit(void *ctx, int64_t i0, int64_t i1, int tid) {
 TEST(threads_guided_pieces) { check_claims(t, dsf_parallel_for_guided, guided_visit); }
 
 /* Two-ended jobs: every unit visited exactly once; even threads claim front to back (each
- * claim starts past the end of their last), odd threads back to front (each claim ends at or
- * before the start of their last); no claim is larger than half of what was unclaimed when
- * it was taken over 2 x threads, i.e. than n / (2 x threads), nor empty. */
+ * claim starts at or past the end of their last), odd threads back to front (each claim ends
+ * at or before the start of their last); no claim is empty, and none is larger than
+ * n / (2 x threads) (a claim takes what is unclaimed / (2 x threads), at least 1). */
 static void ends_visit(void *ctx, int64_t i0, int64_t i1, int tid) {
     dyn_ctx *d = ctx;
     int64_t most = d->n / (2 * d->nthreads) > 1 ? d->n / (2 * d->nthreads) : 1;
