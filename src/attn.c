@@ -261,6 +261,10 @@ static void indexer(const fwd *f, int64_t il, const float *u) {
 #define ATT_MAX_KEYS 2048 /* keys of one query on the threaded path (stack arrays) */
 #define ATT_HEADS 4       /* heads per work item (the kernels reuse each key row across them) */
 
+/* Token t's query heads in the chunk scratch (rows padded by DSF_Q_PAD floats, session.h). */
+static int64_t q_stride(const dsf_shape *sh) { return sh->n_head * sh->head_dim + DSF_Q_PAD; }
+static float *q_tok(const fwd *f, int64_t t) { return f->sc->q + t * q_stride(f->sh); }
+
 typedef struct {
     const fwd *f;
     const dsf_akernels *k;
@@ -291,7 +295,7 @@ static void qkv_range(void *ctx, int64_t t0, int64_t t1, int tid) {
     const int64_t H = sh->n_head, dh = sh->head_dim, nrot = sh->n_rot;
     for (int64_t t = t0; t < t1; t++) {
         const int64_t p = f->tpos[t];
-        rope_rows(sc->q + t * (H * dh + DSF_Q_PAD) + dh - nrot, H, dh, nrot, j->freq, p, 0);
+        rope_rows(q_tok(f, t) + dh - nrot, H, dh, nrot, j->freq, p, 0);
         float *kv = kv_win(f->tkv[t], j->il, p, dh);
         ka_rmsnorm(j->k, kv, sc->kvw + t * dh, L->kv_norm, dh, sh->eps);
         rope_rows(kv + dh - nrot, 1, dh, nrot, j->freq, p, 0);
@@ -332,7 +336,7 @@ static void core_range(void *ctx, int64_t i0, int64_t i1, int tid) {
         const int64_t nk = query_keys(f, j->il, t, keys);
         /* one joint softmax over window + selected rows; the sink is a raw logit in the
          * denominator only (kernels_attn.h) */
-        const float *q = sc->q + t * (H * dh + DSF_Q_PAD) + h * dh;
+        const float *q = q_tok(f, t) + h * dh;
         ka_attn(j->k, sc->o + (t * H + h) * dh, q, n, dh, keys, nk, j->scale, sinks + h, att);
         rope_rows(sc->o + (t * H + h) * dh + dh - nrot, n, dh, nrot, j->freq, f->tpos[t], 1);
     }
@@ -350,7 +354,7 @@ static void core_token_scalar(const fwd *f, int64_t il, int64_t t, float scale) 
     const int64_t p = f->tpos[t], w0 = p - W + 1 > 0 ? p - W + 1 : 0;
     const int64_t nw = p - w0 + 1, ns = r > 0 ? sc->n_sel[t] : 0, nk = nw + ns;
     for (int64_t h = 0; h < H; h++) {
-        const float *q = sc->q + t * (H * dh + DSF_Q_PAD) + h * dh;
+        const float *q = q_tok(f, t) + h * dh;
         float m = L->attn_sinks[h];
         for (int64_t k = 0; k < nk; k++) {
             const float *key = k < nw ? kv_win(tk, il, w0 + k, dh) : ckv + (int64_t)sc->sel[t * sc->ksel + k - nw] * dh;
@@ -408,7 +412,7 @@ void attn_forward(const fwd *f, int64_t il, const float *u, float *out) {
     core_job cj = {f, akernels_get(), il, freq, (float)(1.0 / sqrt((double)dh))};
     dsf_parallel_for_guided(f->e->pool, T, 16384 / ql + 1, qnorm_range, &cj);
     const float *qrq = fwd_act(f, sc->qr, T, ql, sc->qrq);
-    fwd_mm_act(f, &L->wq_b, qrq, T, sc->q, H * dh + DSF_Q_PAD);
+    fwd_mm_act(f, &L->wq_b, qrq, T, sc->q, q_stride(sh));
     if (T > 1) fwd_mm_act(f, &L->wkv, uq, T, sc->kvw, dh);
     dsf_parallel_for_guided(f->e->pool, T, 8, qkv_range, &cj);
     if (r > 0) {
