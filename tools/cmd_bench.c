@@ -645,7 +645,11 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
         for (int j = 0; j < block; j++) {
             /* the engine's greedy sampler: the step a user's greedy decode takes */
             int32_t best = dsf_sample_ws(logits, n_vocab, &greedy, &rng, NULL);
-            toks[pos] = best >= 0 ? best : 0;
+            if (best < 0) { /* every logit NaN or -inf: the model is broken, say so */
+                fprintf(stderr, "dsflash bench: decode: step %d has no finite logit\n", steps);
+                return 1;
+            }
+            toks[pos] = best;
             if (dsf_session_eval(ss, &toks[pos], 1, logits, false, err) < 0) {
                 fprintf(stderr, "dsflash bench: decode: %s\n", err);
                 return 1;
