@@ -911,43 +911,44 @@ _Static_assert(MXTB == 4, "mx_tn_tile's sums (red4x4) take 4 rows x 4 tokens");
  * ps = 1: a prescaled panel (mx_panel_ps), acc += P'. When every value involved is far enough
  * from the ends of the fp32 range (xmm_mx checks), P' is exactly S x P (scaling by a power of
  * two commutes with every rounding of the sum), so acc + P' is fma(P, S, acc): the same bits,
- * with an add (which runs on other pipes) for the FMA. The tile takes the tokens in pairs:
- * for each k the 4 rows' W_k and 2 tokens' X_k feed 8 partial P (the same 16 dots from zero
- * in the same order), 6 loads per 8 dots. */
+ * with an add (which runs on other pipes) for the FMA. */
 /* The prescaled tile's unit u (nw = 16 W, or 8 paired and folded): for each k the 4 rows' W_k
- * and 2 tokens' X_k feed 8 partial P (the dots of mx_unit_p in the same order). */
-INLINE void mx_tn_ps(__m512i (*const *panel)[17], const uint16_t *const *x, int64_t u, __m512 acc[4][MXTB], const int nw) {
-    UNROLL for (int h = 0; h < MXTB; h += 2) {
-        __m512 P[4][2];
+ * and the 4 tokens' X_k feed all 16 partial P (each the dots of mx_unit_p in the same order),
+ * 8 loads per 16 dots and 16 independent dot chains; the accumulators are a local array
+ * (acc), one add per (row, token) and unit. Taking the tokens in pairs instead (8 chains, the
+ * accumulators in registers) ran the bench model's prefill 1.6 % slower (4 of 5 interleaved
+ * pairs; `bench --kernels` +1.5-2 %): 8 chains do not cover vdpbf16ps's latency. */
+INLINE void mx_tn_ps(__m512i (*const *panel)[17], const uint16_t *const *x, int64_t u, __m512 *acc, const int nw) {
+    __m512 P[4][MXTB];
+    UNROLL for (int r = 0; r < 4; r++)
+        UNROLL for (int t = 0; t < MXTB; t++) P[r][t] = _mm512_setzero_ps();
+    UNROLL for (int k = 0; k < nw; k++) {
+        __m512i W[4], X[MXTB];
+        UNROLL for (int r = 0; r < 4; r++) W[r] = _mm512_load_si512((const void *)&panel[r][u][k]);
+        UNROLL for (int t = 0; t < MXTB; t++) X[t] = _mm512_load_si512((const void *)(x[t] + u * MXU + 32 * k));
         UNROLL for (int r = 0; r < 4; r++)
-            UNROLL for (int v = 0; v < 2; v++) P[r][v] = _mm512_setzero_ps();
-        UNROLL for (int k = 0; k < nw; k++) {
-            __m512i W[4], X[2];
-            UNROLL for (int r = 0; r < 4; r++) W[r] = _mm512_load_si512((const void *)&panel[r][u][k]);
-            UNROLL for (int v = 0; v < 2; v++) X[v] = _mm512_load_si512((const void *)(x[h + v] + u * MXU + 32 * k));
-            UNROLL for (int r = 0; r < 4; r++)
-                UNROLL for (int v = 0; v < 2; v++) P[r][v] = _mm512_dpbf16_ps(P[r][v], as_bh(W[r]), as_bh(X[v]));
-        }
-        UNROLL for (int r = 0; r < 4; r++)
-            UNROLL for (int v = 0; v < 2; v++)
-                acc[r][h + v] = _mm512_add_ps(acc[r][h + v], nw == 8 ? mx_fold(P[r][v]) : P[r][v]);
+            UNROLL for (int t = 0; t < MXTB; t++) P[r][t] = _mm512_dpbf16_ps(P[r][t], as_bh(W[r]), as_bh(X[t]));
     }
+    UNROLL for (int r = 0; r < 4; r++)
+        UNROLL for (int t = 0; t < MXTB; t++)
+            acc[r * MXTB + t] = _mm512_add_ps(acc[r * MXTB + t], nw == 8 ? mx_fold(P[r][t]) : P[r][t]);
 }
 
 INLINE void mx_tn_tile(__m512i (*const *panel)[17], const uint16_t *const *x, int64_t nu, int nbl, float *out,
                        const int ps) {
     __m512 acc[4][MXTB];
+    if (ps) {
+        _Alignas(64) __m512 accm[4 * MXTB];
+        UNROLL for (int i = 0; i < 4 * MXTB; i++) accm[i] = _mm512_setzero_ps();
+        for (int64_t u = 0; u < nu; u++) mx_tn_ps(panel, x, u, accm, u < nu - 1 || nbl > 8 ? 16 : 8);
+        UNROLL for (int r = 0; r < 4; r++)
+            UNROLL for (int t = 0; t < MXTB; t++) acc[r][t] = accm[r * MXTB + t];
+        red4x4(acc, out);
+        return;
+    }
     UNROLL for (int r = 0; r < 4; r++)
         UNROLL for (int t = 0; t < MXTB; t++) acc[r][t] = _mm512_setzero_ps();
     for (int64_t u = 0; u < nu; u++) {
-        if (ps && (u < nu - 1 || nbl > 8)) {
-            mx_tn_ps(panel, x, u, acc, 16);
-            continue;
-        }
-        if (ps) {
-            mx_tn_ps(panel, x, u, acc, 8);
-            continue;
-        }
         const int nb = u == nu - 1 ? nbl : 16;
         for (int r = 0; r < 4; r++) {
             const __m512 S = _mm512_castsi512_ps(_mm512_load_si512((const void *)&panel[r][u][16]));
