@@ -13,6 +13,10 @@ void dsf_cmd_register(const char *name, const char *summary, dsf_cmd_fn fn);
         dsf_cmd_register(#name, summary, fn);                                   \
     }
 
+/* The commit the binary was built from (the Makefile's generated commit.c): a short hash,
+ * with "-modified" if tracked files differed from it, or "unknown". */
+extern const char dsf_build_commit[];
+
 /* True if argv contains -h or --help. */
 int dsf_cmd_wants_help(int argc, char **argv);
 

@@ -219,20 +219,6 @@ static const char *cpu_name(void) {
     return buf;
 }
 
-static const char *git_commit(void) {
-    static char buf[64] = "unknown";
-    FILE *f = popen("git rev-parse --short HEAD 2>/dev/null", "r");
-    if (f) {
-        char line[64];
-        if (fgets(line, sizeof line, f)) {
-            line[strcspn(line, "\r\n")] = 0;
-            if (line[0]) snprintf(buf, sizeof buf, "%s", line);
-        }
-        pclose(f);
-    }
-    return buf;
-}
-
 /* One core's decode rate with the weights in L2, against what one core reads from memory in the
  * same run: whether the T = 1 kernel could keep up with a core's memory stream (ratio > 1) or is
  * compute-bound (< 1; ggml's MXFP4 GEMV is, at ~17 GB/s per core here). Single thread (the
@@ -355,7 +341,7 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
     kern_act_to_bf16(x, xb, 256 * 16384);
 
     printf("dsflash bench --kernels: kernels %s, threads %d, arena %llu MiB, commit %s\n  cpu %s\n", k->name,
-           dsf_pool_size(pool), (unsigned long long)arena_mb, git_commit(), cpu_name());
+           dsf_pool_size(pool), (unsigned long long)arena_mb, dsf_build_commit, cpu_name());
     double bf16_peak = median3(probe_peak(pool, k, 1), probe_peak(pool, k, 1), probe_peak(pool, k, 1));
     double fma_peak = median3(probe_peak(pool, k, 0), probe_peak(pool, k, 0), probe_peak(pool, k, 0));
     probe_read(pool, k, arena, arena_n); /* warm-up: fault the pages in */
@@ -675,7 +661,7 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
 
     printf("dsflash bench: model %s\n", path);
     printf("  kernels %s, threads %d, numerics %s, commit %s, peak RSS %.1f MiB\n  cpu %s\n", k->name, n_threads,
-           plain ? "plain" : "reference", git_commit(), rss / 1024.0, cpu_name());
+           plain ? "plain" : "reference", dsf_build_commit, rss / 1024.0, cpu_name());
     printf("  weights read per decoded token: %.3f GB; matmul FLOPs per token: %.2f GFLOP (a prompt token without the "
            "LM head: %.2f)\n",
            tok_bytes / 1e9, tok_flops / 1e9, (tok_flops - head_flops) / 1e9);
@@ -705,7 +691,7 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
         if (ftell(cf) == 0)
             fprintf(cf, "model,commit,kernels,threads,numerics,prompt,gen,prefill_tps,prefill_gflops,peak_gflops,"
                         "prefill_peak_fraction,decode_tps,bytes_per_token,read_bw,decode_bw_fraction,rss_mib\n");
-        fprintf(cf, "%s,%s,%s,%d,%s,%d,%d,%.3f,%.2f,%.2f,%.4f,%.4f,%.0f,%.3f,%.4f,%.1f\n", path, git_commit(), k->name,
+        fprintf(cf, "%s,%s,%s,%d,%s,%d,%d,%.3f,%.2f,%.2f,%.4f,%.4f,%.0f,%.3f,%.4f,%.1f\n", path, dsf_build_commit, k->name,
                 n_threads, plain ? "plain" : "reference", n_prompt, steps, prefill_tps, prefill_gflops, peak,
                 prefill_gflops / peak, decode_tps, tok_bytes, bw_med, frac, rss / 1024.0);
         fclose(cf);

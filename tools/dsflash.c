@@ -26,7 +26,8 @@ static int cmp_cmd(const void *a, const void *b) {
 
 static void usage(FILE *f) {
     fprintf(f, "dsflash: a C inference engine for DeepSeek-V4.1-Flash (GGUF arch deepseek41)\n\n"
-               "usage: dsflash COMMAND [options]   (dsflash COMMAND --help for details)\n\ncommands:\n");
+               "usage: dsflash COMMAND [options]   (dsflash COMMAND --help for details)\n"
+               "       dsflash --version\n\ncommands:\n");
     for (int i = 0; i < g_ncmd; i++) fprintf(f, "  %-10s %s\n", g_cmds[i].name, g_cmds[i].summary);
 }
 
@@ -51,6 +52,10 @@ int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        printf("dsflash %s\n", dsf_build_commit);
+        return 0;
     }
     for (int i = 0; i < g_ncmd; i++)
         if (!strcmp(argv[1], g_cmds[i].name)) return g_cmds[i].fn(argc - 1, argv + 1);
