@@ -31,6 +31,13 @@ static void mm_range(void *ctx, int64_t i0, int64_t i1, int tid) {
     kern_matmul(j->k, j->w, j->x, j->T, j->y, j->ldy, i0, i1);
 }
 
+/* The same job split by tokens [t0, t1) instead of rows (run_mm). */
+static void mm_tok_range(void *ctx, int64_t t0, int64_t t1, int tid) {
+    (void)tid;
+    const mm_job *j = ctx;
+    kern_matmul(j->k, j->w, j->x + t0 * j->w->n_in, t1 - t0, j->y + t0 * j->ldy, j->ldy, 0, j->w->n_out);
+}
+
 /* Rows per unit of a multi-product job (mm_multi): MM_UNITS units per thread and product, at
  * most MM_UNITS_MAX per product (so that an MoE job of 14 products stays one job of at most
  * MULTI_UNITS units on a many-core pool), claimed from both ends in shrinking runs (the
@@ -191,10 +198,26 @@ static void prof_fwd(int64_t T, double t0) {
     q->calls++;
 }
 
-/* A product's rows, claimed guided; path: 0 fp32 activations, 1 BF16 (the profile's split). */
-static void run_mm(const fwd *f, const dsf_wmat *w, int64_t T, dsf_range_fn fn, void *job, int path) {
+/* A product with few rows and many tokens is split by tokens instead (tfn): split by rows,
+ * every piece streams all T activation rows from memory again, while the weights (a few MB
+ * at most) are what the pieces could share. The hc mixes' 24 x 20480 fp32 product of a
+ * 512-token chunk took ~5.6 ms that way (40 MB of activations per piece). The kernels give
+ * y[t][r] the same bits whatever the token range (batch invariance), so the split changes
+ * nothing else. */
+#ifndef MM_TOK_ROWS
+#define MM_TOK_ROWS 64
+#endif
+#define MM_TOK_GRAIN 16 /* tokens: whole 4-token tiles */
+
+/* A product's rows, claimed guided (or its tokens: above); path: 0 fp32 activations, 1 BF16
+ * (the profile's split). */
+static void run_mm(const fwd *f, const dsf_wmat *w, int64_t T, dsf_range_fn fn, dsf_range_fn tfn, void *job,
+                   int path) {
     double t0 = prof_enabled() ? dsf_now() : 0;
-    dsf_parallel_for_guided(f->e->pool, w->n_out, mm_min_grain(f, w, T), fn, job);
+    if (T >= 2 * MM_TOK_GRAIN && w->n_out <= MM_TOK_ROWS)
+        dsf_parallel_for_guided(f->e->pool, T, MM_TOK_GRAIN, tfn, job);
+    else
+        dsf_parallel_for_guided(f->e->pool, w->n_out, mm_min_grain(f, w, T), fn, job);
     if (t0 > 0) {
         prof_job(f, &w, 1, T, t0);
         prof_mm(f, w, T, path, t0);
@@ -204,7 +227,7 @@ static void run_mm(const fwd *f, const dsf_wmat *w, int64_t T, dsf_range_fn fn, 
 void fwd_mm(const fwd *f, const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy) {
     if (T <= 0) return;
     mm_job j = {f->e->kern, w, x, T, ldy, y};
-    run_mm(f, w, T, mm_range, &j, 0);
+    run_mm(f, w, T, mm_range, mm_tok_range, &j, 0);
 }
 
 typedef struct {
@@ -235,6 +258,12 @@ static void mmb_range(void *ctx, int64_t i0, int64_t i1, int tid) {
     kern_matmul_xbf16(j->k, j->w, j->x, j->T, j->y, j->ldy, i0, i1);
 }
 
+static void mmb_tok_range(void *ctx, int64_t t0, int64_t t1, int tid) {
+    (void)tid;
+    const mmb_job *j = ctx;
+    kern_matmul_xbf16(j->k, j->w, j->x + t0 * j->w->n_in, t1 - t0, j->y + t0 * j->ldy, j->ldy, 0, j->w->n_out);
+}
+
 typedef struct {
     const float *x;
     uint16_t *xb;
@@ -257,7 +286,7 @@ bool fwd_to_bf16(const fwd *f, const float *x, int64_t T, int64_t n, uint16_t *x
 void fwd_mm_xb(const fwd *f, const dsf_wmat *w, const uint16_t *xb, int64_t T, float *y, int64_t ldy) {
     if (T <= 0) return;
     mmb_job j = {f->e->kern, w, xb, T, ldy, y};
-    run_mm(f, w, T, mmb_range, &j, 1);
+    run_mm(f, w, T, mmb_range, mmb_tok_range, &j, 1);
 }
 
 void fwd_mm_act(const fwd *f, const dsf_wmat *w, const float *xq, int64_t T, float *y, int64_t ldy) {
