@@ -399,25 +399,25 @@ TEST(kernels_bench_cli) {
     /* the commit in the CSV (column 2) is the one the binary was built from, as `dsflash
      * --version` prints it: a short hash (+ "-modified") or "unknown", also when bench runs
      * outside the source tree (it used to ask git about the current directory) */
-    char ver[256], csv[4096], path[1100], abs[PATH_MAX], cmd2[PATH_MAX + 1400];
+    char ver[256] = "", csv[4096] = "", path[1100], abs[PATH_MAX], cmd2[PATH_MAX + 1400];
     CHECK(realpath(test_bin(), abs) != NULL);
     snprintf(cmd2, sizeof cmd2, "cd %s && %s bench -m bench-tiny.gguf --prompt 2 --gen 1 --threads 1 --arena-mb 64 "
              "--csv bench2.csv >/dev/null 2>&1", test_tmpdir(), abs);
     CHECK(test_run(cmd2, out, sizeof out) == 0);
     snprintf(cmd, sizeof cmd, "%s --version", test_bin());
     rc = test_run(cmd, ver, sizeof ver);
-    size_t hl = strspn(ver + 8, "0123456789abcdef");
-    const char *tail = ver + 8 + hl;
-    CHECKF(rc == 0 && !strncmp(ver, "dsflash ", 8) &&
-               ((hl >= 7 && (!strcmp(tail, "\n") || !strcmp(tail, "-modified\n"))) || !strcmp(ver + 8, "unknown\n")),
+    const int vok = rc == 0 && !strncmp(ver, "dsflash ", 8);
+    const char *vs = vok ? ver + 8 : ""; /* the stamp */
+    size_t hl = strspn(vs, "0123456789abcdef");
+    CHECKF(vok && ((hl >= 7 && (!strcmp(vs + hl, "\n") || !strcmp(vs + hl, "-modified\n"))) || !strcmp(vs, "unknown\n")),
            "rc %d: '%s'", rc, ver);
     snprintf(path, sizeof path, "%s/bench2.csv", test_tmpdir());
     FILE *cf = fopen(path, "r");
     CHECK(cf && fgets(csv, sizeof csv, cf) && fgets(csv, sizeof csv, cf));
     if (cf) fclose(cf);
     const char *c1 = strchr(csv, ',');
-    size_t vl = strcspn(ver + 8, "\n");
-    CHECKF(c1 && !strncmp(c1 + 1, ver + 8, vl) && c1[1 + vl] == ',', "CSV row '%s' against '%s'", csv, ver);
+    size_t vl = strcspn(vs, "\n");
+    CHECKF(c1 && vl && !strncmp(c1 + 1, vs, vl) && c1[1 + vl] == ',', "CSV row '%s' against '%s'", csv, ver);
     /* --cold (drops the file's cached pages first) and DSF_PROFILE=1 (the time split at exit) */
     snprintf(cmd, sizeof cmd, "DSF_PROFILE=1 %s bench -m %s/bench-tiny.gguf --cold --prompt 6 --gen 3 --threads 2 "
              "--arena-mb 64 2>&1", test_bin(), test_tmpdir());
