@@ -154,6 +154,10 @@ static int prof_enabled(void) {
     return prof.on;
 }
 
+void fwd_profile_reset(void) {
+    if (prof_enabled()) memset(prof.ph, 0, sizeof prof.ph);
+}
+
 static void prof_mm(const fwd *f, const dsf_wmat *w, int64_t T, int path, double t0) {
     prof_phase *q = &prof.ph[f->T > 1];
     int type = !wmat_is_mxfp4(w) ? 0 : w->n_in < 4096 ? 2 : 1;

@@ -50,6 +50,9 @@ void fwd_mm_act_multi(const fwd *f, int n, const dsf_wmat *const *w, const float
 /* The same for products without activation quantization: each exactly as fwd_mm computes it
  * (the fp32 family), in one job (decode's 8 grouped wo_a products). */
 void fwd_mm_multi(const fwd *f, int n, const dsf_wmat *const *w, const float *const *x, float *const *y);
+/* DSF_PROFILE: forgets what the profile counted so far (bench calls it after its warm-up
+ * prefill, so that the report covers the measured prefill and decode steps only). */
+void fwd_profile_reset(void);
 /* Debug dump of a chunk tensor to $DSF_DUMP/<name>.f32 (no-op unless set). */
 void fwd_dump(const fwd *f, const char *name, const void *data, size_t bytes);
 

@@ -16,6 +16,7 @@
  * the prefill), run on the engine's own thread pool. */
 #include "cmd.h"
 #include "dsflash.h"
+#include "fwd.h"
 #include "gguf.h"
 #include "kernels.h"
 #include "model.h"
@@ -590,6 +591,7 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
         return 1;
     }
     dsf_session_free(ws);
+    fwd_profile_reset(); /* DSF_PROFILE reports the measured prefill and decode steps only */
     warm_row_tables(path);
     probe_read(pool, k, arena, arena_n);
 
