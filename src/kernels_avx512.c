@@ -936,16 +936,14 @@ INLINE void mx_tn_ps(__m512i (*const *panel)[17], const uint16_t *const *x, int6
 
 INLINE void mx_tn_tile(__m512i (*const *panel)[17], const uint16_t *const *x, int64_t nu, int nbl, float *out,
                        const int ps) {
-    __m512 acc[4][MXTB];
-    if (ps) {
-        _Alignas(64) __m512 accm[4 * MXTB];
+    if (ps) { /* accm[4 r + t]: red4x4's order, so red16 sums it directly */
+        __m512 accm[4 * MXTB];
         UNROLL for (int i = 0; i < 4 * MXTB; i++) accm[i] = _mm512_setzero_ps();
         for (int64_t u = 0; u < nu; u++) mx_tn_ps(panel, x, u, accm, u < nu - 1 || nbl > 8 ? 16 : 8);
-        UNROLL for (int r = 0; r < 4; r++)
-            UNROLL for (int t = 0; t < MXTB; t++) acc[r][t] = accm[r * MXTB + t];
-        red4x4(acc, out);
+        _mm512_storeu_ps(out, red16(accm));
         return;
     }
+    __m512 acc[4][MXTB];
     UNROLL for (int r = 0; r < 4; r++)
         UNROLL for (int t = 0; t < MXTB; t++) acc[r][t] = _mm512_setzero_ps();
     for (int64_t u = 0; u < nu; u++) {
