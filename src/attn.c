@@ -16,18 +16,34 @@ static const float *rope_table(const fwd *f, int64_t il) {
     return f->sh->ratio[il] > 0 ? f->e->rope.freq_compress : f->e->rope.freq_main;
 }
 
-#define ROPE_MAX 1024 /* n_rot of a per-position cos/sin table on the stack */
+/* The cos/sin table of the layer's frequencies at token t's position, sc->rcs + t * n_rot
+ * (built once per layer by rope_tables: every head of a token rotates by the same angles). */
+static const float *rope_cs(const fwd *f, int64_t t) { return f->sc->rcs + t * f->sh->n_rot; }
 
-/* RoPE of n rows (stride apart) of one position: one cos/sin table serves every row. */
-static void rope_rows(float *x, int64_t n, int64_t stride, int64_t nrot, const float *freq, int64_t pos,
-                      int inverse) {
-    float cs[ROPE_MAX];
-    if (nrot > ROPE_MAX) {
-        for (int64_t i = 0; i < n; i++) op_rope(x + i * stride, nrot, freq, pos, inverse);
-        return;
-    }
-    ka_rope_table(cs, nrot, freq, pos);
-    for (int64_t i = 0; i < n; i++) ka_rope_apply(x + i * stride, nrot, cs, inverse);
+/* RoPE of n rows (stride apart) of token t with the layer's table. */
+static void rope_rows(const fwd *f, float *x, int64_t n, int64_t stride, int64_t t, int inverse) {
+    const int64_t nrot = f->sh->n_rot;
+    for (int64_t i = 0; i < n; i++) ka_rope_apply(x + i * stride, nrot, rope_cs(f, t), inverse);
+}
+
+typedef struct {
+    const fwd *f;
+    const float *freq;
+} rtab_job;
+
+static void rtab_range(void *ctx, int64_t t0, int64_t t1, int tid) {
+    (void)tid;
+    const rtab_job *j = ctx;
+    const int64_t nrot = j->f->sh->n_rot;
+    for (int64_t t = t0; t < t1; t++) ka_rope_table(j->f->sc->rcs + t * nrot, nrot, j->freq, j->f->tpos[t]);
+}
+
+/* The chunk's tables for a layer with frequencies freq: a token's query heads, KV row, index
+ * queries and attention outputs all take its table. (Built where used, a decode step made
+ * 18 per layer, each n_rot / 2 cos and sin in double; the same values.) */
+static void rope_tables(const fwd *f, const float *freq) {
+    rtab_job j = {f, freq};
+    dsf_parallel_for_guided(f->e->pool, f->T, 16, rtab_range, &j);
 }
 
 /* ---- compressor (KV source layers) ------------------------------------------------------ */
@@ -168,7 +184,7 @@ static void iprep_range(void *ctx, int64_t t0, int64_t t1, int tid) {
     dsf_scratch *sc = f->sc;
     const int64_t ih = sh->idx_heads, id = sh->idx_dim, nrot = sh->n_rot;
     for (int64_t t = t0; t < t1; t++) {
-        rope_rows(sc->iq + t * ih * id + id - nrot, ih, id, nrot, f->e->rope.freq_compress, f->tpos[t], 0);
+        rope_rows(f, sc->iq + t * ih * id + id - nrot, ih, id, t, 0); /* the layer's table: freq_compress */
         if (f->ref) ka_qdq_fp4(akernels_get(), sc->iq + t * ih * id, ih * id); /* groups of 32 within each head */
         for (int64_t h = 0; h < ih; h++) sc->iw[t * ih + h] *= j->wscale;
     }
@@ -269,7 +285,6 @@ typedef struct {
     const fwd *f;
     const dsf_akernels *k;
     int64_t il;
-    const float *freq;
     float scale;
 } core_job;
 
@@ -295,10 +310,10 @@ static void qkv_range(void *ctx, int64_t t0, int64_t t1, int tid) {
     const int64_t H = sh->n_head, dh = sh->head_dim, nrot = sh->n_rot;
     for (int64_t t = t0; t < t1; t++) {
         const int64_t p = f->tpos[t];
-        rope_rows(q_tok(f, t) + dh - nrot, H, dh, nrot, j->freq, p, 0);
+        rope_rows(f, q_tok(f, t) + dh - nrot, H, dh, t, 0);
         float *kv = kv_win(f->tkv[t], j->il, p, dh);
         ka_rmsnorm(j->k, kv, sc->kvw + t * dh, L->kv_norm, dh, sh->eps);
-        rope_rows(kv + dh - nrot, 1, dh, nrot, j->freq, p, 0);
+        rope_rows(f, kv + dh - nrot, 1, dh, t, 0);
         if (f->ref) ka_qdq_fp8(j->k, kv, dh); /* all dims, RoPE tail included (spec §4.4.2) */
     }
 }
@@ -338,7 +353,7 @@ static void core_range(void *ctx, int64_t i0, int64_t i1, int tid) {
          * denominator only (kernels_attn.h) */
         const float *q = q_tok(f, t) + h * dh;
         ka_attn(j->k, sc->o + (t * H + h) * dh, q, n, dh, keys, nk, j->scale, sinks + h, att);
-        rope_rows(sc->o + (t * H + h) * dh + dh - nrot, n, dh, nrot, j->freq, f->tpos[t], 1);
+        rope_rows(f, sc->o + (t * H + h) * dh + dh - nrot, n, dh, t, 1);
     }
 }
 
@@ -400,7 +415,7 @@ void attn_forward(const fwd *f, int64_t il, const float *u, float *out) {
     dsf_scratch *sc = f->sc;
     const int64_t T = f->T, H = sh->n_head, dh = sh->head_dim, W = sh->window;
     const int64_t ql = sh->q_lora, r = sh->ratio[il];
-    const float *freq = rope_table(f, il);
+    rope_tables(f, rope_table(f, il));
 
     const float *uq = fwd_act(f, u, T, sh->n_embd, sc->uq);
     if (T == 1) { /* decode: wq_a and wkv (same input) in one job */
@@ -409,7 +424,7 @@ void attn_forward(const fwd *f, int64_t il, const float *u, float *out) {
         float *y2[2] = {sc->qa, sc->kvw};
         fwd_mm_act_multi(f, 2, w2, x2, y2);
     } else fwd_mm_act(f, &L->wq_a, uq, T, sc->qa, ql);
-    core_job cj = {f, akernels_get(), il, freq, (float)(1.0 / sqrt((double)dh))};
+    core_job cj = {f, akernels_get(), il, (float)(1.0 / sqrt((double)dh))};
     dsf_parallel_for_guided(f->e->pool, T, 16384 / ql + 1, qnorm_range, &cj);
     const float *qrq = fwd_act(f, sc->qr, T, ql, sc->qrq);
     fwd_mm_act(f, &L->wq_b, qrq, T, sc->q, q_stride(sh));

@@ -136,6 +136,7 @@ int scratch_init(dsf_scratch *sc, const dsf_shape *s, int64_t T, int64_t max_ctx
     TAKE(heap, nheap * I);
     TAKE(cmask, nblk);
     TAKE(att, natt * F);
+    TAKE(rcs, t * (size_t)(s->n_rot > 0 ? s->n_rot : 1) * F);
     TAKE(keys, natt * I);
     TAKE(rlog, t * E * F);
     TAKE(esel, t * EK * I);
@@ -179,7 +180,7 @@ void scratch_free(dsf_scratch *sc) {
     void *p[] = {sc->X, sc->X1, sc->pre, sc->a_pre, sc->f_pre, sc->post, sc->comb, sc->mix, sc->h, sc->u,
                  sc->uq, sc->qa, sc->qr, sc->qrq, sc->q, sc->kvw, sc->o, sc->ya, sc->yaq, sc->out, sc->ca,
                  sc->cg, sc->lat, sc->ikt, sc->iq, sc->iw, sc->scores, sc->blk, sc->sel, sc->n_sel, sc->cand,
-                 sc->n_cand, sc->heap, sc->cmask, sc->att, sc->keys, sc->rlog, sc->esel, sc->ewt, sc->etok,
+                 sc->n_cand, sc->heap, sc->cmask, sc->att, sc->rcs, sc->keys, sc->rlog, sc->esel, sc->ewt, sc->etok,
                  sc->ewtok, sc->ex, sc->exq, sc->eg, sc->eu, sc->ey, sc->acc, sc->rows, sc->prow, sc->emiss, sc->erow, sc->ekv,
                  sc->fin, sc->xb, sc->tkv, sc->tpos, sc->tjrow, sc->tjkv};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);

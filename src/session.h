@@ -66,6 +66,7 @@ typedef struct {
     int32_t *heap;               /* [max(idx_topk, cand_topk_blocks, n_expert_used)] */
     uint8_t *cmask;              /* [max_ctx/cand_block+1] */
     float *att;                  /* [window + idx_topk] */
+    float *rcs;                  /* [T][n_rot]: a layer's RoPE cos/sin at each token's position (attn.c) */
     int32_t *keys;               /* [window + idx_topk] key ids (>=0 window pos, <0 compressed) */
     /* MoE */
     float *rlog;                 /* [T][n_expert] */
