@@ -190,6 +190,14 @@ static void iprep_range(void *ctx, int64_t t0, int64_t t1, int tid) {
     }
 }
 
+bool attn_index_projects(const dsf_shape *sh, int64_t il, int64_t p_last, int64_t ksel, int64_t kcand) {
+    const int64_t r = sh->ratio[il];
+    if (r <= 0 || sh->topk_src[il] != il) return false;
+    /* the most compressed rows a query of the chunk sees (positions rise within a chunk) */
+    const int64_t C_last = (p_last + 1) / r, B = sh->cand_block > 0 ? sh->cand_block : 1;
+    return C_last > ksel || (il == sh->cand_src && (C_last + B - 1) / B > kcand);
+}
+
 static void indexer(const fwd *f, int64_t il, const float *u) {
     const dsf_shape *sh = f->sh;
     const dsf_layer *L = &f->w->layers[il];
@@ -199,13 +207,10 @@ static void indexer(const fwd *f, int64_t il, const float *u) {
     const int is_cand_src = il == sh->cand_src;
     const int restricted = sh->cand_src >= 0 && il > sh->cand_src;
     const int64_t B = sh->cand_block;
-    /* Skip the projections when no query of the chunk can see more rows than it selects
-     * anyway (then every visible row is selected, spec §4.4.5). */
-    int64_t C_last = 0;
+    int64_t p_last = 0;
     for (int64_t t = 0; t < T; t++)
-        if ((f->tpos[t] + 1) / r > C_last) C_last = (f->tpos[t] + 1) / r;
-    int need_scores = C_last > K || (is_cand_src && (C_last + B - 1) / B > sc->kcand);
-    if (need_scores) {
+        if (f->tpos[t] > p_last) p_last = f->tpos[t];
+    if (attn_index_projects(sh, il, p_last, K, sc->kcand)) {
         const float *qrq = fwd_act(f, sc->qr, T, sh->q_lora, sc->qrq);
         fwd_mm_act(f, &L->idx_q_b, qrq, T, sc->iq, ih * id);
         fwd_mm(f, &L->idx_proj, u, T, sc->iw, ih);

@@ -58,6 +58,12 @@ void fwd_dump(const fwd *f, const char *name, const void *data, size_t bytes);
 
 void engram_forward(const fwd *f, int64_t il);
 void attn_forward(const fwd *f, int64_t il, const float *u, float *out);
+/* Whether layer il's indexer computes its query projections (idx_q_b, idx_proj) for a chunk
+ * whose last query sits at position p_last, with the session's ksel and kcand: only when a
+ * query can see more compressed rows than it selects (or than the candidate stage keeps);
+ * otherwise every visible row is selected and the projections are skipped (spec §4.4.5).
+ * Layers that are no index source (or have ratio 0) never compute them. */
+bool attn_index_projects(const dsf_shape *sh, int64_t il, int64_t p_last, int64_t ksel, int64_t kcand);
 void moe_forward(const fwd *f, int64_t il, const float *v, float *out);
 /* Engram rows of one token (absolute per_layer_token_embd rows, [ple_cols]). */
 void engram_hash(const dsf_shape *sh, int64_t e, const int32_t *tokens, int64_t p, int64_t *rows);

@@ -13,6 +13,7 @@
  * subnormal absolute rounding when the scales are 2^-128). A decoding error is O(|w x|), many
  * orders above this. */
 #include "test.h"
+#include "gguf.h"
 #include "kernels.h"
 #include "quant.h"
 
@@ -445,6 +446,53 @@ TEST(kernels_bench_cli) {
             moe = n;
     }
     CHECKF(head == 3 && moe == 24, "LM head calls %ld (want 3), MoE gate/up jobs %ld (want 24): %s", head, moe, out);
+}
+
+/* bytes_per_token of `dsflash bench -m GGUF --prompt P --gen G`, or -1. */
+static double bench_step_bytes(const char *gguf, int prompt, int gen) {
+    char cmd[PATH_MAX + 256], out[16384];
+    snprintf(cmd, sizeof cmd, "%s bench -m %s --prompt %d --gen %d --threads 2 --arena-mb 64 2>&1", test_bin(), gguf,
+             prompt, gen);
+    const char *b = test_run(cmd, out, sizeof out) == 0 ? strstr(out, "bytes_per_token=") : NULL;
+    return b ? strtod(b + 16, NULL) : -1;
+}
+
+TEST(kernels_bench_bytes) {
+    /* `dsflash bench` counts a decode step's weight bytes from the shapes, and the indexer's
+     * query projections (idx_q_b, idx_proj) only at the positions that compute them: where a
+     * query sees more compressed rows, (p + 1) / ratio, than it selects (idx_topk; spec
+     * §4.4.5: otherwise every visible row is selected). The tiny preset has index sources 2
+     * and 4 (ratio 2) and 5 and 7 (ratio 1) and idx_topk 8 (the candidate stage of layer 5,
+     * blocks of 4 and 3 kept, needs more than 12 rows), so a layer of ratio 1 computes them
+     * from position 8 on and one of ratio 2 from 17 on. */
+    char path[PATH_MAX], cmd[PATH_MAX + 128], out[4096], err[512] = "";
+    snprintf(path, sizeof path, "%s/bench-bytes.gguf", test_tmpdir());
+    snprintf(cmd, sizeof cmd, "%s synth --preset tiny %s 2>&1", test_bin(), path);
+    CHECKF(test_run(cmd, out, sizeof out) == 0, "%s", out);
+    gguf_file *g = gguf_open(path, err);
+    CHECKF(g != NULL, "%s", err);
+    if (!g) return;
+    double proj[8] = {0};
+    for (int il = 0; il < 8; il++) {
+        static const char *const fmt[2] = {"blk.%d.indexer.attn_q_b.weight", "blk.%d.indexer.proj.weight"};
+        for (int i = 0; i < 2; i++) {
+            char name[64];
+            snprintf(name, sizeof name, fmt[i], il);
+            const gguf_tensor *tt = gguf_find_tensor(g, name);
+            if (tt) proj[il] += (double)tt->nbytes;
+        }
+    }
+    gguf_close(g);
+    CHECKF(proj[2] > 0 && proj[4] > 0 && proj[5] > 0 && proj[7] > 0 && proj[0] == 0 && proj[6] == 0,
+           "projection bytes %g %g %g %g %g %g", proj[0], proj[2], proj[4], proj[5], proj[6], proj[7]);
+    const double all = bench_step_bytes(path, 20, 4);  /* positions 20-23: every source layer */
+    const double none = bench_step_bytes(path, 2, 4);  /* 2-5: none */
+    const double part = bench_step_bytes(path, 12, 8); /* 12-19: ratio 1 all, ratio 2 at 17-19 */
+    CHECKF(all > 0 && none > 0 && part > 0, "%g %g %g", all, none, part);
+    const double d_none = proj[2] + proj[4] + proj[5] + proj[7], d_part = (proj[2] + proj[4]) * 5.0 / 8.0;
+    CHECKF(fabs(all - none - d_none) < 1 && fabs(all - part - d_part) < 1,
+           "bytes per step: all %.0f, none %.0f (want all - %.0f), part %.0f (want all - %.1f)", all, none, d_none, part,
+           d_part);
 }
 
 /* Batch invariance: within a kernel family, y[t][r] must not depend on T, on the token's

@@ -473,6 +473,37 @@ static int model_token_cost(const char *path, double *bytes, double *flops, doub
     return 0;
 }
 
+/* The indexer's query projections (idx_q_b, idx_proj) run only at the positions where a query
+ * sees more compressed rows than it selects (attn_index_projects); model_token_cost counts
+ * them for every token. il_bytes / il_flops get, per layer, what they add to a token that
+ * computes them. */
+static void index_proj_cost(const dsf_engine *e, double *il_bytes, double *il_flops) {
+    static const char *const fmt[2] = {"blk.%lld.indexer.attn_q_b.weight", "blk.%lld.indexer.proj.weight"};
+    for (int64_t il = 0; il < e->shape.n_layer; il++) {
+        il_bytes[il] = il_flops[il] = 0;
+        for (int i = 0; i < 2; i++) {
+            char name[96];
+            snprintf(name, sizeof name, fmt[i], (long long)il);
+            const gguf_tensor *t = gguf_find_tensor(e->gguf, name);
+            if (!t) continue;
+            double elems = 1;
+            for (uint32_t d = 0; d < t->n_dims; d++) elems *= (double)t->ne[d];
+            il_bytes[il] += (double)t->nbytes;
+            il_flops[il] += 2.0 * elems;
+        }
+    }
+}
+
+/* v[il] summed over the layers whose projections a chunk ending at position p_last computes,
+ * minus v summed over all layers (what model_token_cost counted). */
+static double index_proj_adjust(const dsf_session *ss, const double *v, int64_t p_last) {
+    const dsf_shape *sh = &ss->e->shape;
+    double d = 0;
+    for (int64_t il = 0; il < sh->n_layer; il++)
+        if (!attn_index_projects(sh, il, p_last, ss->sc.ksel, ss->sc.kcand)) d -= v[il];
+    return d;
+}
+
 static long rss_kib(const char *field) {
     FILE *f = fopen("/proc/self/status", "r");
     if (!f) return -1;
@@ -611,9 +642,21 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
     double t_prefill = dsf_now() - t0;
     double pk1 = probe_peak_max(pool, k, pk_bf16);
     /* the prefill's FLOPs: every matmul for every prompt token, but the LM head only for the
-     * last one (the eval returns the last row's logits) */
-    double prefill_tps = n_prompt / t_prefill,
-           prefill_gflops = ((tok_flops - head_flops) * n_prompt + head_flops) / t_prefill / 1e9;
+     * last one (the eval returns the last row's logits), and the indexer's query projections
+     * only in the chunks that compute them (the eval's chunks of max_chunk tokens) */
+    double *il_bytes = calloc((size_t)e->shape.n_layer + 1, sizeof(double)),
+           *il_flops = calloc((size_t)e->shape.n_layer + 1, sizeof(double));
+    if (!il_bytes || !il_flops) {
+        fprintf(stderr, "dsflash bench: out of memory\n");
+        return 1;
+    }
+    index_proj_cost(e, il_bytes, il_flops);
+    double prefill_flops = (tok_flops - head_flops) * n_prompt + head_flops;
+    for (int64_t i = 0; i < n_prompt; i += ss->sc.max_chunk) {
+        int64_t T = n_prompt - i < ss->sc.max_chunk ? n_prompt - i : ss->sc.max_chunk;
+        prefill_flops += (double)T * index_proj_adjust(ss, il_flops, i + T - 1);
+    }
+    double prefill_tps = n_prompt / t_prefill, prefill_gflops = prefill_flops / t_prefill / 1e9;
     /* a disturbed probe (another thread or the hypervisor taking a core for part of it) can
      * only read low, so the machine's peak is the largest of the six */
     double peak = pk0 > pk1 ? pk0 : pk1;
@@ -628,7 +671,11 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
     dsf_sampler_params_default(&greedy);
     greedy.temperature = 0.0f;
     uint64_t rng = dsf_rng_init(0);
+    double dec_bytes = 0; /* weight bytes of all decode steps (a step's depend on its position) */
     for (int bi = 0; bi < n_blocks; bi++) {
+        double blk_bytes = 0;
+        for (int j = 0; j < block; j++) blk_bytes += tok_bytes + index_proj_adjust(ss, il_bytes, pos + j);
+        dec_bytes += blk_bytes;
         double tb = dsf_now();
         for (int j = 0; j < block; j++) {
             /* the engine's greedy sampler: the step a user's greedy decode takes */
@@ -649,13 +696,13 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
         t_dec += dt;
         double p_next = probe_read(pool, k, arena, arena_n);
         bw[bi] = 0.5 * (p_prev + p_next);
-        fr[bi] = tok_bytes * block / dt / 1e9 / bw[bi];
+        fr[bi] = blk_bytes / dt / 1e9 / bw[bi];
         if (getenv("DSF_BENCH_VERBOSE"))
             fprintf(stderr, "block %d: %.2f GB/s of weights, probes %.2f / %.2f GB/s -> %.3f\n", bi,
-                    tok_bytes * block / dt / 1e9, p_prev, p_next, fr[bi]);
+                    blk_bytes / dt / 1e9, p_prev, p_next, fr[bi]);
         p_prev = p_next;
     }
-    double decode_tps = steps / t_dec;
+    double decode_tps = steps / t_dec, step_bytes = steps ? dec_bytes / steps : tok_bytes;
     qsort(fr, (size_t)n_blocks, sizeof *fr, cmp_dbl);
     qsort(bw, (size_t)n_blocks, sizeof *bw, cmp_dbl);
     double frac = n_blocks ? fr[n_blocks / 2] : 0, bw_med = n_blocks ? bw[n_blocks / 2] : 0;
@@ -664,9 +711,9 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
     printf("dsflash bench: model %s\n", path);
     printf("  kernels %s, threads %d, numerics %s, commit %s, peak RSS %.1f MiB\n  cpu %s\n", k->name, n_threads,
            plain ? "plain" : "reference", dsf_build_commit, rss / 1024.0, cpu_name());
-    printf("  weights read per decoded token: %.3f GB; matmul FLOPs per token: %.2f GFLOP (a prompt token without the "
-           "LM head: %.2f)\n",
-           tok_bytes / 1e9, tok_flops / 1e9, (tok_flops - head_flops) / 1e9);
+    printf("  weights read per decoded token: %.3f GB (mean over the steps); matmul FLOPs per token: %.2f GFLOP (a "
+           "prompt token without the LM head: %.2f, before the indexer projections a chunk skips)\n",
+           step_bytes / 1e9, tok_flops / 1e9, (tok_flops - head_flops) / 1e9);
     if (dsf_engine_repacked_bytes(e))
         printf("  routed experts repacked in memory: %.2f GB (--no-repack reads them from the file)\n",
                (double)dsf_engine_repacked_bytes(e) / 1e9);
@@ -683,7 +730,7 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
            peak, pk0, pk1, prefill_gflops / peak);
     printf("  decode %d tokens (blocks of %d): %.2f tok/s, %.2f GB/s of weights; read bandwidth (median of "
            "neighbouring probes) %.2f GB/s -> fraction %.3f (median over %d blocks)\n",
-           steps, block, decode_tps, tok_bytes * decode_tps / 1e9, bw_med, frac, n_blocks);
+           steps, block, decode_tps, step_bytes * decode_tps / 1e9, bw_med, frac, n_blocks);
     if (csv) {
         FILE *cf = fopen(csv, "a");
         if (!cf) {
@@ -695,14 +742,16 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
                         "prefill_peak_fraction,decode_tps,bytes_per_token,read_bw,decode_bw_fraction,rss_mib\n");
         fprintf(cf, "%s,%s,%s,%d,%s,%d,%d,%.3f,%.2f,%.2f,%.4f,%.4f,%.0f,%.3f,%.4f,%.1f\n", path, dsf_build_commit, k->name,
                 n_threads, plain ? "plain" : "reference", n_prompt, steps, prefill_tps, prefill_gflops, peak,
-                prefill_gflops / peak, decode_tps, tok_bytes, bw_med, frac, rss / 1024.0);
+                prefill_gflops / peak, decode_tps, step_bytes, bw_med, frac, rss / 1024.0);
         fclose(cf);
     }
     printf("decode_bw_fraction=%.3f prefill_peak_fraction=%.3f decode_tps=%.3f prefill_tps=%.2f bytes_per_token=%.0f "
            "read_bw=%.2f peak_gflops=%.1f threads=%d kernels=%s\n",
-           frac, prefill_gflops / peak, decode_tps, prefill_tps, tok_bytes, bw_med, peak, n_threads, k->name);
+           frac, prefill_gflops / peak, decode_tps, prefill_tps, step_bytes, bw_med, peak, n_threads, k->name);
     free(fr);
     free(bw);
+    free(il_bytes);
+    free(il_flops);
     free(logits);
     free(toks);
     arena_free(arena);
