@@ -41,16 +41,27 @@ typedef struct {
      * can use it, < 0 = never. The copy is as large as the experts in the file; the values
      * and the logits are bit for bit the same either way. */
     int repack;
+    /* Dense weights (every matrix a token reads in full: attention, indexer, shared experts,
+     * hc mixes, router, Engram projections, LM head) copied at open into anonymous memory in
+     * 2 MiB pages, their file pages then unmapped: 0 = auto (the model fits in 80 % of RAM
+     * with the copies; DSF_RESIDENT=0/1 in the environment overrides auto), > 0 = always,
+     * < 0 = never (they are read from the file mapping). Decode read them ~2.5 % faster from
+     * the copy on the bench host (docs/PERFORMANCE.md, item 41). The values and the logits
+     * are bit for bit the same either way. */
+    int resident;
 } dsf_engine_params;
 
 void dsf_engine_params_default(dsf_engine_params *p);
 /* Maps a deepseek41 GGUF, validates its shape and binds every tensor. Reads no tensor data,
- * except the routed experts when it repacks them (see repack above). */
+ * except the routed experts when it repacks them and the dense weights when it copies them
+ * (see repack and resident above). */
 dsf_engine *dsf_engine_open(const char *path, const dsf_engine_params *p, char *err);
 void dsf_engine_close(dsf_engine *e);
 int dsf_engine_n_vocab(const dsf_engine *e);
 /* Bytes of routed experts repacked in memory at open (0: they are read from the file). */
 size_t dsf_engine_repacked_bytes(const dsf_engine *e);
+/* Bytes of dense weights copied into memory at open (0: they are read from the file). */
+size_t dsf_engine_resident_bytes(const dsf_engine *e);
 int dsf_engine_n_ctx_train(const dsf_engine *e);
 /* Human-readable description of the model (dsflash inspect): metadata, layer roles, tensors. */
 void dsf_engine_describe(const dsf_engine *e, void (*emit)(void *ud, const char *line), void *ud);

@@ -91,14 +91,47 @@ static void repack_range(void *ctx, int64_t r0, int64_t r1, int tid) {
     }
 }
 
-static bool repack_wanted(const dsf_engine *e, const dsf_engine_params *p, uint64_t bytes, uint64_t orig) {
-    if (!bytes || e->numerics != DSF_NUMERICS_REFERENCE || !e->kern->mxfp4r_xbf16 || p->repack < 0) return false;
-    if (p->repack > 0) return true;
-    const char *v = dsf_knob("DSF_REPACK");
+/* The auto rule of repack and resident (dsflash.h): the part of the file still read plus the
+ * copies fit in 80 % of RAM; the knob (DSF_REPACK, DSF_RESIDENT) overrides it. orig: the file
+ * bytes the copies replace. */
+static bool copy_wanted(const dsf_engine *e, int param, const char *knob, uint64_t bytes, uint64_t orig) {
+    if (!bytes || param < 0) return false;
+    if (param > 0) return true;
+    const char *v = dsf_knob(knob);
     if (v && *v) return strcmp(v, "0") != 0;
-    /* the part of the file still read (all but the experts) plus the copy */
-    double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-    return ram > 0 && (double)e->gguf->size - (double)orig + (double)bytes <= 0.8 * ram;
+    const double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    const double kept = (double)e->gguf->size - (double)e->copied_orig - (double)orig;
+    return ram > 0 && kept + (double)e->repack_size + (double)e->dense_size + (double)bytes <= 0.8 * ram;
+}
+
+static bool repack_wanted(const dsf_engine *e, const dsf_engine_params *p, uint64_t bytes, uint64_t orig) {
+    if (e->numerics != DSF_NUMERICS_REFERENCE || !e->kern->mxfp4r_xbf16) return false;
+    return copy_wanted(e, p->repack, "DSF_REPACK", bytes, orig);
+}
+
+/* Anonymous memory in 2 MiB pages for a copy of `what` (NULL, said, if it cannot be mapped:
+ * the weights then stay in the file). Not MAP_NORESERVE: under the kernel's overcommit checks
+ * a copy that cannot fit is refused here. */
+static void *copy_map(uint64_t bytes, const char *what) {
+    void *map = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED) {
+        dsf_log(1, "dsflash: cannot map %.1f GB for %s; reading them from the file", bytes / 1e9, what);
+        return NULL;
+    }
+#ifdef MADV_HUGEPAGE
+    madvise(map, (size_t)bytes, MADV_HUGEPAGE);
+#endif
+    return map;
+}
+
+/* Unmaps the whole pages of [p, p + n) of the file mapping once a copy replaces them: they
+ * leave the process's RSS (the page cache keeps them while the kernel has room), and a later
+ * read would fault them in again, so nothing depends on their staying. Advice only. */
+static void release_file_range(const uint8_t *p, uint64_t n) {
+#ifdef MADV_DONTNEED
+    const uintptr_t lo = ((uintptr_t)p + 4095) & ~(uintptr_t)4095, hi = ((uintptr_t)p + n) & ~(uintptr_t)4095;
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+#endif
 }
 
 /* A tensor's repacked bytes: its codes, then its scales padded to 64 bytes. */
@@ -134,17 +167,11 @@ static void repack_experts(dsf_engine *e, const dsf_engine_params *p) {
         free(j);
         return;
     }
-    /* not MAP_NORESERVE: under the kernel's overcommit checks a copy that cannot fit is
-     * refused here, and the experts stay in the file */
-    void *map = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (map == MAP_FAILED) {
-        dsf_log(1, "dsflash: cannot map %.1f GB for the repacked experts; using them from the file", bytes / 1e9);
+    void *map = copy_map(bytes, "the repacked experts");
+    if (!map) {
         free(j);
         return;
     }
-#ifdef MADV_HUGEPAGE
-    madvise(map, (size_t)bytes, MADV_HUGEPAGE);
-#endif
     const double t0 = dsf_now();
     uint8_t *at = map;
     for (int i = 0; i < j->n; i++) {
@@ -153,15 +180,97 @@ static void repack_experts(dsf_engine *e, const dsf_engine_params *p) {
         at = j->scales[i] + repack_scales_bytes(&j->src[i]);
     }
     dsf_parallel_for(e->pool, j->first[j->n], 256, repack_range, j);
-    for (int i = 0; i < j->n; i++) *j->dst[i] = mxfp4r_view(j->dst[i], j->codes[i], j->scales[i]);
+    for (int i = 0; i < j->n; i++) {
+        release_file_range(j->src[i].data, (uint64_t)j->src[i].n_out * j->src[i].row_bytes);
+        *j->dst[i] = mxfp4r_view(j->dst[i], j->codes[i], j->scales[i]);
+    }
     e->repack_map = map;
     e->repack_size = (size_t)bytes;
+    e->copied_orig += orig;
     /* the time is mostly the first touch of fresh memory (kernel zeroing; under some
      * hypervisors well below 1 GB/s): say so when it is noticeable */
     const double dt = dsf_now() - t0;
     dsf_log(dt >= 1.0 ? 1 : 2, "dsflash: repacked the routed experts (%d tensors, %.2f GB) for the %s kernels in %.1f s "
             "(--no-repack or DSF_REPACK=0 reads them from the file)", j->n, bytes / 1e9, e->kern->name, dt);
     free(j);
+}
+
+/* ---- dense weights in memory ---------------------------------------------------------- */
+
+/* Every matrix a token reads in full: all but the routed experts (repacked above, or read
+ * from the file: a token reads top-k of them) and token_embd (a row per token). Returns the
+ * count (at most cap). */
+static int dense_mats(dsf_engine *e, dsf_wmat **m, int cap) {
+    int n = 0;
+#define DENSE(w)                                                                               \
+    do {                                                                                       \
+        if ((w).data && (w).n_out > 0 && n < cap) m[n++] = &(w);                               \
+    } while (0)
+    for (int64_t il = 0; il < e->shape.n_layer; il++) {
+        dsf_layer *L = &e->w.layers[il];
+        dsf_wmat *const all[17] = {&L->wq_a,     &L->wq_b,       &L->wkv,        &L->wo_a,    &L->wo_b,    &L->hc_attn_fn,
+                                   &L->hc_ffn_fn, &L->comp_wkv,   &L->comp_wgate, &L->idx_k,   &L->idx_q_b, &L->idx_proj,
+                                   &L->engram_kv, &L->router,     &L->gate_sh,    &L->up_sh,   &L->down_sh};
+        for (int k = 0; k < 17; k++) DENSE(*all[k]);
+    }
+    DENSE(e->w.output);
+#undef DENSE
+    return n;
+}
+
+typedef struct {
+    const uint8_t *src;
+    uint8_t *dst;
+    uint64_t n;
+} dense_job;
+
+static void dense_range(void *ctx, int64_t i0, int64_t i1, int tid) {
+    (void)tid;
+    const dense_job *j = ctx;
+    const uint64_t a = (uint64_t)i0 << 21, b = (uint64_t)i1 << 21 < j->n ? (uint64_t)i1 << 21 : j->n;
+    memcpy(j->dst + a, j->src + a, (size_t)(b - a));
+}
+
+/* Copies the dense weights into one anonymous mapping in 2 MiB pages when copy_wanted says
+ * so, a matrix at a time on the pool (each thread first-touches the pages it fills), and
+ * unmaps each matrix's file pages once copied, so that RSS holds one copy. Decode reads the
+ * copy faster on the bench host (docs/PERFORMANCE.md, item 41; why was not found). Failure
+ * to map it leaves the weights in the file. */
+static void resident_dense(dsf_engine *e, const dsf_engine_params *p) {
+    const int cap = (int)(17 * e->shape.n_layer + 1);
+    dsf_wmat **m = dsf_xcalloc((size_t)cap, sizeof *m);
+    const int n = dense_mats(e, m, cap);
+    uint64_t bytes = 0, orig = 0;
+    for (int i = 0; i < n; i++) {
+        const uint64_t nb = (uint64_t)m[i]->n_out * m[i]->row_bytes;
+        orig += nb;
+        bytes += (nb + 63) / 64 * 64; /* each copy 64-byte aligned */
+    }
+    if (!copy_wanted(e, p->resident, "DSF_RESIDENT", bytes, orig)) {
+        free(m);
+        return;
+    }
+    void *map = copy_map(bytes, "the dense weights");
+    if (!map) {
+        free(m);
+        return;
+    }
+    const double t0 = dsf_now();
+    uint8_t *at = map;
+    for (int i = 0; i < n; i++) {
+        dense_job j = {m[i]->data, at, (uint64_t)m[i]->n_out * m[i]->row_bytes};
+        dsf_parallel_for(e->pool, (int64_t)((j.n + (1u << 21) - 1) >> 21), 1, dense_range, &j);
+        release_file_range(j.src, j.n);
+        m[i]->data = at;
+        at += (j.n + 63) / 64 * 64;
+    }
+    e->dense_map = map;
+    e->dense_size = (size_t)bytes;
+    e->copied_orig += orig;
+    const double dt = dsf_now() - t0;
+    dsf_log(dt >= 1.0 ? 1 : 2, "dsflash: copied the dense weights (%d matrices, %.2f GB) into memory in %.1f s (--mmap or "
+            "DSF_RESIDENT=0 reads them from the file)", n, bytes / 1e9, dt);
+    free(m);
 }
 
 dsf_engine *dsf_engine_open(const char *path, const dsf_engine_params *p, char *err) {
@@ -204,6 +313,7 @@ dsf_engine *dsf_engine_open(const char *path, const dsf_engine_params *p, char *
     }
     e->pool = dsf_pool_new(nt);
     repack_experts(e, p);
+    resident_dense(e, p);
     e->model_id = fnv1a(FNV_INIT, g->map, (size_t)g->data_offset);
     e->name = dsf_xstrdup(path);
     return e;
@@ -220,6 +330,7 @@ void dsf_engine_close(dsf_engine *e) {
     if (!e) return;
     weights_free(&e->w, &e->shape);
     if (e->repack_map) munmap(e->repack_map, e->repack_size);
+    if (e->dense_map) munmap(e->dense_map, e->dense_size);
     shape_free(&e->shape);
     free(e->rope.freq_main);
     free(e->rope.freq_compress);
@@ -231,6 +342,7 @@ void dsf_engine_close(dsf_engine *e) {
 
 int dsf_engine_n_vocab(const dsf_engine *e) { return (int)e->shape.n_vocab; }
 size_t dsf_engine_repacked_bytes(const dsf_engine *e) { return e->repack_map ? e->repack_size : 0; }
+size_t dsf_engine_resident_bytes(const dsf_engine *e) { return e->dense_map ? e->dense_size : 0; }
 int dsf_engine_n_ctx_train(const dsf_engine *e) { return (int)e->shape.n_ctx_train; }
 
 /* ---- sessions --------------------------------------------------------------------------- */
@@ -538,6 +650,9 @@ void dsf_engine_describe(const dsf_engine *e, void (*emit)(void *ud, const char 
     if (e->repack_map)
         EMIT("  routed experts: repacked in memory for the %s kernels (%.2f GB; DSF_REPACK=0 keeps them in the file)",
              e->kern->name, (double)e->repack_size / 1e9);
+    if (e->dense_map)
+        EMIT("  dense weights: copied into memory (%.2f GB; DSF_RESIDENT=0 reads them from the file)",
+             (double)e->dense_size / 1e9);
     EMIT("== layer roles ==");
     EMIT("  %5s %5s %8s %9s %10s %-22s %s", "layer", "ratio", "rope", "kv_src", "topk_src", "candidate", "engram");
     for (int64_t il = 0; il < sh->n_layer; il++) {

@@ -34,6 +34,7 @@ typedef struct {
     int n_threads;            /* <= 0: all cores */
     dsf_numerics numerics;
     int repack;               /* dsf_engine_params.repack (--no-repack: -1) */
+    int resident;             /* dsf_engine_params.resident (--mmap: -1) */
     dsf_sampler_params sp;    /* sampling + max_tokens (-n) + stop strings */
     bool seed_set;
     bool think;               /* thinking_mode "thinking" (default) or "chat" */

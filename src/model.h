@@ -114,6 +114,9 @@ struct dsf_engine {
     char *name;
     void *repack_map; /* the repacked routed experts (DSF_TYPE_MXFP4R), or NULL */
     size_t repack_size;
+    void *dense_map; /* the dense weights copied at open (engine.c), or NULL */
+    size_t dense_size;
+    uint64_t copied_orig; /* file bytes the two copies replace */
 };
 
 /* shape.c */

@@ -1069,6 +1069,7 @@ srv_server *srv_start(const srv_params *p, char *err) {
     dsf_engine_params_default(&ep);
     ep.n_threads = p->n_threads;
     ep.repack = p->repack;
+    ep.resident = p->resident;
     ep.numerics = p->numerics;
     s->e = dsf_engine_open(p->model_path, &ep, err);
     if (!s->e) goto fail;

@@ -79,8 +79,8 @@ static cmp_stats compare(const float *a, const float *gold, int rows, int V, dou
     return st;
 }
 
-/* repack: dsf_engine_params.repack (0 = auto) */
-static dsf_engine *open_model_rp(const char *file, dsf_numerics num, int repack, test_ctx *t) {
+/* repack, resident: dsf_engine_params.repack and .resident (0 = auto) */
+static dsf_engine *open_model_rr(const char *file, dsf_numerics num, int repack, int resident, test_ctx *t) {
     char rel[256];
     snprintf(rel, sizeof rel, "testdata/tiny41/%s", file);
     const char *p = test_shared(rel);
@@ -90,10 +90,15 @@ static dsf_engine *open_model_rp(const char *file, dsf_numerics num, int repack,
     ep.numerics = num;
     ep.n_threads = 2;
     ep.repack = repack;
+    ep.resident = resident;
     char err[DSF_ERR_LEN];
     dsf_engine *e = dsf_engine_open(p, &ep, err);
     if (!e) test_fail(t, __FILE__, __LINE__, "open %s: %s", file, err);
     return e;
+}
+
+static dsf_engine *open_model_rp(const char *file, dsf_numerics num, int repack, test_ctx *t) {
+    return open_model_rr(file, num, repack, 0, t);
 }
 
 static dsf_engine *open_model(const char *file, dsf_numerics num, test_ctx *t) {
@@ -576,8 +581,53 @@ TEST(golden_refuses_out_of_range_floats) {
     free(buf);
 }
 
+/* a and b give bit-identical logits for g's tokens by prefill and token by token. */
+static void same_logits(test_ctx *t, dsf_engine *a, dsf_engine *b, const golden *g, const char *what) {
+    static const int chunks[] = {0, 1};
+    for (int c = 0; c < 2; c++) {
+        char err[DSF_ERR_LEN];
+        float *la = run(a, g->tokens, g->n, chunks[c], err), *lb = run(b, g->tokens, g->n, chunks[c], err);
+        CHECKF(la && lb, "%s", err);
+        if (la && lb)
+            CHECKF(!memcmp(la, lb, (size_t)g->n * (size_t)g->vocab * sizeof(float)), "chunk %d: %s logits differ (max %.3g)",
+                   chunks[c], what, max_diff(la, lb, (size_t)g->n * (size_t)g->vocab));
+        free(la);
+        free(lb);
+    }
+}
+
 static void describe_cb(void *ud, const char *line) {
     if (strstr(line, "routed experts: repacked")) *(int *)ud = 1;
+}
+
+static void describe_dense_cb(void *ud, const char *line) {
+    if (strstr(line, "dense weights: copied into memory")) *(int *)ud = 1;
+}
+
+/* The dense weights copied into memory at open (dsf_engine_params.resident) must give the same
+ * bits as those read from the file mapping, in both numerics modes, for a prefill and for
+ * decode steps; with the copy, the file's pages are unmapped, so this also shows that no
+ * product still reads them there. */
+TEST(golden_resident_dense_same_bits) {
+    golden g;
+    if (load_golden("plain-long", &g) < 0) SKIP("needs ../shared/" GDIR "plain-long.*");
+    for (int mode = 0; mode < 2; mode++) {
+        const dsf_numerics num = mode ? DSF_NUMERICS_PLAIN : DSF_NUMERICS_REFERENCE;
+        dsf_engine *e[2];
+        int copied[2] = {0, 0};
+        for (int i = 0; i < 2; i++) {
+            e[i] = open_model_rr("tiny41.gguf", num, 0, i ? -1 : 1, t);
+            CHECK(e[i]);
+            if (!e[i]) return;
+            dsf_engine_describe(e[i], describe_dense_cb, &copied[i]);
+        }
+        CHECK(copied[0] && dsf_engine_resident_bytes(e[0]) > 0);
+        CHECK(!copied[1] && dsf_engine_resident_bytes(e[1]) == 0);
+        same_logits(t, e[0], e[1], &g, mode ? "plain, copied dense weights:" : "reference, copied dense weights:");
+        dsf_engine_close(e[0]);
+        dsf_engine_close(e[1]);
+    }
+    free_golden(&g);
 }
 
 /* The routed experts repacked at open (DSF_TYPE_MXFP4R, reference numerics with the AVX-512
@@ -607,16 +657,7 @@ TEST(golden_repacked_experts_same_bits) {
         free_golden(&g);
         SKIP("the kernels here have no repacked MXFP4 path (AVX-512)");
     }
-    static const int chunks[] = {0, 1};
-    for (int c = 0; c < 2; c++) {
-        char err[DSF_ERR_LEN];
-        float *a = run(e[0], g.tokens, g.n, chunks[c], err), *b = run(e[1], g.tokens, g.n, chunks[c], err);
-        CHECKF(a && b, "%s", err);
-        CHECKF(!memcmp(a, b, (size_t)g.n * (size_t)g.vocab * sizeof(float)), "chunk %d: repacked logits differ (max %.3g)",
-               chunks[c], max_diff(a, b, (size_t)g.n * (size_t)g.vocab));
-        free(a);
-        free(b);
-    }
+    same_logits(t, e[0], e[1], &g, "repacked");
     dsf_engine_close(e[0]);
     dsf_engine_close(e[1]);
     free_golden(&g);

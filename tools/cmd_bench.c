@@ -567,7 +567,7 @@ static int cmp_dbl(const void *a, const void *b) {
 }
 
 static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads, const char *csv, int plain,
-                       uint64_t arena_mb, int cold, int repack) {
+                       uint64_t arena_mb, int cold, int repack, int resident) {
     char err[DSF_ERR_LEN] = "";
     if (cold) { /* drop the file's clean cached pages: the engine then reads it in 2 MiB folios */
         int fd = open(path, O_RDONLY);
@@ -585,6 +585,7 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
     ep.n_threads = n_threads;
     ep.numerics = plain ? DSF_NUMERICS_PLAIN : DSF_NUMERICS_REFERENCE;
     ep.repack = repack;
+    ep.resident = resident;
     dsf_engine *e = dsf_engine_open(path, &ep, err);
     if (!e) {
         fprintf(stderr, "dsflash bench: %s\n", err);
@@ -718,6 +719,10 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
         printf("  routed experts repacked in memory: %.2f GB (--no-repack reads them from the file)\n",
                (double)dsf_engine_repacked_bytes(e) / 1e9);
     else printf("  routed experts read from the file (not repacked)\n");
+    if (dsf_engine_resident_bytes(e))
+        printf("  dense weights copied into memory: %.2f GB (--mmap reads them from the file)\n",
+               (double)dsf_engine_resident_bytes(e) / 1e9);
+    else printf("  dense weights read from the file mapping\n");
     double pmd = model_pmd_share(path);
     if (pmd >= 0)
         printf("  model mapping in 2 MiB pages: %.0f %%%s\n", 100 * pmd,
@@ -762,7 +767,7 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
 
 static void usage(FILE *f) {
     fprintf(f, "usage: dsflash bench -m MODEL [--prompt N] [--gen N] [--threads N] [--csv FILE] [--plain] [--cold]\n"
-               "                     [--no-repack]\n"
+               "                     [--no-repack] [--mmap]\n"
                "       dsflash bench --kernels [--threads N] [--set ref|avx2|avx512] [--arena-mb MB] [--reps N]\n"
                "\n"
                "  -m MODEL      end to end: a prefill of --prompt tokens (default 512), then --gen greedy\n"
@@ -772,6 +777,8 @@ static void usage(FILE *f) {
                "  --csv FILE    append one row of results (a header first if the file is new)\n"
                "  --plain       numerics plain (fp32, no QDQ) instead of reference\n"
                "  --no-repack   keep the routed experts in the file instead of repacking them in memory\n"
+               "  --mmap        read the dense weights from the file mapping instead of copying them\n"
+               "                into memory\n"
                "  --cold        first drop the model file's cached pages, so that the engine reads it\n"
                "                afresh into 2 MiB page-cache folios (pages cached earlier in 4 KiB\n"
                "                folios stay that way and cost TLB misses; see docs/PERFORMANCE.md)\n"
@@ -790,7 +797,7 @@ static int cmd_bench(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    int kernels = 0, reps = 5, n_prompt = 512, n_gen = 64, plain = 0, cold = 0, repack = 0;
+    int kernels = 0, reps = 5, n_prompt = 512, n_gen = 64, plain = 0, cold = 0, repack = 0, resident = 0;
     const char *model = NULL, *csv = NULL;
     long threads = sysconf(_SC_NPROCESSORS_ONLN);
     const char *set = NULL;
@@ -813,6 +820,8 @@ static int cmd_bench(int argc, char **argv) {
             cold = 1;
         } else if (!strcmp(a, "--no-repack")) {
             repack = -1;
+        } else if (!strcmp(a, "--mmap")) {
+            resident = -1;
         } else if ((!strcmp(a, "--prompt") || !strcmp(a, "--gen")) && v) {
             long n = strtol(v, &end, 10);
             if (*end || n < (a[2] == 'p' ? 2 : 1) || n > 1000000) {
@@ -857,7 +866,7 @@ static int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "dsflash bench: give either -m MODEL or --kernels (try --help)\n");
         return 2;
     }
-    if (model) return bench_model(model, n_prompt, n_gen, (int)threads, csv, plain, arena_mb, cold, repack);
+    if (model) return bench_model(model, n_prompt, n_gen, (int)threads, csv, plain, arena_mb, cold, repack, resident);
     return bench_kernels((int)threads, set, arena_mb, reps);
 }
 

@@ -23,6 +23,7 @@ static int cmd_inspect(int argc, char **argv) {
     dsf_engine_params_default(&p);
     p.n_threads = 1;
     p.repack = -1; /* reads no tensor data */
+    p.resident = -1;
     dsf_engine *e = dsf_engine_open(argv[1], &p, err);
     if (!e) {
         fprintf(stderr, "dsflash inspect: %s\n", err);

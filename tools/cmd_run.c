@@ -35,7 +35,8 @@ const char *const GEN_CLI_OPTIONS_HELP =
     "  --ctx N            context size in tokens (default: min(4096, training context))\n"
     "  --threads T        worker threads (default: all cores)\n"
     "  --numerics M       reference (official FP8/FP4 QDQ, default) | plain (fp32)\n"
-    "  --no-repack        keep the routed experts in the file instead of repacking them in memory\n";
+    "  --no-repack        keep the routed experts in the file instead of repacking them in memory\n"
+    "  --mmap             read the dense weights from the file mapping instead of copying them into memory\n";
 
 void gen_cli_defaults(gen_cli_opts *o, const char *cmd) {
     memset(o, 0, sizeof *o);
@@ -95,6 +96,7 @@ int gen_cli_option(gen_cli_opts *o, int argc, char **argv, int *i) {
         else if (!strcmp(a, "--no-think")) o->think = false;
         else if (!strcmp(a, "--ignore-eos")) o->sp.ignore_eos = true;
         else if (!strcmp(a, "--no-repack")) o->repack = -1;
+        else if (!strcmp(a, "--mmap")) o->resident = -1;
         else return 0;
         return 1;
     }
@@ -161,6 +163,7 @@ int gen_cli_load(const gen_cli_opts *o, gen_cli_model *m) {
     ep.numerics = o->numerics;
     ep.n_threads = o->n_threads;
     ep.repack = o->repack;
+    ep.resident = o->resident;
     m->e = dsf_engine_open(o->model, &ep, err);
     if (!m->e) goto fail;
     m->tok = dsf_tokenizer_load(o->model, err);

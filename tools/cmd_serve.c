@@ -23,6 +23,7 @@ static void usage(void) {
            "  --api-key KEY        require 'Authorization: Bearer KEY' (not on /health)\n"
            "  --threads T          engine worker threads (default: all cores)\n"
            "  --no-repack          keep the routed experts in the file instead of repacking them in memory\n"
+           "  --mmap               read the dense weights from the file mapping instead of copying them into memory\n"
            "  --alias NAME         model id in /v1/models and replies (default: file name)\n"
            "  --max-body BYTES     request body limit (default 8388608); larger -> 413\n"
            "  --max-queue N        requests waiting for a slot before 503 (default 256)\n"
@@ -67,6 +68,9 @@ static int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--port-file")) port_file = v;
         else if (!strcmp(a, "--no-repack")) {
             p.repack = -1;
+            takes = 0;
+        } else if (!strcmp(a, "--mmap")) {
+            p.resident = -1;
             takes = 0;
         }
         else if (!strcmp(a, "--numerics")) {
