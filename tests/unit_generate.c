@@ -529,6 +529,12 @@ TEST(gen_cli_run) {
     CHECK(test_run(cmd, out1, sizeof out1) == 0);
     CHECK(test_run(cmd, out2, sizeof out2) == 0);
     CHECK(strlen(out1) > 1 && strcmp(out1, out2) == 0);
+    /* --mmap (the dense weights read from the file) and --no-repack change no value: the same
+     * greedy text */
+    snprintf(cmd, sizeof cmd, "%s run -m %s -p 'Hello! Who are you?' -n 12 --temp 0 --threads 2 --mmap --no-repack 2>/dev/null",
+             test_bin(), m);
+    CHECK(test_run(cmd, out2, sizeof out2) == 0);
+    CHECKF(strcmp(out1, out2) == 0, "--mmap --no-repack: '%s' against '%s'", out2, out1);
     /* not a terminal: reasoning is marked and the output ends with a newline */
     CHECKF(strncmp(out1, "[thinking] ", 11) == 0 || strstr(out1, "\n\n"), "stdout: '%s'", out1);
     char stats[4096];
