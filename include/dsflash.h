@@ -45,7 +45,7 @@ typedef struct {
      * hc mixes, router, Engram projections, LM head) copied at open into anonymous memory in
      * 2 MiB pages, their file pages then unmapped: 0 = auto (the model fits in 80 % of RAM
      * with the copies; DSF_RESIDENT=0/1 in the environment overrides auto), > 0 = always,
-     * < 0 = never (they are read from the file mapping). Decode read them ~2.5 % faster from
+     * < 0 = never (they are read from the file mapping). Decode read them ~2 % faster from
      * the copy on the bench host (docs/PERFORMANCE.md, item 41). The values and the logits
      * are bit for bit the same either way. */
     int resident;
