@@ -437,13 +437,21 @@ static size_t held_suffix(const char *t, size_t n, const char *const *marks, int
     return best;
 }
 
-/* Classifies the DSML tag whose '<' is at t[i]: 1 block/invoke opener, 0 other, -1 need more. */
+/* Classifies the DSML tag whose '<' is at t[i]: 1 block/invoke opener, 0 other, -1 need more.
+ * The answer depends on t[i, i + OPENER_MAX] only: a tag whose name (after any spaces) does
+ * not end within OPENER_MAX bytes of its '<' is not an opener, whether the rest of it has
+ * arrived or not. (Deciding that only when the input ran out made the routing depend on how
+ * the stream was split: the fuzzer's "<｜DSML｜", 51 spaces, "function_calls" opened a tool
+ * block when fed whole and stayed text when fed in pieces.) */
+#define OPENER_MAX 64
 static int classify_opener(const char *t, size_t n, size_t i) {
+    const size_t end = i + OPENER_MAX + 1; /* k - i <= OPENER_MAX below */
     size_t j = i + 1 + slen(S_DSML);
-    while (j < n && t[j] == ' ') j++;
+    while (j < n && j < end && t[j] == ' ') j++;
     size_t k = j;
-    while (k < n && ((t[k] >= 'a' && t[k] <= 'z') || t[k] == '_')) k++;
-    if (k >= n) return k - i > 64 ? 0 : -1;
+    while (k < n && k < end && ((t[k] >= 'a' && t[k] <= 'z') || t[k] == '_')) k++;
+    if (k >= end) return 0;
+    if (k >= n) return -1;
     size_t l = k - j;
     static const char *const names[] = {"calls", "tool_calls", "function_calls", "invoke"};
     for (int q = 0; q < 4; q++)
