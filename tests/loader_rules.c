@@ -9,7 +9,7 @@
  * only the encoding changed; and edge values no rule forbids (refused cleanly or run).
  * DSF_TEST_VERBOSE=1 prints every variant's error message. */
 #include "dsflash.h"
-#include "gguf.h"
+#include "io/gguf.h"
 #include "test.h"
 #include "tmodel.h"
 

@@ -28,7 +28,7 @@
 
 #include "dsflash.h"
 #include "test.h"
-#include "util.h"
+#include "base/util.h"
 
 /* ==== the server process ================================================================== */
 

@@ -7,7 +7,7 @@
 #include "tmodel.h"
 
 #include "dsflash.h"
-#include "gguf.h"
+#include "io/gguf.h"
 #include "test.h"
 
 #include <math.h>

@@ -24,7 +24,7 @@
  * n_rot == head_dim, a window longer than the sequence, F32 and BF16 dense weights, MXFP4 and
  * F32 experts, YaRN on and off. */
 #include "dsflash.h"
-#include "gguf.h"
+#include "io/gguf.h"
 #include "test.h"
 #include "tmodel.h"
 

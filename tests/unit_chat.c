@@ -11,10 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat.h"
+#include "text/chat.h"
 #include "dsflash.h"
-#include "pyjson.h"
-#include "util.h"
+#include "text/pyjson.h"
+#include "base/util.h"
 
 static json_t *loads(const char *s) { return pyjson_loads(s, strlen(s), NULL); }
 

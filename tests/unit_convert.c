@@ -6,11 +6,11 @@
  * from architecture.md §11.2 and testdata/tiny41/README.md); and malformed checkpoints or
  * configs that crash, produce garbage, exit 0, or leave a file (or a .tmp) behind
  * (convert_bad_*). */
-#include "convert.h"
-#include "gguf.h"
-#include "quant.h"
+#include "convert/convert.h"
+#include "io/gguf.h"
+#include "kernels/quant.h"
 #include "test.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <jansson.h>
 #include <stdint.h>

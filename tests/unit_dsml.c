@@ -11,9 +11,9 @@
 #include <string.h>
 
 #include "dsflash.h"
-#include "dsml.h"
-#include "pyjson.h"
-#include "util.h"
+#include "text/dsml.h"
+#include "text/pyjson.h"
+#include "base/util.h"
 
 #define EOS "<｜end▁of▁sentence｜>"
 

@@ -8,8 +8,8 @@
 #include "test.h"
 
 #include "dsflash.h"
-#include "generate.h"
-#include "synth.h"
+#include "runtime/generate.h"
+#include "convert/synth.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -9,8 +9,8 @@
 #include "test.h"
 
 #include "dsflash.h"
-#include "generate.h"
-#include "synth.h"
+#include "runtime/generate.h"
+#include "convert/synth.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -6,9 +6,9 @@
  * files") plus a fixed-seed mutation loop over tiny41.gguf's header (run it under
  * `make asan` for the real check). */
 #include "test.h"
-#include "gguf.h"
-#include "quant.h"
-#include "util.h"
+#include "io/gguf.h"
+#include "kernels/quant.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -13,9 +13,9 @@
  * subnormal absolute rounding when the scales are 2^-128). A decoding error is O(|w x|), many
  * orders above this. */
 #include "test.h"
-#include "gguf.h"
-#include "kernels.h"
-#include "quant.h"
+#include "io/gguf.h"
+#include "kernels/matmul.h"
+#include "kernels/quant.h"
 
 #include <limits.h>
 #include <math.h>

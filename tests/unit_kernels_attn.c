@@ -17,10 +17,10 @@
 #include "dsflash.h"
 #include "test.h"
 #include "tmodel.h"
-#include "kernels.h"
-#include "kernels_attn.h"
-#include "ops.h"
-#include "quant.h"
+#include "kernels/matmul.h"
+#include "kernels/vec.h"
+#include "kernels/ops.h"
+#include "kernels/quant.h"
 
 #include <float.h>
 #include <math.h>

@@ -4,8 +4,8 @@
  * hand-worked numbers or an element-index formula written here independently of the
  * block-loop structure of quant.c. */
 #include "test.h"
-#include "quant.h"
-#include "gguf.h"
+#include "kernels/quant.h"
+#include "io/gguf.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -6,10 +6,10 @@
  * ranges, truncation) that crash or are accepted; sharded indexes pointing outside the
  * directory or at missing shards; and a writer whose offsets, padding or per-tensor byte
  * accounting a reader would refuse. */
-#include "gguf.h"
-#include "safetensors.h"
+#include "io/gguf.h"
+#include "io/safetensors.h"
 #include "test.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>

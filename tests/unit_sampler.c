@@ -8,7 +8,7 @@
  * after top-k 2 the renormalized p0 = e^2 / (e^2 + e) = 0.73106. */
 #include "test.h"
 #include "dsflash.h"
-#include "sampler.h"
+#include "runtime/sampler.h"
 
 #include <math.h>
 #include <stdlib.h>

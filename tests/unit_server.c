@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pyjson.h"
-#include "server.h"
+#include "text/pyjson.h"
+#include "server/server.h"
 #include "test.h"
 
 static json_t *load_fixture(const char *path) {

@@ -10,9 +10,9 @@
  * engine refuses or that produces non-finite logits, and a CLI that does not fail cleanly. */
 #include "test.h"
 #include "dsflash.h"
-#include "gguf.h"
-#include "quant.h"
-#include "synth.h"
+#include "io/gguf.h"
+#include "kernels/quant.h"
+#include "convert/synth.h"
 
 #include <math.h>
 #include <stdio.h>

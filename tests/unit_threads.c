@@ -3,7 +3,7 @@
  * depends on scheduling (same n/grain/threads -> same chunks on the same tids), and silent
  * deadlock on nested use (must abort instead). */
 #include "test.h"
-#include "threads.h"
+#include "base/threads.h"
 
 #include <signal.h>
 #include <stdatomic.h>

@@ -8,10 +8,10 @@
  * real DeepSeek-V3 tokenizer.json (tests/npm). */
 #include "test.h"
 #include "dsflash.h"
-#include "gguf.h"
-#include "tokenizer.h"
-#include "util.h"
-#include "vocab.h"
+#include "io/gguf.h"
+#include "text/tokenizer.h"
+#include "base/util.h"
+#include "convert/vocab.h"
 
 #include <jansson.h>
 #include <stdio.h>

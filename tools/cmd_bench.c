@@ -16,13 +16,13 @@
  * the prefill), run on the engine's own thread pool. */
 #include "cmd.h"
 #include "dsflash.h"
-#include "fwd.h"
-#include "gguf.h"
-#include "kernels.h"
-#include "model.h"
-#include "quant.h"
-#include "threads.h"
-#include "util.h"
+#include "model/forward.h"
+#include "io/gguf.h"
+#include "kernels/matmul.h"
+#include "model/model.h"
+#include "kernels/quant.h"
+#include "base/threads.h"
+#include "base/util.h"
 
 #include <fcntl.h>
 #include <math.h>

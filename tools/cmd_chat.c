@@ -5,8 +5,8 @@
  * generation; two Ctrl-C in a row at the prompt quit. Owns only the REPL and terminal I/O. */
 #include "cmd.h"
 #include "dsflash.h"
-#include "generate.h"
-#include "util.h"
+#include "runtime/generate.h"
+#include "base/util.h"
 
 #include <errno.h>
 #include <jansson.h>

@@ -5,8 +5,8 @@
  * SIGINT/SIGTERM, the .tmp file is removed, so no file ever appears under the target name
  * unless it is complete. */
 #include "cmd.h"
-#include "convert.h"
-#include "util.h"
+#include "convert/convert.h"
+#include "base/util.h"
 
 #include <signal.h>
 #include <stdio.h>

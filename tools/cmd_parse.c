@@ -7,7 +7,7 @@
 
 #include "cmd.h"
 #include "dsflash.h"
-#include "util.h"
+#include "base/util.h"
 
 static int cmd_parse(int argc, char **argv) {
     if (dsf_cmd_wants_help(argc, argv)) {

@@ -6,7 +6,7 @@
 
 #include "cmd.h"
 #include "dsflash.h"
-#include "util.h"
+#include "base/util.h"
 
 static int cmd_render(int argc, char **argv) {
     if (dsf_cmd_wants_help(argc, argv)) {

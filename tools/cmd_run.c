@@ -4,8 +4,8 @@
  * Owns only argument handling and terminal I/O; generation is src/generate.c. */
 #include "cmd.h"
 #include "dsflash.h"
-#include "generate.h"
-#include "util.h"
+#include "runtime/generate.h"
+#include "base/util.h"
 
 #include <errno.h>
 #include <jansson.h>

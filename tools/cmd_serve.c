@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "cmd.h"
-#include "server.h"
+#include "server/server.h"
 
 static void usage(void) {
     printf("usage: dsflash serve -m MODEL.gguf [options]\n\n"

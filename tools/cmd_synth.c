@@ -1,8 +1,8 @@
 /* cmd_synth.c: `dsflash synth --preset tiny|bench OUT.gguf [--seed S]`: writes a random-weight
  * deepseek41 GGUF in the exact layout (src/synth.c). */
 #include "cmd.h"
-#include "synth.h"
-#include "util.h"
+#include "convert/synth.h"
+#include "base/util.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
  * keys are read (a vocab-only GGUF works). */
 #include "cmd.h"
 #include "dsflash.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>

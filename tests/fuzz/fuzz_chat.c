@@ -9,7 +9,7 @@
  *   - pyjson_loads -> pyjson_dumps -> pyjson_loads -> pyjson_dumps: the two dumps are equal
  *     (a value survives its own serialization), the dump is valid UTF-8, and pyjson_str runs. */
 #include "fuzz_common.h"
-#include "pyjson.h"
+#include "text/pyjson.h"
 
 #include <jansson.h>
 

@@ -13,8 +13,8 @@
 #define DSF_FUZZ_COMMON_H
 
 #include "dsflash.h"
-#include "tokenizer.h"
-#include "util.h"
+#include "text/tokenizer.h"
+#include "base/util.h"
 
 #include <stdbool.h>
 #include <stdint.h>

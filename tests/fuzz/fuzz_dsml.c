@@ -13,8 +13,8 @@
  *   - dsf_dsml_result_json is valid JSON, and so is the server's chat reply built from the
  *     tolerant result (srv_chat_reply: what a client receives). */
 #include "fuzz_common.h"
-#include "dsml.h"
-#include "server.h"
+#include "text/dsml.h"
+#include "server/server.h"
 
 #include <jansson.h>
 

@@ -3,9 +3,9 @@
  * each key and tensor is looked up by name, every typed getter runs on every key, and the
  * first and last rows of each tensor of a supported type are dequantized (this reads tensor
  * data, which must lie inside the input). ASan/UBSan turn any overread into a crash. */
-#include "gguf.h"
-#include "quant.h"
-#include "util.h"
+#include "io/gguf.h"
+#include "kernels/quant.h"
+#include "base/util.h"
 
 #include <stdlib.h>
 #include <string.h>

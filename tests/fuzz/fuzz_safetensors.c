@@ -10,7 +10,7 @@
  * by st_find, nbytes = nelem * dtype size, shapes multiply to nelem, the first and last bytes
  * of each tensor can be read, and a read past a tensor's end is refused with an error. */
 #include "fuzz_common.h"
-#include "safetensors.h"
+#include "io/safetensors.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -14,7 +14,7 @@
  *      continues with it there; otherwise the output is the whole text and contains none;
  *      with one stop string the result does not depend on how the text is split. */
 #include "fuzz_common.h"
-#include "sampler.h"
+#include "runtime/sampler.h"
 
 #include <float.h>
 #include <math.h>

@@ -9,7 +9,7 @@
  * context, logprobs in -1..20, sampling values in their documented ranges and non-NULL
  * stop strings. The tokenizer is tiny41's (fuzz_common.h). */
 #include "fuzz_common.h"
-#include "server.h"
+#include "server/server.h"
 
 #include <jansson.h>
 #include <math.h>

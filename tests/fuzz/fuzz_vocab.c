@@ -13,8 +13,8 @@
  * Checks: no crash, leak or overread; one-line errors; accepted vocabularies tokenize any
  * text losslessly with ids in range. */
 #include "fuzz_common.h"
-#include "gguf.h"
-#include "vocab.h"
+#include "io/gguf.h"
+#include "convert/vocab.h"
 
 #include <errno.h>
 #include <sys/stat.h>

@@ -1,0 +1,94 @@
+/* kernels_ref.c: the scalar twins of every kernel. Slow and obviously right: each weight
+ * row is dequantized to fp32 and dotted with the activation row, accumulating in double
+ * so that the twin is at least as exact as any fast kernel it checks. */
+#include "kernels/matmul.h"
+#include "kernels/quant.h"
+#include "base/util.h"
+
+#include <string.h>
+
+void wmat_dequant_row(const dsf_wmat *w, int64_t r, float *out) {
+    if (w->type != DSF_TYPE_MXFP4R) {
+        dequant_row(w->type, w->data + (uint64_t)r * w->row_bytes, out, w->n_in);
+        return;
+    }
+    /* each block back in its ggml form: the scale byte, then its 16 code bytes */
+    const uint8_t *c = w->data + (uint64_t)r * w->row_bytes, *sc = w->scales + (uint64_t)r * (w->row_bytes / 16);
+    for (int64_t b = 0; b < w->n_in / 32; b++) {
+        uint8_t blk[17];
+        mxfp4r_block(c, sc, w->n_in / 32, b, blk);
+        dequant_row(GGML_TYPE_MXFP4, blk, out + b * 32, 32);
+    }
+}
+
+void matmul_any_ref(const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy,
+                    int64_t r0, int64_t r1) {
+    float row[16384];
+    DSF_ASSERT(w->n_in <= 16384 || w->type == GGML_TYPE_F32);
+    for (int64_t r = r0; r < r1; r++) {
+        const float *wr;
+        if (w->type == GGML_TYPE_F32) {
+            wr = (const float *)(const void *)(w->data + (uint64_t)r * w->row_bytes);
+        } else {
+            wmat_dequant_row(w, r, row);
+            wr = row;
+        }
+        for (int64_t t = 0; t < T; t++) {
+            const float *xt = x + t * w->n_in;
+            double acc = 0.0;
+            for (int64_t i = 0; i < w->n_in; i++) acc += (double)wr[i] * (double)xt[i];
+            y[t * ldy + r] = (float)acc;
+        }
+    }
+}
+
+void matmul_xbf16_any_ref(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, int64_t ldy,
+                          int64_t r0, int64_t r1) {
+    float row[16384];
+    DSF_ASSERT(w->n_in <= 16384 || w->type == GGML_TYPE_F32);
+    for (int64_t r = r0; r < r1; r++) {
+        const float *wr;
+        if (w->type == GGML_TYPE_F32) {
+            wr = (const float *)(const void *)(w->data + (uint64_t)r * w->row_bytes);
+        } else {
+            wmat_dequant_row(w, r, row);
+            wr = row;
+        }
+        for (int64_t t = 0; t < T; t++) {
+            const uint16_t *xt = x + t * w->n_in;
+            double acc = 0.0;
+            for (int64_t i = 0; i < w->n_in; i++) acc += (double)wr[i] * (double)bf16_to_f32(xt[i]);
+            y[t * ldy + r] = (float)acc;
+        }
+    }
+}
+
+static double read_probe_ref(const uint8_t *p, uint64_t n) {
+    uint64_t acc[4] = {0, 0, 0, 0};
+    for (uint64_t i = 0; i + 32 <= n; i += 32) {
+        for (int j = 0; j < 4; j++) {
+            uint64_t v;
+            memcpy(&v, p + i + 8 * j, 8);
+            acc[j] += v;
+        }
+    }
+    return (double)(acc[0] ^ acc[1] ^ acc[2] ^ acc[3]);
+}
+
+static uint64_t peak_probe_ref(int64_t iters, int bf16, float *sink) {
+    (void)bf16;
+    float a[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    for (int64_t i = 0; i < iters; i++)
+        for (int j = 0; j < 8; j++) a[j] = a[j] * 0.999999f + 1e-7f;
+    float s = 0;
+    for (int j = 0; j < 8; j++) s += a[j];
+    *sink = s;
+    return (uint64_t)iters * 16;
+}
+
+const dsf_kernels kernels_ref = {
+    .name = "ref",
+    .matmul = {0},
+    .read_probe = read_probe_ref,
+    .peak_probe = peak_probe_ref,
+};

@@ -1,0 +1,505 @@
+/* quant.c: element codecs (bf16, f16, e4m3fn, e8m0, e2m1), the ggml block-type table,
+ * scalar dequantization of the block formats, the reference QDQ operators and the MXFP4
+ * nibble repack (gguf-layout.md §1.4-1.5, architecture.md §3).
+ *
+ * Owns: pure functions on arrays. No allocation, no I/O, no global state except constant
+ * tables. Every conversion is done on IEEE bits with integer arithmetic, so the results
+ * do not depend on the floating-point rounding mode. All block reads are byte-wise
+ * (little-endian, unaligned-safe). The K-quant decoders follow the format descriptions of
+ * gguf-layout.md §1.5 (Q2_K/Q4_K/Q6_K) and the ggml layouts of Q3_K/Q5_K. */
+#include "kernels/quant.h"
+#include "io/gguf.h"
+#include "base/util.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ================================================================ bits */
+
+static inline uint32_t f2u(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static inline float u2f(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+
+static inline uint32_t rd32(const uint8_t *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+static inline uint64_t rd64(const uint8_t *p) {
+    return (uint64_t)rd32(p) | ((uint64_t)rd32(p + 4) << 32);
+}
+
+/* 2^e as fp32 for e in [-149, 127] (exact, subnormals included). */
+static float pow2f(int e) {
+    if (e >= -126) return u2f((uint32_t)(e + 127) << 23);
+    return u2f(1u << (e + 149));
+}
+
+/* Rounds the magnitude of a finite fp32 (bits without sign) to a small float format with
+ * `mbits` mantissa bits and minimum normal exponent `emin`, round to nearest, ties to
+ * even. Returns the format's magnitude code ((biased exponent << mbits) | mantissa); the
+ * code may exceed the format's largest finite code (the caller saturates or maps to inf).
+ * Works for subnormal results: the unit in the last place is 2^(max(E, emin) - mbits). */
+static uint32_t mini_round(uint32_t abits, int mbits, int emin) {
+    uint32_t ef = abits >> 23;
+    if (ef == 0) return 0; /* fp32 subnormal: far below half the smallest step of every target */
+    int e = (int)ef - 127;
+    int eq = e < emin ? emin : e;
+    int s = 23 - mbits + (eq - e); /* right shift that leaves units of 2^(eq - mbits) */
+    uint64_t m = (abits & 0x7FFFFFu) | 0x800000u;
+    if (s > 25) return 0; /* m < 2^24 < half a unit */
+    uint64_t q = m >> s;
+    uint64_t rem = m & ((1ull << s) - 1), half = 1ull << (s - 1);
+    if (rem > half || (rem == half && (q & 1))) q++;
+    /* Normal: ((eq - emin + 1) << mbits) + q - 2^mbits; subnormal (eq == emin): q. Both are
+     * this expression, and a carry of q into 2^(mbits+1) bumps the exponent correctly. */
+    return ((uint32_t)(eq - emin) << mbits) + (uint32_t)q;
+}
+
+/* ================================================================ element codecs */
+
+float bf16_to_f32(uint16_t h) { return u2f((uint32_t)h << 16); }
+
+uint16_t f32_to_bf16(float f) {
+    uint32_t u = f2u(f);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x0040); /* quiet NaN */
+    u += 0x7FFFu + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+
+float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t e = (h >> 10) & 0x1F, m = h & 0x3FF;
+    if (e == 0x1F) return u2f(sign | 0x7F800000u | (m << 13));
+    if (e == 0) {
+        float v = (float)m * pow2f(-24); /* exact: m < 2^10 */
+        return sign ? -v : v;
+    }
+    return u2f(sign | ((e + 112) << 23) | (m << 13));
+}
+
+uint16_t f32_to_f16(float f) {
+    uint32_t u = f2u(f);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+    uint32_t a = u & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) return (uint16_t)(sign | 0x7E00 | ((a >> 13) & 0x3FF)); /* quiet NaN */
+    if (a == 0x7F800000u) return (uint16_t)(sign | 0x7C00);
+    if (a >= 0x47800000u) return (uint16_t)(sign | 0x7C00); /* >= 65536: inf */
+    uint32_t c = mini_round(a, 10, -14);
+    if (c > 0x7C00) c = 0x7C00; /* rounded up past 65504: inf */
+    return (uint16_t)(sign | c);
+}
+
+float e4m3_to_f32(uint8_t b) {
+    uint32_t e = (b >> 3) & 0xF, m = b & 7;
+    float v;
+    if (e == 0xF && m == 7) return NAN;
+    if (e == 0) v = (float)m * pow2f(-9);
+    else v = (float)(8 + m) * pow2f((int)e - 10);
+    return (b & 0x80) ? -v : v;
+}
+
+uint8_t f32_to_e4m3(float f) {
+    uint32_t u = f2u(f);
+    uint8_t sign = (uint8_t)((u >> 24) & 0x80);
+    uint32_t a = u & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) return 0x7F;                  /* NaN stays NaN */
+    if (a >= 0x43E00000u) return (uint8_t)(sign | 0x7E); /* |f| >= 448 (inf too): saturate */
+    uint32_t c = mini_round(a, 3, -6);
+    if (c > 0x7E) c = 0x7E; /* (448, 464) rounds to 448 already; this catches 464+ */
+    return (uint8_t)(sign | c);
+}
+
+float e8m0_to_f32(uint8_t b) {
+    if (b == 255) return NAN;
+    return pow2f((int)b - 127);
+}
+
+static const float e2m1_mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+
+float e2m1_to_f32(uint8_t code) {
+    float v = e2m1_mag[code & 7];
+    return (code & 8) ? -v : v;
+}
+
+/* NaN maps to code 0 (the callers never pass one: the QDQ operators clamp first). */
+uint8_t f32_to_e2m1(float f) {
+    uint32_t u = f2u(f);
+    uint8_t sign = (uint8_t)((u >> 28) & 0x8);
+    uint32_t a = u & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) return 0;
+    if (a >= 0x40C00000u) return (uint8_t)(sign | 7); /* |f| >= 6 */
+    uint32_t c = mini_round(a, 1, 0);                 /* ties to the even code (§3.1) */
+    if (c > 7) c = 7;
+    return (uint8_t)(sign | c);
+}
+
+/* §3.3: E = exponent field - 127, +1 if the mantissa is non-zero. For a subnormal t the
+ * literal recipe would be wrong, so it is handled by the position of the top bit (t that
+ * small never occurs in the QDQ operators: their floors keep t >= 2^-126). Returns +inf
+ * when the result exceeds fp32. */
+float pow2ceil_f32(float t) {
+    uint32_t u = f2u(t) & 0x7FFFFFFFu;
+    uint32_t ef = u >> 23, m = u & 0x7FFFFFu;
+    int e;
+    if (ef == 0) {
+        if (m == 0) return 0.0f;
+        int top = 31 - __builtin_clz(m); /* t = m * 2^-149 */
+        e = top - 149 + ((m & (m - 1)) != 0);
+    } else {
+        e = (int)ef - 127 + (m != 0);
+    }
+    if (e > 127) return INFINITY;
+    return pow2f(e);
+}
+
+/* ================================================================ ggml block types */
+
+typedef struct {
+    const char *name;
+    uint32_t blck, size;
+} type_info;
+
+static const type_info types[GGML_TYPE_COUNT] = {
+    [GGML_TYPE_F32] = {"F32", 1, 4},          [GGML_TYPE_F16] = {"F16", 1, 2},
+    [GGML_TYPE_Q4_0] = {"Q4_0", 32, 18},      [GGML_TYPE_Q4_1] = {"Q4_1", 32, 20},
+    [GGML_TYPE_Q5_0] = {"Q5_0", 32, 22},      [GGML_TYPE_Q5_1] = {"Q5_1", 32, 24},
+    [GGML_TYPE_Q8_0] = {"Q8_0", 32, 34},      [GGML_TYPE_Q8_1] = {"Q8_1", 32, 36},
+    [GGML_TYPE_Q2_K] = {"Q2_K", 256, 84},     [GGML_TYPE_Q3_K] = {"Q3_K", 256, 110},
+    [GGML_TYPE_Q4_K] = {"Q4_K", 256, 144},    [GGML_TYPE_Q5_K] = {"Q5_K", 256, 176},
+    [GGML_TYPE_Q6_K] = {"Q6_K", 256, 210},    [GGML_TYPE_Q8_K] = {"Q8_K", 256, 292},
+    [GGML_TYPE_IQ2_XXS] = {"IQ2_XXS", 256, 66}, [GGML_TYPE_IQ2_XS] = {"IQ2_XS", 256, 74},
+    [GGML_TYPE_IQ3_XXS] = {"IQ3_XXS", 256, 98}, [GGML_TYPE_IQ1_S] = {"IQ1_S", 256, 50},
+    [GGML_TYPE_IQ4_NL] = {"IQ4_NL", 32, 18},  [GGML_TYPE_IQ3_S] = {"IQ3_S", 256, 110},
+    [GGML_TYPE_IQ2_S] = {"IQ2_S", 256, 82},   [GGML_TYPE_IQ4_XS] = {"IQ4_XS", 256, 136},
+    [GGML_TYPE_I8] = {"I8", 1, 1},            [GGML_TYPE_I16] = {"I16", 1, 2},
+    [GGML_TYPE_I32] = {"I32", 1, 4},          [GGML_TYPE_I64] = {"I64", 1, 8},
+    [GGML_TYPE_F64] = {"F64", 1, 8},          [GGML_TYPE_IQ1_M] = {"IQ1_M", 256, 56},
+    [GGML_TYPE_BF16] = {"BF16", 1, 2},        [GGML_TYPE_TQ1_0] = {"TQ1_0", 256, 54},
+    [GGML_TYPE_TQ2_0] = {"TQ2_0", 256, 66},   [GGML_TYPE_MXFP4] = {"MXFP4", 32, 17},
+    [GGML_TYPE_NVFP4] = {"NVFP4", 64, 36},    [GGML_TYPE_Q1_0] = {"Q1_0", 128, 18},
+    [GGML_TYPE_Q2_0] = {"Q2_0", 64, 18},
+};
+
+uint32_t ggml_blck_size(uint32_t type) { return type < GGML_TYPE_COUNT ? types[type].blck : 0; }
+uint32_t ggml_type_size(uint32_t type) { return type < GGML_TYPE_COUNT ? types[type].size : 0; }
+
+const char *ggml_type_name(uint32_t type) {
+    return type < GGML_TYPE_COUNT && types[type].name ? types[type].name : "?";
+}
+
+bool ggml_type_supported(uint32_t type) {
+    switch (type) {
+    case GGML_TYPE_F32: case GGML_TYPE_F16: case GGML_TYPE_BF16: case GGML_TYPE_F64:
+    case GGML_TYPE_I8: case GGML_TYPE_I16: case GGML_TYPE_I32: case GGML_TYPE_I64:
+    case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1:
+    case GGML_TYPE_Q8_0: case GGML_TYPE_Q8_1: case GGML_TYPE_Q8_K:
+    case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
+    case GGML_TYPE_Q6_K: case GGML_TYPE_MXFP4:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* ================================================================ block decoders
+ * Each decodes one block at b into y (block-size elements). */
+
+static void deq_q4_0(const uint8_t *b, float *y) {
+    float d = f16_to_f32(rd16(b));
+    const uint8_t *qs = b + 2;
+    for (int j = 0; j < 16; j++) {
+        y[j] = (float)((qs[j] & 0xF) - 8) * d;
+        y[j + 16] = (float)((qs[j] >> 4) - 8) * d;
+    }
+}
+
+static void deq_q4_1(const uint8_t *b, float *y) {
+    float d = f16_to_f32(rd16(b)), m = f16_to_f32(rd16(b + 2));
+    const uint8_t *qs = b + 4;
+    for (int j = 0; j < 16; j++) {
+        y[j] = (float)(qs[j] & 0xF) * d + m;
+        y[j + 16] = (float)(qs[j] >> 4) * d + m;
+    }
+}
+
+/* Q5_0/Q5_1: bit j of the 32-bit qh is the 5th bit of element j (j = 0..31). */
+static void deq_q5_0(const uint8_t *b, float *y) {
+    float d = f16_to_f32(rd16(b));
+    uint32_t qh = rd32(b + 2);
+    const uint8_t *qs = b + 6;
+    for (int j = 0; j < 16; j++) {
+        int lo = (qs[j] & 0xF) | (int)(((qh >> j) & 1) << 4);
+        int hi = (qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
+        y[j] = (float)(lo - 16) * d;
+        y[j + 16] = (float)(hi - 16) * d;
+    }
+}
+
+static void deq_q5_1(const uint8_t *b, float *y) {
+    float d = f16_to_f32(rd16(b)), m = f16_to_f32(rd16(b + 2));
+    uint32_t qh = rd32(b + 4);
+    const uint8_t *qs = b + 8;
+    for (int j = 0; j < 16; j++) {
+        int lo = (qs[j] & 0xF) | (int)(((qh >> j) & 1) << 4);
+        int hi = (qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
+        y[j] = (float)lo * d + m;
+        y[j + 16] = (float)hi * d + m;
+    }
+}
+
+/* Q8_0 {f16 d; int8 qs[32]}, Q8_1 {f16 d; f16 s; int8 qs[32]} (s is a sum, unused here). */
+static void deq_q8_0(const uint8_t *b, float *y) {
+    float d = f16_to_f32(rd16(b));
+    for (int j = 0; j < 32; j++) y[j] = (float)(int8_t)b[2 + j] * d;
+}
+
+static void deq_q8_1(const uint8_t *b, float *y) {
+    float d = f16_to_f32(rd16(b));
+    for (int j = 0; j < 32; j++) y[j] = (float)(int8_t)b[4 + j] * d;
+}
+
+/* Q8_K {f32 d; int8 qs[256]; int16 bsums[16]}. */
+static void deq_q8_k(const uint8_t *b, float *y) {
+    float d = u2f(rd32(b));
+    for (int j = 0; j < 256; j++) y[j] = (float)(int8_t)b[4 + j] * d;
+}
+
+/* Q2_K {u8 scales[16]; u8 qs[64]; f16 d; f16 dmin}: two halves of 128; per half 32 qs bytes,
+ * four 2-bit planes (shift 0, 2, 4, 6), each plane 16 elements from qs[0..15] then 16 from
+ * qs[16..31], each 16 with its own scale byte (low nibble scale, high nibble min). */
+static void deq_q2_k(const uint8_t *b, float *y) {
+    const uint8_t *sc = b, *qs = b + 16;
+    float d = f16_to_f32(rd16(b + 80)), dmin = f16_to_f32(rd16(b + 82));
+    int is = 0;
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *q = qs + 32 * h;
+        for (int shift = 0; shift < 8; shift += 2) {
+            for (int part = 0; part < 2; part++) {
+                uint8_t s = sc[is++];
+                float dl = d * (float)(s & 0xF), ml = dmin * (float)(s >> 4);
+                for (int l = 0; l < 16; l++) *y++ = dl * (float)((q[16 * part + l] >> shift) & 3) - ml;
+            }
+        }
+    }
+}
+
+/* Q3_K {u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d}: 16 signed 6-bit scales (bias 32):
+ * low 4 bits from scales[i] (i < 8) or scales[i-8] >> 4, high 2 bits from bits 2(i/4)..+1 of
+ * scales[8 + i%4]. Elements come in eight groups of 32 (two halves x four 2-bit planes, as
+ * Q2_K); group g's third bit is bit g of hmask[l]; a clear bit subtracts 4. */
+static void deq_q3_k(const uint8_t *b, float *y) {
+    const uint8_t *hm = b, *qs = b + 32, *sb = b + 96;
+    float d = f16_to_f32(rd16(b + 108));
+    int sc[16];
+    for (int i = 0; i < 16; i++) {
+        int lo = i < 8 ? (sb[i] & 0xF) : (sb[i - 8] >> 4);
+        int hi = (sb[8 + (i & 3)] >> (2 * (i >> 2))) & 3;
+        sc[i] = (lo | (hi << 4)) - 32;
+    }
+    int is = 0, g = 0;
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *q = qs + 32 * h;
+        for (int shift = 0; shift < 8; shift += 2, g++) {
+            for (int part = 0; part < 2; part++) {
+                float dl = d * (float)sc[is++];
+                for (int l = 16 * part; l < 16 * part + 16; l++) {
+                    int v = ((q[l] >> shift) & 3) - (((hm[l] >> g) & 1) ? 0 : 4);
+                    *y++ = dl * (float)v;
+                }
+            }
+        }
+    }
+}
+
+/* The 6-bit scale and min of sub-block j (0..7) of Q4_K/Q5_K (gguf-layout §1.5). */
+static void scale_min_k4(const uint8_t *s, int j, int *sc, int *m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+/* Q4_K {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}: chunk c of 64 uses qs[32c..32c+31],
+ * low nibbles = sub-block 2c, high nibbles = sub-block 2c+1; y = d*sc*q - dmin*m. */
+static void deq_q4_k(const uint8_t *b, float *y) {
+    float d = f16_to_f32(rd16(b)), dmin = f16_to_f32(rd16(b + 2));
+    const uint8_t *s = b + 4, *qs = b + 16;
+    for (int c = 0; c < 4; c++) {
+        int sc0, m0, sc1, m1;
+        scale_min_k4(s, 2 * c, &sc0, &m0);
+        scale_min_k4(s, 2 * c + 1, &sc1, &m1);
+        float d0 = d * (float)sc0, mm0 = dmin * (float)m0;
+        float d1 = d * (float)sc1, mm1 = dmin * (float)m1;
+        const uint8_t *q = qs + 32 * c;
+        for (int l = 0; l < 32; l++) y[l] = d0 * (float)(q[l] & 0xF) - mm0;
+        for (int l = 0; l < 32; l++) y[32 + l] = d1 * (float)(q[l] >> 4) - mm1;
+        y += 64;
+    }
+}
+
+/* Q5_K {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}: as Q4_K, plus a fifth bit
+ * (+16) for sub-block k from bit k of qh[l]. */
+static void deq_q5_k(const uint8_t *b, float *y) {
+    float d = f16_to_f32(rd16(b)), dmin = f16_to_f32(rd16(b + 2));
+    const uint8_t *s = b + 4, *qh = b + 16, *qs = b + 48;
+    for (int c = 0; c < 4; c++) {
+        int sc0, m0, sc1, m1;
+        scale_min_k4(s, 2 * c, &sc0, &m0);
+        scale_min_k4(s, 2 * c + 1, &sc1, &m1);
+        float d0 = d * (float)sc0, mm0 = dmin * (float)m0;
+        float d1 = d * (float)sc1, mm1 = dmin * (float)m1;
+        const uint8_t *q = qs + 32 * c;
+        for (int l = 0; l < 32; l++) {
+            int v = (q[l] & 0xF) + (((qh[l] >> (2 * c)) & 1) << 4);
+            y[l] = d0 * (float)v - mm0;
+        }
+        for (int l = 0; l < 32; l++) {
+            int v = (q[l] >> 4) + (((qh[l] >> (2 * c + 1)) & 1) << 4);
+            y[32 + l] = d1 * (float)v - mm1;
+        }
+        y += 64;
+    }
+}
+
+/* Q6_K {u8 ql[128]; u8 qh[64]; int8 scales[16]; f16 d} (gguf-layout §1.5). */
+static void deq_q6_k(const uint8_t *b, float *y) {
+    float d = f16_to_f32(rd16(b + 208));
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
+        const int8_t *sc = (const int8_t *)(b + 192 + 8 * h);
+        for (int l = 0; l < 32; l++) {
+            int is = l / 16;
+            int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+            int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+            int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+            int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+            y[l] = d * (float)sc[is + 0] * (float)q1;
+            y[l + 32] = d * (float)sc[is + 2] * (float)q2;
+            y[l + 64] = d * (float)sc[is + 4] * (float)q3;
+            y[l + 96] = d * (float)sc[is + 6] * (float)q4;
+        }
+        y += 128;
+    }
+}
+
+/* MXFP4 {u8 e; u8 qs[16]}: element j = low nibble of qs[j], j+16 = high nibble; value =
+ * kvalues[nib] * 2^(e-128) (doubled E2M1 magnitudes; e = 0/1 give 2^-128/2^-127, no NaN). */
+static const int8_t kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+static void deq_mxfp4(const uint8_t *b, float *y) {
+    float s = pow2f((int)b[0] - 128);
+    for (int j = 0; j < 16; j++) {
+        y[j] = (float)kvalues_mxfp4[b[1 + j] & 0xF] * s;
+        y[j + 16] = (float)kvalues_mxfp4[b[1 + j] >> 4] * s;
+    }
+}
+
+void dequant_row(uint32_t type, const void *src, float *dst, int64_t n) {
+    const uint8_t *p = src;
+    switch (type) {
+    case GGML_TYPE_F32: memcpy(dst, src, (size_t)n * 4); return;
+    case GGML_TYPE_F16: for (int64_t i = 0; i < n; i++) dst[i] = f16_to_f32(rd16(p + 2 * i)); return;
+    case GGML_TYPE_BF16: for (int64_t i = 0; i < n; i++) dst[i] = bf16_to_f32(rd16(p + 2 * i)); return;
+    case GGML_TYPE_F64:
+        for (int64_t i = 0; i < n; i++) {
+            uint64_t u = rd64(p + 8 * i);
+            double v;
+            memcpy(&v, &u, 8);
+            dst[i] = (float)v; /* IEEE (Annex F) conversion: out of range gives +-inf */
+        }
+        return;
+    case GGML_TYPE_I8: for (int64_t i = 0; i < n; i++) dst[i] = (float)(int8_t)p[i]; return;
+    case GGML_TYPE_I16: for (int64_t i = 0; i < n; i++) dst[i] = (float)(int16_t)rd16(p + 2 * i); return;
+    case GGML_TYPE_I32: for (int64_t i = 0; i < n; i++) dst[i] = (float)(int32_t)rd32(p + 4 * i); return;
+    case GGML_TYPE_I64: for (int64_t i = 0; i < n; i++) dst[i] = (float)(int64_t)rd64(p + 8 * i); return;
+    default: break;
+    }
+    void (*fn)(const uint8_t *, float *);
+    switch (type) {
+    case GGML_TYPE_Q4_0: fn = deq_q4_0; break;
+    case GGML_TYPE_Q4_1: fn = deq_q4_1; break;
+    case GGML_TYPE_Q5_0: fn = deq_q5_0; break;
+    case GGML_TYPE_Q5_1: fn = deq_q5_1; break;
+    case GGML_TYPE_Q8_0: fn = deq_q8_0; break;
+    case GGML_TYPE_Q8_1: fn = deq_q8_1; break;
+    case GGML_TYPE_Q8_K: fn = deq_q8_k; break;
+    case GGML_TYPE_Q2_K: fn = deq_q2_k; break;
+    case GGML_TYPE_Q3_K: fn = deq_q3_k; break;
+    case GGML_TYPE_Q4_K: fn = deq_q4_k; break;
+    case GGML_TYPE_Q5_K: fn = deq_q5_k; break;
+    case GGML_TYPE_Q6_K: fn = deq_q6_k; break;
+    case GGML_TYPE_MXFP4: fn = deq_mxfp4; break;
+    default: DSF_ASSERT(ggml_type_supported(type)); return; /* callers check first */
+    }
+    int64_t bs = types[type].blck, sz = types[type].size;
+    for (int64_t i = 0; i < n / bs; i++) fn(p + i * sz, dst + i * bs);
+}
+
+/* ================================================================ QDQ (§3.3) */
+
+static float group_amax(const float *x, int n) {
+    float a = 0.0f;
+    for (int i = 0; i < n; i++) {
+        float v = fabsf(x[i]);
+        if (v > a) a = v;
+    }
+    return a;
+}
+
+static float clampf(float v, float lim) { return v > lim ? lim : (v < -lim ? -lim : v); }
+
+void qdq_fp8_e8m0(float *x, int64_t n) {
+    const float inv448 = 1.0f / 448.0f; /* fp32(1/448) */
+    for (int64_t g = 0; g + 32 <= n; g += 32) {
+        float *v = x + g;
+        float s = pow2ceil_f32(fmaxf(group_amax(v, 32), 1e-4f) * inv448);
+        for (int i = 0; i < 32; i++) v[i] = e4m3_to_f32(f32_to_e4m3(clampf(v[i] / s, 448.0f))) * s;
+    }
+}
+
+void qdq_fp4_e8m0(float *x, int64_t n) {
+    const float inv6 = 1.0f / 6.0f, floor_ = 6.0f * 0x1p-126f;
+    for (int64_t g = 0; g + 32 <= n; g += 32) {
+        float *v = x + g;
+        float s = pow2ceil_f32(fmaxf(group_amax(v, 32), floor_) * inv6);
+        for (int i = 0; i < 32; i++) v[i] = e2m1_to_f32(f32_to_e2m1(clampf(v[i] / s, 6.0f))) * s;
+    }
+}
+
+void qdq_fp4_e4m3(float *x, int64_t n) {
+    const float floor_ = 6.0f * 0x1p-9f;
+    for (int64_t g = 0; g + 16 <= n; g += 16) {
+        float *v = x + g;
+        /* fp32 divide, then e4m3 RNE: s is not a power of two, so x/s below is inexact. */
+        float s = e4m3_to_f32(f32_to_e4m3(fmaxf(group_amax(v, 16), floor_) / 6.0f));
+        for (int i = 0; i < 16; i++) v[i] = e2m1_to_f32(f32_to_e2m1(clampf(v[i] / s, 6.0f))) * s;
+    }
+}
+
+/* ================================================================ MXFP4 repack (§3.2) */
+
+void mxfp4_repack_row(const uint8_t *packed, const uint8_t *scales, int64_t n_in, uint8_t *dst) {
+    for (int64_t b = 0; b < n_in / 32; b++) {
+        const uint8_t *src = packed + 16 * b; /* checkpoint: byte c = elements (2c, 2c+1) */
+        uint8_t *o = dst + 17 * b;
+        o[0] = scales[b];
+        for (int j = 0; j < 16; j++) {
+            uint8_t lo = (uint8_t)((src[j / 2] >> (4 * (j & 1))) & 0xF);
+            uint8_t hi = (uint8_t)((src[(16 + j) / 2] >> (4 * (j & 1))) & 0xF);
+            o[1 + j] = (uint8_t)(lo | (hi << 4));
+        }
+    }
+}

@@ -1,0 +1,207 @@
+/* kernels_attn.c: the scalar twins of the attention / indexer / hc kernels (kernels_attn.h),
+ * the table choice, and the RoPE table helpers.
+ *
+ * The twins are the model's loops as first written (attn.c, forward.c, moe.c): fp32 sums in
+ * index order, products and sums rounded separately, libm expf. They stay the definition the
+ * fast tables are tested against, and DSF_KERNELS=ref runs them. */
+#include "kernels/vec.h"
+#include "kernels/quant.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- scalar twins ---------------------------------------------------------------------- */
+
+void attn_ref(float *o, const float *q, int64_t nh, int64_t dh, const float *const *keys, int64_t nk, float scale,
+              const float *sinks, float *att) {
+    for (int64_t h = 0; h < nh; h++) {
+        const float *qh = q + h * dh;
+        float *s = att + h * nk, *oh = o + h * dh;
+        float m = sinks[h];
+        for (int64_t k = 0; k < nk; k++) {
+            const float *key = keys[k];
+            float d = 0.0f;
+            for (int64_t x = 0; x < dh; x++) d += qh[x] * key[x];
+            s[k] = d * scale;
+            m = fmaxf(m, s[k]);
+        }
+        /* one joint softmax; the sink is a raw logit in the denominator only */
+        float den = expf(sinks[h] - m);
+        memset(oh, 0, (size_t)dh * sizeof(float));
+        for (int64_t k = 0; k < nk; k++) {
+            const float *key = keys[k];
+            float pk = expf(s[k] - m);
+            den += pk;
+            for (int64_t x = 0; x < dh; x++) oh[x] += pk * key[x];
+        }
+        for (int64_t x = 0; x < dh; x++) oh[x] /= den;
+    }
+}
+
+void index_ref(float *scores, const float *q, const float *w, const float *ik, int64_t j0, int64_t j1, int64_t ih,
+               int64_t id, const uint8_t *cmask, int64_t B) {
+    for (int64_t j = j0; j < j1; j++) {
+        if (cmask && !cmask[j / B]) {
+            scores[j] = -INFINITY;
+            continue;
+        }
+        const float *kj = ik + j * id;
+        float s = 0.0f;
+        for (int64_t h = 0; h < ih; h++) {
+            const float *qh = q + h * id;
+            float d = 0.0f;
+            for (int64_t x = 0; x < id; x++) d += qh[x] * kj[x];
+            s += w[h] * (d > 0.0f ? d : 0.0f);
+        }
+        scores[j] = s;
+    }
+}
+
+double sumsq_ref(const float *x, int64_t n) {
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
+    return ss;
+}
+
+void hc_collapse_ref(float *out, const float *X, const float *pre, int64_t hc, int64_t D, int64_t ld) {
+    for (int64_t d = 0; d < D; d++) {
+        float s = 0.0f;
+        for (int64_t c = 0; c < hc; c++) s += pre[c] * X[c * ld + d];
+        out[d] = s;
+    }
+}
+
+void hc_expand_ref(float *Y, const float *fo, const float *R, const float *post, const float *comb, int64_t hc,
+                   int64_t D, int64_t ld) {
+    for (int64_t j = 0; j < hc; j++)
+        for (int64_t d = 0; d < D; d++) {
+            float s = 0.0f;
+            for (int64_t i = 0; i < hc; i++) s += comb[i * hc + j] * R[i * ld + d];
+            Y[j * ld + d] = post[j] * fo[d] + s;
+        }
+}
+
+void swiglu_ref(float *z, const float *g, const float *u, int64_t n, float lim, float wt) {
+    for (int64_t i = 0; i < n; i++) {
+        float gg = g[i], uu = u[i];
+        if (lim > 0.0f) {
+            gg = fminf(gg, lim);
+            uu = fminf(fmaxf(uu, -lim), lim);
+        }
+        z[i] = wt * (op_silu(gg) * uu);
+    }
+}
+
+void add_ref(float *a, const float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) a[i] += y[i];
+}
+
+const dsf_akernels akernels_ref = {
+    .name = "ref",
+    .attn = attn_ref,
+    .index = index_ref,
+    .sumsq = sumsq_ref,
+    .hc_collapse = hc_collapse_ref,
+    .hc_expand = hc_expand_ref,
+    .swiglu = swiglu_ref,
+    .add = add_ref,
+    .qdq_fp8 = qdq_fp8_e8m0,
+    .qdq_fp4 = qdq_fp4_e8m0,
+    .qdq_fp4_e4m3 = qdq_fp4_e4m3,
+};
+
+/* ---- table choice ---------------------------------------------------------------------- */
+
+static const dsf_akernels *by_matmul_table(const dsf_kernels *k) {
+    if (!k) return &akernels_ref;
+    if (!strcmp(k->name, "avx512") || !strncmp(k->name, "amx", 3)) return &akernels_avx512; /* amx: avx512 + tiles */
+    if (!strcmp(k->name, "avx2")) return &akernels_avx2;
+    return &akernels_ref;
+}
+
+const dsf_akernels *akernels_by_name(const char *name) {
+    const dsf_kernels *k = kernels_by_name(name); /* NULL unless this CPU runs that ISA */
+    return k ? by_matmul_table(k) : NULL;
+}
+
+const dsf_akernels *akernels_get(void) {
+    static const dsf_akernels *_Atomic t;
+    const dsf_akernels *cur = t;
+    if (!cur) {
+        cur = by_matmul_table(kernels_get()); /* idempotent: a race picks the same table */
+        t = cur;
+    }
+    return cur;
+}
+
+/* ---- calls with fallback ---------------------------------------------------------------- */
+
+void ka_attn(const dsf_akernels *k, float *o, const float *q, int64_t nh, int64_t dh, const float *const *keys,
+             int64_t nk, float scale, const float *sinks, float *att) {
+    (k && k->attn ? k->attn : attn_ref)(o, q, nh, dh, keys, nk, scale, sinks, att);
+}
+
+void ka_index(const dsf_akernels *k, float *scores, const float *q, const float *w, const float *ik, int64_t j0,
+              int64_t j1, int64_t ih, int64_t id, const uint8_t *cmask, int64_t B) {
+    (k && k->index ? k->index : index_ref)(scores, q, w, ik, j0, j1, ih, id, cmask, B);
+}
+
+double ka_sumsq(const dsf_akernels *k, const float *x, int64_t n) {
+    return (k && k->sumsq ? k->sumsq : sumsq_ref)(x, n);
+}
+
+void ka_hc_collapse(const dsf_akernels *k, float *out, const float *X, const float *pre, int64_t hc, int64_t D,
+                    int64_t ld) {
+    (k && k->hc_collapse ? k->hc_collapse : hc_collapse_ref)(out, X, pre, hc, D, ld);
+}
+
+void ka_hc_expand(const dsf_akernels *k, float *Y, const float *fo, const float *R, const float *post,
+                  const float *comb, int64_t hc, int64_t D, int64_t ld) {
+    (k && k->hc_expand ? k->hc_expand : hc_expand_ref)(Y, fo, R, post, comb, hc, D, ld);
+}
+
+void ka_swiglu(const dsf_akernels *k, float *z, const float *g, const float *u, int64_t n, float lim, float wt) {
+    (k && k->swiglu ? k->swiglu : swiglu_ref)(z, g, u, n, lim, wt);
+}
+
+void ka_add(const dsf_akernels *k, float *a, const float *y, int64_t n) {
+    (k && k->add ? k->add : add_ref)(a, y, n);
+}
+
+void ka_qdq_fp8(const dsf_akernels *k, float *x, int64_t n) {
+    (k && k->qdq_fp8 ? k->qdq_fp8 : qdq_fp8_e8m0)(x, n);
+}
+
+void ka_qdq_fp4(const dsf_akernels *k, float *x, int64_t n) {
+    (k && k->qdq_fp4 ? k->qdq_fp4 : qdq_fp4_e8m0)(x, n);
+}
+
+void ka_qdq_fp4_e4m3(const dsf_akernels *k, float *x, int64_t n) {
+    (k && k->qdq_fp4_e4m3 ? k->qdq_fp4_e4m3 : qdq_fp4_e4m3)(x, n);
+}
+
+void ka_rmsnorm(const dsf_akernels *k, float *y, const float *x, const float *w, int64_t n, float eps) {
+    (void)k; /* op_rmsnorm rounds exactly as the reference does; no faster order is allowed */
+    op_rmsnorm(y, x, w, n, eps);
+}
+
+/* ---- RoPE with a per-position table ----------------------------------------------------- */
+
+void ka_rope_table(float *cs, int64_t n_rot, const float *freq, int64_t pos) {
+    for (int64_t i = 0; i < n_rot / 2; i++) {
+        float ang = (float)pos * freq[i]; /* fp32 angle, as op_rope */
+        cs[2 * i] = (float)cos((double)ang);
+        cs[2 * i + 1] = (float)sin((double)ang);
+    }
+}
+
+void ka_rope_apply(float *x, int64_t n_rot, const float *cs, int inverse) {
+    for (int64_t i = 0; i < n_rot / 2; i++) {
+        float c = cs[2 * i], s = inverse ? -cs[2 * i + 1] : cs[2 * i + 1];
+        float a = x[2 * i], b = x[2 * i + 1];
+        x[2 * i] = a * c - b * s;
+        x[2 * i + 1] = a * s + b * c;
+    }
+}

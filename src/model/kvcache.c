@@ -1,0 +1,188 @@
+/* kvcache.c: allocation of the per-sequence state and of the chunk scratch (session.h).
+ * Everything is sized up front from the shape, max_ctx and max_chunk, and reported; the
+ * token loop never allocates. */
+#include "model/session.h"
+#include "base/util.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+/* Arrays of 1 MiB or more (the KV rows of a layer) go in 2 MiB pages: the attention reads
+ * them after each layer's weight stream has evicted its TLB entries, and under a hypervisor
+ * every 4 KiB miss is a nested page walk. Zeroed here, like calloc. */
+#define HUGE_MIN ((size_t)1 << 20)
+#define HUGE_PAGE ((size_t)2 << 20)
+static void *take(size_t n, size_t *bytes, int *fail) {
+    if (*fail) return NULL;
+    void *p = NULL;
+    if (n >= HUGE_MIN) {
+        size_t r = (n + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+        if (posix_memalign(&p, HUGE_PAGE, r) != 0) p = NULL;
+#ifdef MADV_HUGEPAGE
+        if (p) madvise(p, r, MADV_HUGEPAGE);
+#endif
+        if (p) memset(p, 0, n);
+    } else {
+        p = calloc(n ? n : 1, 1);
+    }
+    if (!p) *fail = 1;
+    *bytes += n;
+    return p;
+}
+
+int kv_init(dsf_kvstate *kv, const dsf_shape *s, int64_t max_ctx, int64_t max_chunk, size_t *bytes, char *err) {
+    memset(kv, 0, sizeof *kv);
+    kv->max_ctx = max_ctx;
+    int64_t margin = DSF_ROLLBACK_MARGIN;
+    const char *km = dsf_knob("DSF_ROLLBACK_MARGIN"); /* tests shrink the ring to exercise it */
+    if (km && atoll(km) >= 0) margin = atoll(km);
+    kv->wslots = s->window + max_chunk + margin;
+    if (kv->wslots > max_ctx) kv->wslots = max_ctx;
+    int fail = 0;
+    const size_t L = (size_t)s->n_layer, F = sizeof(float);
+    kv->tokens = take((size_t)max_ctx * sizeof(int32_t), bytes, &fail);
+    kv->win = dsf_xcalloc(L, sizeof(float *));
+    kv->ckv = dsf_xcalloc(L, sizeof(float *));
+    kv->ik = dsf_xcalloc(L, sizeof(float *));
+    kv->carry = dsf_xcalloc(L, sizeof(float *));
+    for (int64_t il = 0; il < s->n_layer; il++) {
+        kv->win[il] = take((size_t)kv->wslots * (size_t)s->head_dim * F, bytes, &fail);
+        if (s->kv_src[il] == il) {
+            size_t rows = (size_t)(max_ctx / s->ratio[il]) + 1;
+            kv->ckv[il] = take(rows * (size_t)s->head_dim * F, bytes, &fail);
+            kv->ik[il] = take(rows * (size_t)s->idx_dim * F, bytes, &fail);
+            kv->carry[il] = take(2 * (size_t)s->head_dim * F, bytes, &fail);
+        }
+    }
+    if (fail) {
+        kv_free(kv, s);
+        return dsf_seterr(err, "out of memory allocating the KV state for %lld tokens", (long long)max_ctx);
+    }
+    return 0;
+}
+
+void kv_free(dsf_kvstate *kv, const dsf_shape *s) {
+    if (kv->win)
+        for (int64_t il = 0; il < s->n_layer; il++) {
+            free(kv->win[il]);
+            free(kv->ckv[il]);
+            free(kv->ik[il]);
+            free(kv->carry[il]);
+        }
+    free(kv->win);
+    free(kv->ckv);
+    free(kv->ik);
+    free(kv->carry);
+    free(kv->tokens);
+    memset(kv, 0, sizeof *kv);
+}
+
+int scratch_init(dsf_scratch *sc, const dsf_shape *s, int64_t T, int64_t max_ctx, size_t *bytes) {
+    memset(sc, 0, sizeof *sc);
+    sc->max_chunk = T;
+    int fail = 0;
+    const size_t F = sizeof(float), I = sizeof(int32_t);
+    const size_t D = (size_t)s->n_embd, hc = (size_t)s->hc, H = (size_t)s->n_head, dh = (size_t)s->head_dim;
+    const size_t ql = (size_t)s->q_lora, oo = (size_t)(s->o_groups * s->o_lora), mix = (2 + hc) * hc;
+    const size_t ff = (size_t)(s->n_ff_exp * (s->n_expert_shared > 1 ? s->n_expert_shared : 1));
+    /* selections never exceed the rows a context can hold: cap the file's sizes by it */
+    sc->ksel = s->idx_topk < max_ctx ? s->idx_topk : max_ctx;
+    const size_t nblk = (size_t)(s->cand_src >= 0 ? max_ctx / s->cand_block + 2 : 1);
+    sc->kcand = s->cand_src >= 0 ? (s->cand_topk_blocks < (int64_t)nblk ? s->cand_topk_blocks : (int64_t)nblk) : 1;
+    const size_t ih = (size_t)s->idx_heads, id = (size_t)s->idx_dim, K = (size_t)sc->ksel;
+    const size_t ctb = (size_t)sc->kcand;
+    const size_t E = (size_t)s->n_expert, EK = (size_t)s->n_expert_used, t = (size_t)T;
+    /* a token sees at most min(window, max_ctx) window rows (the window comes from the file) */
+    const size_t wrows = (size_t)(s->window < max_ctx ? s->window : max_ctx);
+    const size_t natt = wrows + K > E ? wrows + K : E;
+    size_t nheap = K;
+    if (ctb > nheap) nheap = ctb;
+    if (EK > nheap) nheap = EK;
+    const size_t cols = (size_t)s->ple_cols, ein = cols * (size_t)s->ple_dim;
+#define TAKE(field, n) sc->field = take((n), bytes, &fail)
+    TAKE(X, t * hc * D * F);
+    TAKE(X1, t * hc * D * F);
+    TAKE(pre, t * hc * F);
+    TAKE(a_pre, t * hc * F);
+    TAKE(f_pre, t * hc * F);
+    TAKE(post, t * hc * F);
+    TAKE(comb, t * hc * hc * F);
+    TAKE(mix, t * mix * F);
+    TAKE(h, t * D * F);
+    TAKE(u, t * D * F);
+    TAKE(uq, t * D * F);
+    TAKE(qa, t * ql * F);
+    TAKE(qr, t * ql * F);
+    TAKE(qrq, t * ql * F);
+    TAKE(q, t * (H * dh + DSF_Q_PAD) * F);
+    TAKE(kvw, t * dh * F);
+    TAKE(o, t * H * dh * F);
+    TAKE(ya, t * oo * F);
+    TAKE(yaq, t * oo * F);
+    TAKE(out, t * D * F);
+    TAKE(ca, t * dh * F);
+    TAKE(cg, t * dh * F);
+    TAKE(lat, t * dh * F);
+    TAKE(ikt, t * id * F);
+    TAKE(iq, t * ih * id * F);
+    TAKE(iw, t * ih * F);
+    TAKE(scores, (size_t)(max_ctx + 1) * F);
+    TAKE(blk, nblk * F);
+    TAKE(sel, t * K * I);
+    TAKE(n_sel, t * sizeof(int64_t));
+    TAKE(cand, t * ctb * I);
+    TAKE(n_cand, t * sizeof(int64_t));
+    TAKE(heap, nheap * I);
+    TAKE(cmask, nblk);
+    TAKE(att, natt * F);
+    TAKE(rcs, t * (size_t)(s->n_rot > 0 ? s->n_rot : 1) * F);
+    TAKE(keys, natt * I);
+    TAKE(rlog, t * E * F);
+    TAKE(esel, t * EK * I);
+    TAKE(ewt, t * EK * F);
+    TAKE(etok, t * I);
+    TAKE(ewtok, t * F);
+    TAKE(ex, t * D * F);
+    TAKE(exq, t * D * F);
+    /* decode runs all experts of a token in one job (moe.c): room for top-k + shared rows */
+    const size_t te = t > EK + 2 ? t : EK + 2;
+    TAKE(eg, te * ff * F);
+    TAKE(eu, te * ff * F);
+    TAKE(ey, te * D * F);
+    TAKE(acc, t * D * F);
+    TAKE(rows, t * (cols ? cols : 1) * sizeof(int64_t));
+    TAKE(prow, t * (cols ? cols : 1) * sizeof(int64_t));
+    TAKE(emiss, t * (cols ? cols : 1) * sizeof(int64_t));
+    TAKE(erow, t * (ein ? ein : 1) * F);
+    TAKE(ekv, t * (hc + 1) * D * F);
+    TAKE(fin, t * D * F);
+    {
+        size_t mx = D;
+        const size_t ins[] = {ql, oo, ff, ein, (size_t)s->q_lora};
+        for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++) if (ins[i] > mx) mx = ins[i];
+        TAKE(xb, te * mx * sizeof(uint16_t));
+        sc->xb_cap = (int64_t)(te * mx);
+    }
+    TAKE(tkv, t * sizeof(dsf_kvstate *));
+    TAKE(tpos, t * sizeof(int64_t));
+    TAKE(tjrow, t * sizeof(int64_t));
+    TAKE(tjkv, t * sizeof(dsf_kvstate *));
+#undef TAKE
+    if (fail) {
+        scratch_free(sc);
+        return -1;
+    }
+    return 0;
+}
+
+void scratch_free(dsf_scratch *sc) {
+    void *p[] = {sc->X, sc->X1, sc->pre, sc->a_pre, sc->f_pre, sc->post, sc->comb, sc->mix, sc->h, sc->u,
+                 sc->uq, sc->qa, sc->qr, sc->qrq, sc->q, sc->kvw, sc->o, sc->ya, sc->yaq, sc->out, sc->ca,
+                 sc->cg, sc->lat, sc->ikt, sc->iq, sc->iw, sc->scores, sc->blk, sc->sel, sc->n_sel, sc->cand,
+                 sc->n_cand, sc->heap, sc->cmask, sc->att, sc->rcs, sc->keys, sc->rlog, sc->esel, sc->ewt, sc->etok,
+                 sc->ewtok, sc->ex, sc->exq, sc->eg, sc->eu, sc->ey, sc->acc, sc->rows, sc->prow, sc->emiss, sc->erow, sc->ekv,
+                 sc->fin, sc->xb, sc->tkv, sc->tpos, sc->tjrow, sc->tjkv};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
+    memset(sc, 0, sizeof *sc);
+}

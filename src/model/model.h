@@ -1,0 +1,131 @@
+/* model.h: the validated shape of a deepseek41 model, its bound weights, and the engine.
+ *
+ * Shapes come from the GGUF, are validated once (shape.c: gguf-layout.md §6 rules S1-S19,
+ * B1-B9), then live read-only in dsf_shape. Weights (weights.c) are views into the mapping:
+ * nothing large is copied; the Engram table is only touched row by row. */
+#ifndef DSF_MODEL_H
+#define DSF_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dsflash.h"
+#include "io/gguf.h"
+#include "kernels/matmul.h"
+#include "base/threads.h"
+
+#define DSF_MAX_LAYERS 512
+#define DSF_ENGRAM_DEAD (-1)
+
+typedef struct {
+    /* dimensions */
+    int64_t n_vocab, n_embd, n_layer, n_head, head_dim, n_rot, q_lora, o_groups, o_lora;
+    int64_t n_ctx_train, window;
+    float eps;
+    /* RoPE: main table (ratio-0 layers) and compress table (ratio > 0 layers, YaRN) */
+    float rope_base, compress_rope_base;
+    bool yarn;
+    float yarn_factor, yarn_beta_fast, yarn_beta_slow;
+    int64_t yarn_orig_ctx;
+    /* MoE */
+    int64_t n_expert, n_expert_used, n_ff_exp, n_expert_shared;
+    float expert_weights_scale;
+    bool expert_weights_norm;
+    float *swiglu_exp, *swiglu_shexp; /* [n_layer]; <= 0 means no clamp */
+    /* indexer */
+    int64_t idx_heads, idx_dim, idx_topk;
+    /* hyper-connections */
+    int64_t hc, hc_iters;
+    float hc_eps;
+    /* layer roles (gguf-layout §2.5) */
+    int32_t *ratio;    /* [n_layer] */
+    int32_t *kv_src;   /* [n_layer] -1 for ratio-0 layers */
+    int32_t *topk_src; /* [n_layer] */
+    int32_t cand_src;  /* -1: no candidate stage */
+    int64_t cand_topk_blocks, cand_block;
+    /* Engram */
+    int64_t n_engram;        /* modules (0: off) */
+    int32_t *engram_layer;   /* [n_engram] block before which module e applies */
+    int32_t *engram_of;      /* [n_layer] module index or -1 */
+    int64_t ngram, heads_per_ngram, ple_dim, ple_cols; /* cols = (ngram-1)*heads */
+    uint64_t *ple_mult;      /* [n_engram*ngram] */
+    uint64_t *ple_offset;    /* [n_engram*ple_cols] absolute rows */
+    uint64_t *ple_size;      /* [n_engram*ple_cols] */
+    int32_t *token_map;      /* [n_token_map] raw id -> compressed id */
+    int64_t n_token_map;
+    uint32_t engram_pad_raw;
+    int64_t engram_pad;      /* token_map[pad_raw] */
+    int64_t ple_rows_needed; /* max(offset + size) */
+} dsf_shape;
+
+/* A small vector in fp32 (norm weights, sinks, biases, hc base/scale...): a view into the
+ * mapping when the file stores it as F32 (as the converter does), so loading reads no tensor
+ * data; converted once at load otherwise. */
+typedef const float *fvec;
+
+typedef struct {
+    fvec attn_norm, attn_sinks, q_norm, kv_norm;
+    dsf_wmat wq_a, wq_b, wkv, wo_a, wo_b;
+    dsf_wmat hc_attn_fn, hc_ffn_fn;
+    fvec hc_attn_base, hc_attn_scale, hc_ffn_base, hc_ffn_scale;
+    /* compressor + index keys (KV sources) */
+    dsf_wmat comp_wkv, comp_wgate; /* wgate only for ratio > 1 */
+    fvec comp_norm;
+    dsf_wmat idx_k;
+    fvec idx_k_norm;
+    /* indexer query (index sources) */
+    dsf_wmat idx_q_b, idx_proj;
+    /* Engram */
+    dsf_wmat engram_kv;
+    fvec engram_gate; /* [hc][n_embd] */
+    /* MoE */
+    dsf_wmat router;          /* F32 in converter output */
+    fvec exp_bias, exp_bias_vl;
+    fvec ffn_norm;
+    dsf_wmat gate_exps, up_exps, down_exps; /* per expert: rows n_out, data + e*n_out*row_bytes */
+    dsf_wmat gate_sh, up_sh, down_sh;
+} dsf_layer;
+
+typedef struct {
+    dsf_wmat tok_embd, output;
+    void **owned; /* small vectors converted to fp32 at load (non-F32 files only) */
+    int64_t n_owned;
+    fvec output_norm;
+    const gguf_tensor *ple; /* per_layer_token_embd: rows of ple_dim, lazily read */
+    dsf_layer *layers;
+} dsf_weights;
+
+/* RoPE cos/sin are computed per position on the fly from these frequencies. */
+typedef struct {
+    float *freq_main;     /* [n_rot/2] */
+    float *freq_compress; /* [n_rot/2] */
+} dsf_rope;
+
+struct dsf_engine {
+    gguf_file *gguf;
+    dsf_shape shape;
+    dsf_weights w;
+    dsf_rope rope;
+    dsf_numerics numerics;
+    const dsf_kernels *kern;
+    dsf_pool *pool;
+    uint64_t model_id; /* hash of the header (keys + tensor table), recorded in snapshots */
+    uint64_t data_id;  /* hash of sampled tensor bytes; computed on the first snapshot (0 = not yet) */
+    char *name;
+    void *repack_map; /* the repacked routed experts (DSF_TYPE_MXFP4R), or NULL */
+    size_t repack_size;
+    void *dense_map; /* the dense weights copied at open (engine.c), or NULL */
+    size_t dense_size;
+    uint64_t copied_orig; /* file bytes the two copies replace */
+};
+
+/* shape.c */
+int shape_load(dsf_shape *s, const gguf_file *f, char *err);
+void shape_free(dsf_shape *s);
+/* weights.c */
+int weights_bind(dsf_weights *w, const dsf_shape *s, const gguf_file *f, char *err);
+void weights_free(dsf_weights *w, const dsf_shape *s);
+/* An expert's matrix inside a stacked expert tensor. */
+dsf_wmat wmat_expert(const dsf_wmat *stack, int64_t e);
+
+#endif

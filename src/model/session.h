@@ -1,0 +1,126 @@
+/* session.h: per-sequence state (architecture.md §5.1) and the forward pass's scratch.
+ *
+ * State, all indexed by absolute position so that prefill, chunked prefill and decode see
+ * exactly the same values (§5.2):
+ *   - tokens[0..n): the token history (also the Engram history: compressed ids are looked
+ *     up from it, and positions < 0 are "sequence start");
+ *   - win[il]: every layer's window KV (post-norm, post-RoPE, QDQ'd in reference mode) in a
+ *     ring of wslots = window + max_chunk + rollback margin rows (position p at slot
+ *     p % wslots); positions >= win_lo are intact. A rollback further back than the ring
+ *     re-prefills from the token history (exact: chunking never changes the result);
+ *   - ckv[s][j], ik[s][j]: compressed rows and index keys of the KV source layers;
+ *   - carry[s]: the ratio-2 compressor's pending token (a, g), valid while n is odd.
+ * Scratch: buffers for one chunk of up to max_chunk tokens, allocated once. */
+#ifndef DSF_SESSION_H
+#define DSF_SESSION_H
+
+#ifndef DSF_Q_PAD
+/* Floats of padding after each token's query heads in the chunk scratch. Without it wq_b's
+ * output rows (H * dh = 32768 floats, 128 KiB) start a multiple of 4 KiB apart, so the
+ * tokens' rows that a prefill tile writes all fall in one cache set, and the lines are
+ * evicted between the row tiles that fill them: on the bench model wq_b ran at 387-400
+ * GFLOP/s in a 512-token prefill against 530-540 with the padding (DSF_PROFILE=2, 3
+ * interleaved pairs), and the prefill 3-5 % faster (6 of 6 pairs). */
+#define DSF_Q_PAD 16
+#endif
+
+#include "model/model.h"
+
+typedef struct {
+    int64_t max_ctx;
+    int64_t n;          /* tokens consumed */
+    int32_t *tokens;    /* [max_ctx] */
+    int64_t wslots;     /* window ring rows */
+    int64_t win_lo;     /* lowest position whose window row is intact */
+    float **win;        /* [n_layer] -> [wslots][head_dim] */
+    float **ckv;        /* [n_layer] -> [max_ctx/ratio][head_dim] (KV sources only) */
+    float **ik;         /* [n_layer] -> [max_ctx/ratio][idx_dim] (KV sources only) */
+    float **carry;      /* [n_layer] -> [2][head_dim]: a then g (ratio-2 KV sources) */
+} dsf_kvstate;
+
+typedef struct {
+    int64_t max_chunk;
+    int64_t ksel, kcand;         /* idx_topk and cand_topk_blocks capped by what max_ctx can
+                                  * reach (the file's values are untrusted sizes) */
+    float *X, *X1;               /* [T][hc][D] */
+    float *pre, *a_pre, *f_pre;  /* [T][hc] */
+    float *post, *comb;          /* [T][hc], [T][hc][hc] */
+    float *mix;                  /* [T][mix] */
+    float *h, *u;                /* [T][D] */
+    float *qa, *qr, *qrq, *uq;   /* [T][q_lora], uq: [T][D] QDQ'd input */
+    float *q;                    /* [T][H * dh + DSF_Q_PAD]: token t's heads from q + t * (H * dh + DSF_Q_PAD) */
+    float *kvw;                  /* [T][dh] */
+    float *o;                    /* [T][H][dh] */
+    float *ya, *yaq;             /* [T][og*olr] */
+    float *out;                  /* [T][D] */
+    float *ca, *cg;              /* [T][dh] compressor projections */
+    float *lat;                  /* [T][dh] */
+    float *ikt;                  /* [T][idx_dim] */
+    float *iq, *iw;              /* [T][ih][id], [T][ih] */
+    float *scores;               /* [max_ctx] */
+    float *blk;                  /* [max_ctx/cand_block+1] */
+    int32_t *sel;                /* [T][idx_topk] selected compressed rows */
+    int64_t *n_sel;              /* [T] */
+    int32_t *cand;               /* [T][cand_topk_blocks] candidate blocks (sorted) */
+    int64_t *n_cand;             /* [T] */
+    int32_t *heap;               /* [max(idx_topk, cand_topk_blocks, n_expert_used)] */
+    uint8_t *cmask;              /* [max_ctx/cand_block+1] */
+    float *att;                  /* [window + idx_topk] */
+    float *rcs;                  /* [T][n_rot]: a layer's RoPE cos/sin at each token's position (attn.c) */
+    int32_t *keys;               /* [window + idx_topk] key ids (>=0 window pos, <0 compressed) */
+    /* MoE */
+    float *rlog;                 /* [T][n_expert] */
+    int32_t *esel;               /* [T][n_used] */
+    float *ewt;                  /* [T][n_used] */
+    int32_t *etok;               /* [T] tokens routed to the current expert */
+    float *ewtok;                /* [T] */
+    float *ex, *exq;             /* [T][D] gathered inputs */
+    float *eg, *eu;              /* [T][ff] */
+    float *ey;                   /* [T][D] */
+    float *acc;                  /* [T][D] fp32 accumulator */
+    /* Engram */
+    int64_t *rows;               /* [T][cols] */
+    int64_t *prow;               /* [T][cols] the uncached rows, sorted for their readahead */
+    int64_t *emiss;              /* [T][cols] the rows not in the page cache (engram.c) */
+    float *erow;                 /* [T][cols*ple_dim] */
+    float *ekv;                  /* [T][(hc+1)*D] */
+    float *fin;                  /* [T][D] final norm */
+    uint16_t *xb;                /* [T][max projection input] BF16 activations */
+    int64_t xb_cap;              /* elements of xb */
+    dsf_kvstate **tkv;           /* [T] */
+    int64_t *tpos;               /* [T] */
+    int64_t *tjrow;              /* [T] compressed row emitted by each latent */
+    dsf_kvstate **tjkv;          /* [T] its sequence */
+} dsf_scratch;
+
+struct dsf_session {
+    dsf_engine *e;
+    dsf_kvstate kv;
+    dsf_scratch sc;
+    size_t bytes;
+};
+
+/* The window row of position p in layer il (p must be >= win_lo and not yet overwritten). */
+static inline float *kv_win(const dsf_kvstate *kv, int64_t il, int64_t p, int64_t dh) {
+    return kv->win[il] + (p % kv->wslots) * dh;
+}
+
+#define DSF_ROLLBACK_MARGIN 1024
+
+/* kvcache.c: max_chunk bounds the tokens of one forward (the ring must hold window +
+ * max_chunk - 1 rows so that a chunk never overwrites what its own queries read). */
+int kv_init(dsf_kvstate *kv, const dsf_shape *s, int64_t max_ctx, int64_t max_chunk, size_t *bytes, char *err);
+void kv_free(dsf_kvstate *kv, const dsf_shape *s);
+int scratch_init(dsf_scratch *sc, const dsf_shape *s, int64_t max_chunk, int64_t max_ctx, size_t *bytes);
+void scratch_free(dsf_scratch *sc);
+
+/* forward.c: consumes T <= max_chunk tokens at positions kv->n.. and appends them.
+ * logits: NULL, or [T][n_vocab] when all_rows, else [n_vocab] (last token). */
+void forward_chunk(dsf_session *s, const int32_t *tok, int64_t T, float *logits, int all_rows);
+/* The general form: token t goes to tkv[t] at position tkv[t]->n + (its index among that
+ * sequence's tokens); sc is the scratch of a participant whose max_chunk >= T and whose
+ * max_ctx is the largest. logits: NULL or [T][n_vocab]. */
+void forward_tokens(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, const int32_t *tok, int64_t T,
+                    float *logits, int64_t logit_row0);
+
+#endif

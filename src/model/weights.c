@@ -1,0 +1,223 @@
+/* weights.c: binds every deepseek41 tensor by name (gguf-layout.md §3.2), checking dtype and
+ * shape, and refuses files with missing or extra tensors (rule S14). Matrices are views into
+ * the mapping (never copied); only small vectors (norms, sinks, biases, hc base/scale, Engram
+ * gate) are widened to fp32 copies. No tensor data is read except those small vectors. */
+#include "model/model.h"
+#include "kernels/quant.h"
+#include "base/util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const gguf_file *f;
+    bool *used;
+    char *err;
+} binder;
+
+static const gguf_tensor *find(binder *b, const char *name, bool required) {
+    const gguf_tensor *t = gguf_find_tensor(b->f, name);
+    if (!t) {
+        if (required) dsf_seterr(b->err, "tensor '%s' not found", name);
+        return NULL;
+    }
+    b->used[t - b->f->tensors] = true;
+    return t;
+}
+
+static void fmt_ne(char *buf, size_t n, const int64_t *ne, int nd) {
+    int o = snprintf(buf, n, "[");
+    for (int i = 0; i < nd && o > 0 && (size_t)o < n; i++)
+        o += snprintf(buf + o, n - (size_t)o, i ? ", %lld" : "%lld", (long long)ne[i]);
+    if (o > 0 && (size_t)o < n) snprintf(buf + o, n - (size_t)o, "]");
+}
+
+static int check_shape(binder *b, const gguf_tensor *t, const int64_t *want, int nd) {
+    for (int i = 0; i < GGUF_MAX_DIMS; i++) {
+        int64_t w = i < nd ? want[i] : 1;
+        if (t->ne[i] != w) {
+            char a[96], g[96];
+            fmt_ne(a, sizeof a, want, nd);
+            fmt_ne(g, sizeof g, t->ne, (int)t->n_dims);
+            return dsf_seterr(b->err, "tensor '%s' has wrong shape; expected %s, got %s", t->name, a, g);
+        }
+    }
+    return 0;
+}
+
+static int check_type(binder *b, const gguf_tensor *t) {
+    if (!ggml_type_supported(t->type))
+        return dsf_seterr(b->err, "tensor '%s': type %s (%u) is not supported by dsflash", t->name,
+                          ggml_type_name(t->type), t->type);
+    return 0;
+}
+
+/* A matrix [n_out][n_in] (GGUF ne {n_in, n_out} or, for stacked experts, {n_in, n_out, n_e}). */
+static int bind_mat(binder *b, dsf_wmat *m, const char *name, int64_t n_in, int64_t n_out, int64_t n_stack,
+                    bool required) {
+    memset(m, 0, sizeof *m);
+    const gguf_tensor *t = find(b, name, required);
+    if (!t) return required ? -1 : 0;
+    int64_t want[3] = {n_in, n_out, n_stack};
+    if (check_shape(b, t, want, n_stack > 1 ? 3 : 2) < 0 || check_type(b, t) < 0) return -1;
+    m->type = t->type;
+    m->n_in = n_in;
+    m->n_out = n_out;
+    m->row_bytes = t->row_bytes;
+    m->data = t->data;
+    return 0;
+}
+
+static int bind_vec(binder *b, dsf_weights *w, fvec *v, const char *name, int64_t n0, int64_t n1, bool required) {
+    *v = NULL;
+    const gguf_tensor *t = find(b, name, required);
+    if (!t) return required ? -1 : 0;
+    int64_t want[2] = {n0, n1};
+    if (check_shape(b, t, want, n1 > 1 ? 2 : 1) < 0 || check_type(b, t) < 0) return -1;
+    if (t->type == GGML_TYPE_F32) { /* used in place: data offsets are 32-byte aligned */
+        *v = (const float *)(const void *)t->data;
+        return 0;
+    }
+    float *c = dsf_xmalloc((size_t)(n0 * n1) * sizeof(float));
+    for (int64_t r = 0; r < n1; r++) dequant_row(t->type, t->data + (uint64_t)r * t->row_bytes, c + r * n0, n0);
+    w->owned = dsf_xrealloc(w->owned, (size_t)(w->n_owned + 1) * sizeof(void *));
+    w->owned[w->n_owned++] = c;
+    *v = c;
+    return 0;
+}
+
+dsf_wmat wmat_expert(const dsf_wmat *stack, int64_t e) {
+    dsf_wmat m = *stack;
+    m.data = stack->data + (uint64_t)e * (uint64_t)stack->n_out * stack->row_bytes;
+    if (stack->scales) m.scales = stack->scales + (uint64_t)e * (uint64_t)stack->n_out * (stack->row_bytes / 16);
+    return m;
+}
+
+void weights_free(dsf_weights *w, const dsf_shape *s) {
+    (void)s;
+    for (int64_t i = 0; i < w->n_owned; i++) free(w->owned[i]);
+    free(w->owned);
+    free(w->layers);
+    memset(w, 0, sizeof *w);
+}
+
+int weights_bind(dsf_weights *w, const dsf_shape *s, const gguf_file *f, char *err) {
+    memset(w, 0, sizeof *w);
+    binder bb = {f, dsf_xcalloc((size_t)f->n_tensors + 1, sizeof(bool)), err}, *b = &bb;
+    const int64_t D = s->n_embd, H = s->n_head, dh = s->head_dim, hcd = s->hc * D;
+    const int64_t mix = (2 + s->hc) * s->hc;
+    char nm[GGUF_MAX_NAME + 32];
+#define N(...) (snprintf(nm, sizeof nm, __VA_ARGS__), nm)
+    if (bind_mat(b, &w->tok_embd, "token_embd.weight", D, s->n_vocab, 1, true) < 0) goto fail;
+    if (s->n_vocab < 1) {
+        dsf_seterr(err, "token_embd.weight has no rows");
+        goto fail;
+    }
+    if (bind_vec(b, w, &w->output_norm, "output_norm.weight", D, 1, true) < 0 ||
+        bind_mat(b, &w->output, "output.weight", D, s->n_vocab, 1, true) < 0)
+        goto fail;
+    if (s->n_engram) {
+        const gguf_tensor *t = find(b, "per_layer_token_embd.weight", true);
+        if (!t) goto fail;
+        if (t->n_dims != 2 || t->ne[0] != s->ple_dim || t->ne[1] < s->ple_rows_needed) {
+            if (t->n_dims == 2 && t->ne[0] == s->ple_dim)
+                dsf_seterr(err, "%s has %lld rows, too few for the Engram heads (%lld)", t->name, (long long)t->ne[1],
+                           (long long)s->ple_rows_needed);
+            else {
+                int64_t want[2] = {s->ple_dim, s->ple_rows_needed};
+                check_shape(b, t, want, 2);
+            }
+            goto fail;
+        }
+        if (check_type(b, t) < 0) goto fail;
+        w->ple = t;
+    }
+    w->layers = dsf_xcalloc((size_t)s->n_layer, sizeof(dsf_layer));
+    for (int64_t il = 0; il < s->n_layer; il++) {
+        dsf_layer *L = &w->layers[il];
+        int i = (int)il;
+        if (bind_vec(b, w, &L->attn_norm, N("blk.%d.attn_norm.weight", i), D, 1, true) < 0 ||
+            bind_vec(b, w, &L->attn_sinks, N("blk.%d.attn_sinks.weight", i), H, 1, true) < 0 ||
+            bind_mat(b, &L->wq_a, N("blk.%d.attn_q_a.weight", i), D, s->q_lora, 1, true) < 0 ||
+            bind_vec(b, w, &L->q_norm, N("blk.%d.attn_q_a_norm.weight", i), s->q_lora, 1, true) < 0 ||
+            bind_mat(b, &L->wq_b, N("blk.%d.attn_q_b.weight", i), s->q_lora, H * dh, 1, true) < 0 ||
+            bind_mat(b, &L->wkv, N("blk.%d.attn_kv.weight", i), D, dh, 1, true) < 0 ||
+            bind_vec(b, w, &L->kv_norm, N("blk.%d.attn_kv_a_norm.weight", i), dh, 1, true) < 0 ||
+            bind_mat(b, &L->wo_b, N("blk.%d.attn_output_b.weight", i), s->o_groups * s->o_lora, D, 1, true) < 0 ||
+            bind_mat(b, &L->hc_attn_fn, N("blk.%d.hc_attn_fn.weight", i), hcd, mix, 1, true) < 0 ||
+            bind_vec(b, w, &L->hc_attn_base, N("blk.%d.hc_attn_base.weight", i), mix, 1, true) < 0 ||
+            bind_vec(b, w, &L->hc_attn_scale, N("blk.%d.hc_attn_scale.weight", i), 3, 1, true) < 0 ||
+            bind_mat(b, &L->hc_ffn_fn, N("blk.%d.hc_ffn_fn.weight", i), hcd, mix, 1, true) < 0 ||
+            bind_vec(b, w, &L->hc_ffn_base, N("blk.%d.hc_ffn_base.weight", i), mix, 1, true) < 0 ||
+            bind_vec(b, w, &L->hc_ffn_scale, N("blk.%d.hc_ffn_scale.weight", i), 3, 1, true) < 0 ||
+            bind_mat(b, &L->router, N("blk.%d.ffn_gate_inp.weight", i), D, s->n_expert, 1, true) < 0 ||
+            bind_vec(b, w, &L->exp_bias, N("blk.%d.exp_probs_b.bias", i), s->n_expert, 1, true) < 0 ||
+            bind_vec(b, w, &L->exp_bias_vl, N("blk.%d.exp_probs_b_vl.bias", i), s->n_expert, 1, false) < 0 ||
+            bind_vec(b, w, &L->ffn_norm, N("blk.%d.ffn_norm.weight", i), D, 1, true) < 0 ||
+            bind_mat(b, &L->gate_exps, N("blk.%d.ffn_gate_exps.weight", i), D, s->n_ff_exp, s->n_expert, true) < 0 ||
+            bind_mat(b, &L->down_exps, N("blk.%d.ffn_down_exps.weight", i), s->n_ff_exp, D, s->n_expert, true) < 0 ||
+            bind_mat(b, &L->up_exps, N("blk.%d.ffn_up_exps.weight", i), D, s->n_ff_exp, s->n_expert, true) < 0 ||
+            bind_mat(b, &L->gate_sh, N("blk.%d.ffn_gate_shexp.weight", i), D, s->n_ff_exp * s->n_expert_shared, 1,
+                     true) < 0 ||
+            bind_mat(b, &L->down_sh, N("blk.%d.ffn_down_shexp.weight", i), s->n_ff_exp * s->n_expert_shared, D, 1,
+                     true) < 0 ||
+            bind_mat(b, &L->up_sh, N("blk.%d.ffn_up_shexp.weight", i), D, s->n_ff_exp * s->n_expert_shared, 1,
+                     true) < 0)
+            goto fail;
+        /* wo_a is re-viewed (TENSOR_ALLOW_RESHAPE): only the element count is fixed, but
+         * rows must be the per-group input width so that group g owns rows g*o_lora... */
+        {
+            const gguf_tensor *t = find(b, N("blk.%d.attn_output_a.weight", i), true);
+            const int64_t gin = H * dh / s->o_groups, rows = s->o_groups * s->o_lora;
+            if (!t) goto fail;
+            if (check_type(b, t) < 0) goto fail;
+            /* TENSOR_ALLOW_RESHAPE (gguf-layout §3.2, §7.3): only the element count is
+             * checked; the contiguous data is re-viewed as rows of gin elements. */
+            int64_t nel = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+            if (nel != gin * rows || gin % (int64_t)ggml_blck_size(t->type)) {
+                int64_t want[3] = {gin, s->o_lora, s->o_groups};
+                check_shape(b, t, want, 3);
+                goto fail;
+            }
+            L->wo_a = (dsf_wmat){t->type, gin, rows,
+                                 (uint64_t)(gin / ggml_blck_size(t->type)) * ggml_type_size(t->type), t->data, NULL};
+        }
+        if (s->kv_src[il] == il) {
+            if (bind_mat(b, &L->comp_wkv, N("blk.%d.attn_compressor_kv.weight", i), D, dh, 1, true) < 0 ||
+                bind_vec(b, w, &L->comp_norm, N("blk.%d.attn_compressor_norm.weight", i), dh, 1, true) < 0 ||
+                bind_mat(b, &L->idx_k, N("blk.%d.indexer.attn_k.weight", i), dh, s->idx_dim, 1, true) < 0 ||
+                bind_vec(b, w, &L->idx_k_norm, N("blk.%d.indexer.k_norm.weight", i), s->idx_dim, 1, true) < 0)
+                goto fail;
+            if (s->ratio[il] > 1 &&
+                bind_mat(b, &L->comp_wgate, N("blk.%d.attn_compressor_gate.weight", i), D, dh, 1, true) < 0)
+                goto fail;
+        }
+        if (s->topk_src[il] == il) {
+            if (bind_mat(b, &L->idx_q_b, N("blk.%d.indexer.attn_q_b.weight", i), s->q_lora, s->idx_heads * s->idx_dim,
+                         1, true) < 0 ||
+                bind_mat(b, &L->idx_proj, N("blk.%d.indexer.proj.weight", i), D, s->idx_heads, 1, true) < 0)
+                goto fail;
+        }
+        if (s->engram_of[il] >= 0) {
+            if (bind_mat(b, &L->engram_kv, N("blk.%d.engram_kv.weight", i), s->ple_cols * s->ple_dim,
+                         D * (s->hc + 1), 1, true) < 0 ||
+                bind_vec(b, w, &L->engram_gate, N("blk.%d.engram_gate.weight", i), D, s->hc, true) < 0)
+                goto fail;
+        }
+    }
+#undef N
+    /* S14: no unused tensors. */
+    for (uint64_t t = 0; t < f->n_tensors; t++)
+        if (!bb.used[t]) {
+            dsf_seterr(err, "wrong number of tensors: '%s' is not part of a deepseek41 model of this shape",
+                       f->tensors[t].name);
+            goto fail;
+        }
+    free(bb.used);
+    return 0;
+fail:
+    free(bb.used);
+    weights_free(w, s);
+    return -1;
+}

@@ -1,0 +1,162 @@
+/* server.h: `dsflash serve`, the OpenAI-compatible HTTP server (runtime layer).
+ *
+ * Two halves:
+ *   - server_api.c: pure request/response mapping, no sockets and no engine: an OpenAI
+ *     request body -> a validated srv_req (prompt tokens, sampling, output options), and
+ *     generated output -> OpenAI response JSON / SSE chunks. Unit-tested without a model.
+ *   - server.c: the HTTP glue (libmicrohttpd, one thread per connection), the slots (one
+ *     dsf_session each) and the scheduler thread that runs every forward.
+ *
+ * Invariants: a malformed request is answered from its own connection thread and never
+ * reaches the scheduler; only the scheduler thread calls the engine (one forward at a time
+ * across the whole server); a request is freed only when both its connection and the
+ * scheduler have let go of it (reference count). */
+#ifndef DSF_SERVER_H
+#define DSF_SERVER_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dsflash.h"
+#include "base/util.h"
+
+/* ==== parameters and lifetime ============================================================ */
+
+typedef struct {
+    const char *model_path;
+    const char *model_name; /* the id in /v1/models and in replies; NULL: the file's basename */
+    const char *host;       /* default 127.0.0.1 */
+    int port;               /* 0: any free port (server_port tells which) */
+    int n_slots;            /* sessions (concurrent sequences); default 1 */
+    int n_ctx;              /* tokens per slot; <= 0: min(model's training context, 4096) */
+    const char *api_key;    /* NULL: no authentication */
+    int n_threads;          /* engine worker threads; <= 0: all cores */
+    int repack;             /* dsf_engine_params.repack */
+    int resident;           /* dsf_engine_params.resident */
+    size_t max_body;        /* request body limit in bytes; default 8 MiB */
+    int max_queue;          /* requests waiting for a slot before 503; default 256 */
+    int keepalive_ms;       /* SSE keep-alive comment period while nothing is sent; default 5000 */
+    int prefill_chunk;      /* tokens per prefill forward (interleaves slots); default 256 */
+    int idle_timeout_s;     /* an idle connection is closed after this; default 600 */
+    dsf_numerics numerics;
+} srv_params;
+
+void srv_params_default(srv_params *p);
+
+typedef struct srv_server srv_server;
+
+/* Loads the model, opens the slots and starts listening. NULL with err on failure. */
+srv_server *srv_start(const srv_params *p, char *err);
+int srv_port(const srv_server *s);
+/* Stops listening, cancels every request, joins the threads and frees everything. */
+void srv_stop(srv_server *s);
+
+/* ==== requests (server_api.c) ============================================================ */
+
+typedef enum { SRV_CHAT = 1, SRV_COMPLETION } srv_kind;
+
+/* An OpenAI-style error: HTTP status, message, type, param (may be NULL), code (may be NULL). */
+typedef struct {
+    int status;
+    char message[DSF_ERR_LEN];
+    const char *type;
+    char param[64];
+    const char *code;
+} srv_error;
+
+/* Sets e and returns -1. */
+int srv_fail(srv_error *e, int status, const char *param, const char *code, const char *fmt, ...)
+    DSF_PRINTF(5, 6);
+/* {"error": {"message", "type", "param", "code"}} (malloc'ed). */
+char *srv_error_json(const srv_error *e);
+
+/* A validated request. */
+typedef struct {
+    srv_kind kind;
+    bool stream;
+    bool include_usage;          /* stream_options.include_usage */
+    int32_t *prompt;             /* [n_prompt] token ids (malloc'ed) */
+    int n_prompt;
+    bool gen_reasoning;          /* chat: the output starts inside the reasoning */
+    bool parallel_tool_calls;    /* false: keep only the first tool call */
+    bool tools;                  /* chat: tools were rendered into the prompt */
+    int logprobs;                /* -1: off, else the number of top logprobs (0..20) */
+    int max_tokens;              /* <= 0: up to the context */
+    float temperature, top_p, min_p;
+    int top_k;
+    uint64_t seed;
+    bool has_seed;
+    char **stop;                 /* [n_stop] (malloc'ed strings) */
+    int n_stop;
+    bool ignore_eos;
+} srv_req;
+
+void srv_req_free(srv_req *r);
+
+/* Maps a chat request (already parsed) onto the encoder: validates messages, roles, content
+ * types, tools and tool_choice (a named function must be in tools; "none" drops them; a
+ * named choice keeps only that tool), developer -> system, then renders the prompt
+ * (dsf_chat_prompt, byte-exact with the official encoder). HTTP 400 errors in e. */
+int srv_chat_render(const json_t *body, dsf_chat_prompt *out, srv_error *e);
+
+/* Parses and validates a /v1/chat/completions (kind SRV_CHAT) or /v1/completions body:
+ * renders and tokenizes the prompt and checks it against n_ctx (400 naming the limit). */
+int srv_parse_request(srv_kind kind, const char *body, size_t len, const dsf_tokenizer *tok,
+                      int n_ctx, srv_req *out, srv_error *e);
+
+/* ==== responses (server_api.c) =========================================================== */
+
+/* One generated token's log-probabilities (logprobs requests). */
+typedef struct {
+    int32_t id;
+    float logprob;
+    int n_top;
+    int32_t top_ids[20];
+    float top_lp[20];
+} srv_tokprob;
+
+/* Identity of one reply. */
+typedef struct {
+    char id[48];       /* chatcmpl-... / cmpl-... */
+    const char *model;
+    long long created;
+} srv_meta;
+
+typedef struct {
+    int prompt_tokens, completion_tokens, cached_tokens;
+} srv_usage;
+
+/* Appends "call_" + 24 random alphanumerics (NUL-terminated, 30 bytes). */
+void srv_call_id(char out[32], uint64_t *rng);
+
+/* Non-streaming chat reply: message built from the parsed output r (reasoning_content,
+ * content, tool_calls with ids from ids[i]); finish_reason "tool_calls" when r has calls and
+ * finish is "stop". logprobs: NULL or n_lp entries. Returns new JSON. */
+json_t *srv_chat_reply(const srv_meta *m, const dsf_dsml_result *r, char ids[][32], const char *finish,
+                       const srv_usage *u, const srv_tokprob *lp, int n_lp, const dsf_tokenizer *tok,
+                       bool parallel_tool_calls);
+/* Non-streaming completion reply. */
+json_t *srv_completion_reply(const srv_meta *m, const char *text, size_t len, const char *finish,
+                             const srv_usage *u, const srv_tokprob *lp, int n_lp, const dsf_tokenizer *tok);
+
+/* A chat.completion.chunk / text_completion chunk skeleton with one choice whose delta
+ * (chat) or text (completion) the caller fills. Returns new JSON; *choice borrows the choice. */
+json_t *srv_chunk(const srv_meta *m, srv_kind kind, json_t **choice);
+/* One streamed DSML event as a chat.completion.chunk: reasoning_content / content deltas, a
+ * tool call's start (index, id, type, function.name, arguments "") and its argument
+ * fragments. NULL for events that send nothing (empty text, a call's end, calls after the
+ * first when parallel_tool_calls is false). call_id: the id of call ev->index. */
+json_t *srv_dsml_chunk(const srv_meta *m, const dsf_dsml_event *ev, const char *call_id, bool parallel_tool_calls);
+/* The final usage chunk (choices: []). */
+json_t *srv_usage_chunk(const srv_meta *m, srv_kind kind, const srv_usage *u);
+/* usage object. */
+json_t *srv_usage_json(const srv_usage *u);
+/* Chat logprobs {"content": [...]} / completion logprobs {"tokens", "token_logprobs", ...}. */
+json_t *srv_chat_logprobs(const srv_tokprob *lp, int n, const dsf_tokenizer *tok);
+json_t *srv_completion_logprobs(const srv_tokprob *lp, int n, const dsf_tokenizer *tok, size_t text_offset0);
+
+/* Appends "data: <compact json>\n\n" to b. */
+void srv_sse_json(dsf_buf *b, const json_t *v);
+
+#endif
