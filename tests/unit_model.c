@@ -1,7 +1,7 @@
 /* unit_model.c: the model mechanisms against the spec's constants and invariants, with no
  * model file: RoPE tables (architecture.md §11.1), Sinkhorn invariants (§11.4), Engram hash
  * vectors (§11.2 and gguf-layout §7.4), top-k tie rule. */
-#include "model/forward.h"
+#include "model/engram.h"
 #include "kernels/ops.h"
 #include "test.h"
 

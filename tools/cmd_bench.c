@@ -16,7 +16,8 @@
  * the prefill), run on the engine's own thread pool. */
 #include "cmd.h"
 #include "dsflash.h"
-#include "model/forward.h"
+#include "model/attn.h"
+#include "model/mm.h"
 #include "io/gguf.h"
 #include "kernels/matmul.h"
 #include "model/model.h"

@@ -1,7 +1,10 @@
 /* engram.c: Engram n-gram memory (architecture.md §4.2): the per-position hash over the
  * compressed token history and the gated add into every hyper-connection copy, applied to
- * the stream BEFORE its block. The table is read row by row, never whole. */
-#include "model/forward.h"
+ * the stream BEFORE its block. The table is read row by row, never whole.
+ * Must not: map or read the table whole; write stream rows other than its layer's input.
+ * Invariant: each stream row (token, copy) is written by exactly one range of a job. */
+#include "model/engram.h"
+#include "model/mm.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
 
@@ -142,9 +145,8 @@ void engram_forward(const fwd *f, int64_t il) {
     const gguf_tensor *ple = f->w->ple;
     /* Hash every token of the chunk first and read the rows already in the page cache; then
      * ask the kernel for the pages of all the others at once (sorted, de-duplicated, adjacent
-     * pages merged) before reading them: on the real model the table is ~200 GB and mostly not
-     * resident, so one batch of readahead beats faulting the rows in one by one, and a row that
-     * is cached costs one syscall. */
+     * pages merged) before reading them: the real model's table (~200 GB) is mostly not
+     * resident (docs/perf-log.md, items 6 and 11). */
     for (int64_t t = 0; t < T; t++) engram_hash(sh, e, f->tkv[t]->tokens, f->tpos[t], sc->rows + t * cols);
     gather_job gj = {f, ple, pd, false};
     dsf_parallel_for_guided(f->e->pool, T * cols, 4, gather_range, &gj);

@@ -1,538 +1,79 @@
 /* forward.c: the layer loop for a chunk of tokens (architecture.md §4.0, §4.3, §4.6).
  * Reads like the model card: embed into hc copies; per layer: Engram (before the block),
  * hc mixes, collapse with the previous sublayer's pre, attention, expand, hc mixes, collapse
- * with the attention's pre, MoE, expand; final collapse with the last FFN pre, norm, head. */
+ * with the attention's pre, MoE, expand; final collapse with the last FFN pre, norm, head.
+ * Owns: the order of the steps, the chunk's token positions and the sequences' lengths.
+ * Must not: compute a mechanism's arithmetic itself (products: mm.c; hyper-connections: hc.c;
+ * attention, MoE, Engram: their files). */
 #include "model/forward.h"
-#include "kernels/vec.h"
-#include "kernels/ops.h"
+#include "model/mm.h"
+#include "model/hc.h"
+#include "model/attn.h"
+#include "model/moe.h"
+#include "model/engram.h"
 #include "kernels/quant.h"
 #include "base/util.h"
 
-#include <fcntl.h>
-#include <math.h>
-#include <stdatomic.h>
-#include <stdbool.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-typedef struct {
-    const dsf_kernels *k;
-    const dsf_wmat *w;
-    const float *x;
-    int64_t T, ldy;
-    float *y;
-} mm_job;
-
-static void mm_range(void *ctx, int64_t i0, int64_t i1, int tid) {
-    (void)tid;
-    const mm_job *j = ctx;
-    kern_matmul(j->k, j->w, j->x, j->T, j->y, j->ldy, i0, i1);
-}
-
-/* The same job split by tokens [t0, t1) instead of rows (run_mm). */
-static void mm_tok_range(void *ctx, int64_t t0, int64_t t1, int tid) {
-    (void)tid;
-    const mm_job *j = ctx;
-    kern_matmul(j->k, j->w, j->x + t0 * j->w->n_in, t1 - t0, j->y + t0 * j->ldy, j->ldy, 0, j->w->n_out);
-}
-
-/* Rows per unit of a multi-product job (mm_multi): MM_UNITS units per thread and product, at
- * most MM_UNITS_MAX per product (so that an MoE job of 14 products stays one job of at most
- * MULTI_UNITS units on a many-core pool), claimed from both ends in shrinking runs (the
- * kernels give every row the same value whatever its range, so the split changes nothing).
- * A single product is claimed guided instead (pieces shrink from a quarter of the rows per
- * thread down to mm_min_grain). Either way the threads finish together. */
-#ifndef MM_UNITS
-#define MM_UNITS 16
-#endif
-#define MM_UNITS_MAX 32
-static int64_t mm_grain(const fwd *f, const dsf_wmat *w) {
-    int64_t units = MM_UNITS * (int64_t)dsf_pool_size(f->e->pool);
-    int64_t grain = w->n_out / (units < MM_UNITS_MAX ? units : MM_UNITS_MAX);
-    return grain < 16 ? 16 : grain;
-}
-
-/* The smallest guided piece. T = 1 streams each row once, so the last pieces are what one
- * thread still reads while the other waits at the join: they are cut down to MM_TAIL_BYTES
- * of weights (a few us), whatever the product's size. (With 1/16 of the rows, the idle
- * tail averaged 45-63 us per product, ~2-3 ms per decoded token on the bench model, the LM
- * head's pieces being 80 MB.) T > 1 takes 1/64 of the rows (2 threads): a piece there is
- * compute-bound, and its last one is what the other thread waits for (a prefill of the bench
- * model ran 1.4 % faster than with 1/16, 6 of 6 and 5 of 6 interleaved pairs). */
-#ifndef MM_TAIL_BYTES
-#define MM_TAIL_BYTES 65536
-#endif
-static int64_t mm_min_grain(const fwd *f, const dsf_wmat *w, int64_t T) {
-    int64_t grain = w->n_out / (32 * dsf_pool_size(f->e->pool));
-    if (T == 1 && MM_TAIL_BYTES > 0) {
-        const int64_t rb = (int64_t)wmat_row_read_bytes(w) > 0 ? (int64_t)wmat_row_read_bytes(w) : 1;
-        grain = (MM_TAIL_BYTES + rb - 1) / rb;
-        grain = (grain + 3) / 4 * 4; /* whole tiles of 4 rows */
-    }
-    return grain < 4 ? 4 : grain; /* one kernel tile: a 24-row product splits 6 + 4 + ... */
-}
-
-/* DSF_PROFILE=1: a time split printed to stderr at exit, for decode steps (T = 1) and prefill
- * chunks (T > 1) apart: whole forward calls, and the matmuls by path (fp32 / BF16
- * activations) and weight type, with the bytes (decode) or FLOPs (prefill) they did.
- * DSF_PROFILE=2 adds a table by product: each shape and weight type (a multi-product job,
- * such as an MoE job, as one line named by its first product and its count), with its calls,
- * time, GB/s and GFLOP/s, slowest first. A debugging aid for speed work; off by default (one
- * branch per call). Process-wide counters without locks: meant for one engine driven by one
- * thread (bench, logits, run). */
-enum { PROF_TYPES = 3, PROF_PATHS = 2, PROF_PRODS = 96 };
-typedef struct {
-    int64_t n_out, n_in;
-    uint32_t type;
-    int n; /* products in the job (1: a single product) */
-    long calls;
-    double s, bytes, flop;
-} prof_prod;
-typedef struct {
-    double fwd_s, tokens, mm_s[PROF_PATHS][PROF_TYPES], mm_bytes[PROF_PATHS][PROF_TYPES], mm_flop[PROF_PATHS][PROF_TYPES];
-    long calls, mm_calls;
-    prof_prod prod[PROF_PRODS];
-    int n_prod, prod_full; /* prod_full: a product did not fit the table */
-} prof_phase;
-static struct {
-    int on; /* 0 off, 1 the time split, 2 also the table by product */
-    prof_phase ph[2]; /* 0: decode steps, 1: prefill chunks */
-} prof = {.on = -1};
-
-static int prof_prod_cmp(const void *a, const void *b) {
-    const prof_prod *x = a, *y = b;
-    return x->s < y->s ? 1 : x->s > y->s ? -1 : 0;
-}
-
-static void prof_report_prods(const char *phase, prof_phase *q, double per) {
-    qsort(q->prod, (size_t)q->n_prod, sizeof *q->prod, prof_prod_cmp);
-    fprintf(stderr, "dsflash profile by product, %s (ms per token; a job of n products is named by its first):\n",
-            phase);
-    fprintf(stderr, "  %-30s %8s %9s %8s %9s\n", "product", "calls", "ms/token", "GB/s", "GFLOP/s");
-    for (int i = 0; i < q->n_prod; i++) {
-        const prof_prod *p = &q->prod[i];
-        char name[64];
-        int o = p->n > 1 ? snprintf(name, sizeof name, "job of %d: ", p->n) : 0;
-        snprintf(name + o, sizeof name - (size_t)o, "%lld x %lld %s", (long long)p->n_out, (long long)p->n_in,
-                 p->type == DSF_TYPE_MXFP4R ? "mxfp4r" : ggml_type_name(p->type));
-        fprintf(stderr, "  %-30s %8ld %9.3f %8.2f %9.1f\n", name, p->calls, 1e3 * p->s / per, p->bytes / p->s / 1e9,
-                p->flop / p->s / 1e9);
-    }
-    if (q->prod_full) fprintf(stderr, "  (more than %d distinct products: the rest not listed)\n", PROF_PRODS);
-}
-
-static void prof_report(void) {
-    static const char *path[PROF_PATHS] = {"fp32 act", "bf16 act"};
-    static const char *type[PROF_TYPES] = {"dense", "mxfp4", "mxfp4 (n_in < 4096)"};
-    for (int ph = 0; ph < 2; ph++) {
-        prof_phase *q = &prof.ph[ph];
-        if (!q->calls) continue;
-        double mm = 0, per = ph ? q->tokens : (double)q->calls;
-        for (int a = 0; a < PROF_PATHS; a++)
-            for (int b = 0; b < PROF_TYPES; b++) mm += q->mm_s[a][b];
-        fprintf(stderr, "dsflash profile, %s: %ld calls, %.0f tokens, %.2f ms/token; matmuls %.2f ms/token (%ld calls), rest %.2f ms/token\n",
-                ph ? "prefill" : "decode", q->calls, q->tokens, 1e3 * q->fwd_s / per, 1e3 * mm / per, q->mm_calls,
-                1e3 * (q->fwd_s - mm) / per);
-        for (int a = 0; a < PROF_PATHS; a++)
-            for (int b = 0; b < PROF_TYPES; b++)
-                if (q->mm_s[a][b] > 0)
-                    fprintf(stderr, "  %s %-20s: %.2f ms/token, %.2f GB/s, %.1f GFLOP/s\n", path[a], type[b],
-                            1e3 * q->mm_s[a][b] / per, q->mm_bytes[a][b] / q->mm_s[a][b] / 1e9,
-                            q->mm_flop[a][b] / q->mm_s[a][b] / 1e9);
-        if (prof.on >= 2) prof_report_prods(ph ? "prefill" : "decode", q, per);
+/* The token rows of the embedding into every hc copy of the stream sc->X; the first layer's
+ * pre is one-hot (no eps). */
+static void embed(const fwd *f, const int32_t *tok) {
+    const dsf_weights *w = f->w;
+    dsf_scratch *sc = f->sc;
+    const int64_t D = f->sh->n_embd, hc = f->sh->hc;
+    for (int64_t t = 0; t < f->T; t++) {
+        /* one row per token, at random: read it (gguf_read_span) rather than fault it in */
+        _Alignas(64) uint8_t row[32768];
+        const uint8_t *src = w->tok_embd.data + (uint64_t)tok[t] * w->tok_embd.row_bytes;
+        dequant_row(w->tok_embd.type, gguf_read_span(f->e->gguf, src, (size_t)w->tok_embd.row_bytes, row, sizeof row, false), sc->h, D);
+        for (int64_t c = 0; c < hc; c++) memcpy(sc->X + (t * hc + c) * D, sc->h, (size_t)D * sizeof(float));
+        for (int64_t c = 0; c < hc; c++) sc->pre[t * hc + c] = c == 0 ? 1.0f : 0.0f; /* layer 0: one-hot, no eps */
     }
 }
 
-static int prof_enabled(void) {
-    if (prof.on < 0) {
-        const char *v = dsf_knob("DSF_PROFILE");
-        prof.on = !v || !*v || !strcmp(v, "0") ? 0 : !strcmp(v, "2") ? 2 : 1;
-        if (prof.on) atexit(prof_report);
+/* Layer il on the stream sc->X (in place); sc->pre holds the previous FFN's pre on entry and
+ * this layer's on return. */
+static void layer(const fwd *f, int64_t il) {
+    const dsf_layer *L = &f->w->layers[il];
+    dsf_scratch *sc = f->sc;
+    const int64_t T = f->T, D = f->sh->n_embd, hc = f->sh->hc;
+    if (f->sh->engram_of[il] >= 0) {
+        engram_forward(f, il);
+        fwd_dump_layer(f, il, "engram_out", sc->X, T * hc * D);
     }
-    return prof.on;
+    hc_mixes(f, &L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, sc->X, sc->a_pre, sc->post, sc->comb);
+    hc_collapse(f, sc->X, sc->pre, sc->h);
+    hc_norm_rows(f, sc->u, sc->h, L->attn_norm, 0);
+    fwd_dump_layer(f, il, "attn_in", sc->u, T * D);
+    attn_forward(f, il, sc->u, sc->out);
+    fwd_dump_layer(f, il, "attn_out", sc->out, T * D);
+    hc_expand(f, sc->out, sc->X, sc->post, sc->comb, sc->X1);
+    hc_mixes(f, &L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, sc->X1, sc->f_pre, sc->post, sc->comb);
+    /* spec §4.3: the FFN collapses with the ATTENTION's pre */
+    hc_collapse(f, sc->X1, sc->a_pre, sc->h);
+    hc_norm_rows(f, sc->u, sc->h, L->ffn_norm, 0);
+    fwd_dump_layer(f, il, "ffn_in", sc->u, T * D);
+    moe_forward(f, il, sc->u, sc->out);
+    fwd_dump_layer(f, il, "ffn_out", sc->out, T * D);
+    hc_expand(f, sc->out, sc->X1, sc->post, sc->comb, sc->X);
+    memcpy(sc->pre, sc->f_pre, (size_t)(T * hc) * sizeof(float));
+    fwd_dump_layer(f, il, "block_out", sc->X, T * hc * D);
+    fwd_dump_layer(f, il, "next_pre_mix", sc->pre, T * hc);
 }
 
-void fwd_profile_reset(void) {
-    if (prof_enabled()) memset(prof.ph, 0, sizeof prof.ph);
-}
-
-static void prof_mm(const fwd *f, const dsf_wmat *w, int64_t T, int path, double t0) {
-    prof_phase *q = &prof.ph[f->T > 1];
-    int type = !wmat_is_mxfp4(w) ? 0 : w->n_in < 4096 ? 2 : 1;
-    q->mm_s[path][type] += dsf_now() - t0;
-    q->mm_bytes[path][type] += (double)wmat_row_read_bytes(w) * (double)w->n_out;
-    q->mm_flop[path][type] += 2.0 * (double)w->n_in * (double)w->n_out * (double)T;
-    q->mm_calls++;
-}
-
-/* One product or job (n products from w[0]) into the table by product (DSF_PROFILE=2). */
-static void prof_job(const fwd *f, const dsf_wmat *const *w, int n, int64_t T, double t0) {
-    if (prof.on < 2 || n <= 0) return;
-    prof_phase *q = &prof.ph[f->T > 1];
-    double bytes = 0, flop = 0;
-    for (int i = 0; i < n; i++) {
-        bytes += (double)wmat_row_read_bytes(w[i]) * (double)w[i]->n_out;
-        flop += 2.0 * (double)w[i]->n_in * (double)w[i]->n_out * (double)T;
-    }
-    prof_prod *p = NULL;
-    for (int i = 0; i < q->n_prod && !p; i++)
-        if (q->prod[i].n_out == w[0]->n_out && q->prod[i].n_in == w[0]->n_in && q->prod[i].type == w[0]->type &&
-            q->prod[i].n == n)
-            p = &q->prod[i];
-    if (!p) {
-        if (q->n_prod == PROF_PRODS) {
-            q->prod_full = 1;
-            return;
-        }
-        p = &q->prod[q->n_prod++];
-        *p = (prof_prod){.n_out = w[0]->n_out, .n_in = w[0]->n_in, .type = w[0]->type, .n = n};
-    }
-    p->calls++;
-    p->s += dsf_now() - t0;
-    p->bytes += bytes;
-    p->flop += flop;
-}
-
-static void prof_fwd(int64_t T, double t0) {
-    prof_phase *q = &prof.ph[T > 1];
-    q->fwd_s += dsf_now() - t0;
-    q->tokens += (double)T;
-    q->calls++;
-}
-
-/* A product with few rows and many tokens is split by tokens instead (tfn): split by rows,
- * every piece streams all T activation rows from memory again, while the weights (a few MB
- * at most) are what the pieces could share. The hc mixes' 24 x 20480 fp32 product of a
- * 512-token chunk took ~5.6 ms that way (40 MB of activations per piece). The kernels give
- * y[t][r] the same bits whatever the token range (batch invariance), so the split changes
- * nothing else. */
-#ifndef MM_TOK_ROWS
-#define MM_TOK_ROWS 64
-#endif
-#define MM_TOK_GRAIN 16 /* tokens: whole 4-token tiles */
-
-/* A product's rows, claimed guided (or its tokens: above); path: 0 fp32 activations, 1 BF16
- * (the profile's split). */
-static void run_mm(const fwd *f, const dsf_wmat *w, int64_t T, dsf_range_fn fn, dsf_range_fn tfn, void *job,
-                   int path) {
-    double t0 = prof_enabled() ? dsf_now() : 0;
-    if (T >= 2 * MM_TOK_GRAIN && w->n_out <= MM_TOK_ROWS)
-        dsf_parallel_for_guided(f->e->pool, T, MM_TOK_GRAIN, tfn, job);
-    else
-        dsf_parallel_for_guided(f->e->pool, w->n_out, mm_min_grain(f, w, T), fn, job);
-    if (t0 > 0) {
-        prof_job(f, &w, 1, T, t0);
-        prof_mm(f, w, T, path, t0);
-    }
-}
-
-void fwd_mm(const fwd *f, const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy) {
-    if (T <= 0) return;
-    mm_job j = {f->e->kern, w, x, T, ldy, y};
-    run_mm(f, w, T, mm_range, mm_tok_range, &j, 0);
-}
-
-typedef struct {
-    const float *x;
-    float *xq;
-    int64_t n;
-} act_job;
-
-static void act_range(void *ctx, int64_t t0, int64_t t1, int tid) {
-    (void)tid;
-    const act_job *j = ctx;
-    float *dst = j->xq + t0 * j->n;
-    if (j->xq != j->x) memcpy(dst, j->x + t0 * j->n, (size_t)((t1 - t0) * j->n) * sizeof(float));
-    ka_qdq_fp8(akernels_get(), dst, (t1 - t0) * j->n);
-}
-
-typedef struct {
-    const dsf_kernels *k;
-    const dsf_wmat *w;
-    const uint16_t *x;
-    int64_t T, ldy;
-    float *y;
-} mmb_job;
-
-static void mmb_range(void *ctx, int64_t i0, int64_t i1, int tid) {
-    (void)tid;
-    const mmb_job *j = ctx;
-    kern_matmul_xbf16(j->k, j->w, j->x, j->T, j->y, j->ldy, i0, i1);
-}
-
-static void mmb_tok_range(void *ctx, int64_t t0, int64_t t1, int tid) {
-    (void)tid;
-    const mmb_job *j = ctx;
-    kern_matmul_xbf16(j->k, j->w, j->x + t0 * j->w->n_in, t1 - t0, j->y + t0 * j->ldy, j->ldy, 0, j->w->n_out);
-}
-
-typedef struct {
-    const float *x;
-    uint16_t *xb;
-    int64_t n;
-    atomic_int inexact;
-} bf16_job;
-
-static void bf16_range(void *ctx, int64_t t0, int64_t t1, int tid) {
-    (void)tid;
-    bf16_job *j = ctx;
-    if (!kern_act_to_bf16(j->x + t0 * j->n, j->xb + t0 * j->n, (t1 - t0) * j->n)) atomic_store(&j->inexact, 1);
-}
-
-bool fwd_to_bf16(const fwd *f, const float *x, int64_t T, int64_t n, uint16_t *xb) {
-    bf16_job j = {x, xb, n, 0};
-    dsf_parallel_for_guided(f->e->pool, T, 65536 / n + 1, bf16_range, &j);
-    return !atomic_load(&j.inexact);
-}
-
-void fwd_mm_xb(const fwd *f, const dsf_wmat *w, const uint16_t *xb, int64_t T, float *y, int64_t ldy) {
-    if (T <= 0) return;
-    mmb_job j = {f->e->kern, w, xb, T, ldy, y};
-    run_mm(f, w, T, mmb_range, mmb_tok_range, &j, 1);
-}
-
-void fwd_mm_act(const fwd *f, const dsf_wmat *w, const float *xq, int64_t T, float *y, int64_t ldy) {
-    if (T <= 0) return;
-    /* QDQ'd values are exact in BF16; anything else (non-finite input) keeps the fp32 path */
-    if (!f->ref || !fwd_to_bf16(f, xq, T, w->n_in, f->sc->xb)) {
-        fwd_mm(f, w, xq, T, y, ldy);
-        return;
-    }
-    fwd_mm_xb(f, w, f->sc->xb, T, y, ldy);
-}
-
-typedef struct {
-    const dsf_wmat *w;
-    const float *x;    /* fp32 path when xb is NULL */
-    const uint16_t *xb;
-    float *y;
-    int64_t r0, r1;
-} mm_unit;
-
-typedef struct {
-    const dsf_kernels *k;
-    const mm_unit *u;
-} multi_job;
-
-/* Units [i0, i1) of a job; adjacent units of one product run as one call (longer row
- * streams for the kernel's tiles). */
-static void multi_range(void *ctx, int64_t i0, int64_t i1, int tid) {
-    (void)tid;
-    const multi_job *j = ctx;
-    for (int64_t i = i0; i < i1;) {
-        const mm_unit *u = &j->u[i];
-        int64_t r1 = u->r1;
-        for (i++; i < i1 && j->u[i].w == u->w && j->u[i].y == u->y && j->u[i].r0 == r1; i++) r1 = j->u[i].r1;
-        if (u->xb) kern_matmul_xbf16(j->k, u->w, u->xb, 1, u->y, u->w->n_out, u->r0, r1);
-        else kern_matmul(j->k, u->w, u->x, 1, u->y, u->w->n_out, u->r0, r1);
-    }
-}
-
-#define MULTI_UNITS 512 /* units per threaded job (24 KiB of stack); more run as further jobs */
-
-/* Runs units as one job. Compute-bound MXFP4 units go first and bandwidth-bound ones last,
- * and the threads claim from both ends (dsf_parallel_for_ends): one thread decodes MXFP4
- * while the other streams the dense units (in MoE decode, the shared expert), until one kind
- * runs out. A core decodes MXFP4 from memory at only ~70 % of the rate it reads BF16 (~85-90 %
- * repacked, DSF_TYPE_MXFP4R), so
- * pairing the two kinds keeps the memory busier than running either kind on both threads
- * (the MoE jobs gained 3-5 % over interleaving the kinds on one shared counter). Units are
- * independent, so order and split change no value. */
-static void run_units(const fwd *f, mm_unit *units, int64_t nu) {
-    mm_unit tmp[MULTI_UNITS];
-    int64_t o = 0;
-    for (int64_t i = 0; i < nu; i++)
-        if (wmat_is_mxfp4(units[i].w)) tmp[o++] = units[i];
-    for (int64_t i = 0; i < nu; i++)
-        if (!wmat_is_mxfp4(units[i].w)) tmp[o++] = units[i];
-    multi_job j = {f->e->kern, tmp};
-    dsf_parallel_for_ends(f->e->pool, nu, multi_range, &j);
-}
-
-#define MULTI_MAX 64    /* products per call */
-/* act: products as fwd_mm_act computes them (BF16 activations when exact in reference mode);
- * otherwise as fwd_mm does (the fp32 family). */
-static void mm_multi(const fwd *f, int n, const dsf_wmat *const *w, const float *const *xq, float *const *y, bool act) {
-    DSF_ASSERT(n >= 0 && n <= MULTI_MAX);
-    mm_unit units[MULTI_UNITS];
-    int64_t nu = 0, used = 0;
-    const uint16_t *b = NULL;
-    double t0 = prof_enabled() ? dsf_now() : 0;
-    for (int i = 0; i < n; i++) {
-        DSF_ASSERT(w[i]->n_in <= f->sc->xb_cap);
-        if (act && (i == 0 || xq[i] != xq[i - 1])) { /* a new activation: its BF16 copy, if exact */
-            if (used + w[i]->n_in > f->sc->xb_cap) { /* full: run what refers to it first */
-                run_units(f, units, nu);
-                nu = used = 0;
-            }
-            uint16_t *dst = f->sc->xb + used;
-            b = f->ref && kern_act_to_bf16(xq[i], dst, w[i]->n_in) ? dst : NULL;
-            if (b) used += w[i]->n_in;
-        }
-        const int64_t grain = mm_grain(f, w[i]);
-        for (int64_t r = 0; r < w[i]->n_out; r += grain) {
-            if (nu == MULTI_UNITS) {
-                run_units(f, units, nu);
-                nu = 0;
-            }
-            units[nu++] = (mm_unit){w[i], xq[i], b, y[i], r, r + grain < w[i]->n_out ? r + grain : w[i]->n_out};
-        }
-    }
-    run_units(f, units, nu);
-    if (t0 > 0) { /* one clock for the whole job: split it by bytes */
-        prof_job(f, w, n, 1, t0);
-        double tot = 0, dt = dsf_now() - t0;
-        for (int i = 0; i < n; i++) tot += (double)wmat_row_read_bytes(w[i]) * (double)w[i]->n_out;
-        for (int i = 0; i < n; i++)
-            prof_mm(f, w[i], 1, act && f->ref, dsf_now() - dt * (double)wmat_row_read_bytes(w[i]) * (double)w[i]->n_out / tot);
-    }
-}
-
-void fwd_mm_act_multi(const fwd *f, int n, const dsf_wmat *const *w, const float *const *xq, float *const *y) {
-    mm_multi(f, n, w, xq, y, true);
-}
-
-void fwd_mm_multi(const fwd *f, int n, const dsf_wmat *const *w, const float *const *x, float *const *y) {
-    mm_multi(f, n, w, x, y, false);
-}
-
-const float *fwd_act(const fwd *f, const float *x, int64_t T, int64_t n, float *xq) {
-    if (!f->ref) return x;
-    act_job j = {x, xq, n};
-    if (n % 32) { /* QDQ groups of 32 straddle rows: one pass over the whole chunk */
-        act_range(&j, 0, T, 0);
-        return xq;
-    }
-    /* threaded over tokens: whole rows of whole groups, so the split changes nothing */
-    dsf_parallel_for_guided(f->e->pool, T, 16384 / n + 1, act_range, &j);
-    return xq;
-}
-
-void fwd_dump(const fwd *f, const char *name, const void *data, size_t bytes) {
-    const char *dir = dsf_knob("DSF_DUMP");
-    if (!dir || !data) return;
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s.bin", dir, name);
-    FILE *fp = fopen(path, f->tpos[0] == 0 ? "wb" : "ab");
-    if (!fp) return;
-    fwrite(data, 1, bytes, fp);
-    fclose(fp);
-}
-
-/* ---- hyper-connections (spec §4.3) ---------------------------------------------------- */
-
-/* The per-token loops below run on the worker pool over token ranges: each token's outputs
- * are written by exactly one chunk, so results do not depend on the thread count. */
-typedef struct {
-    const fwd *f;
-    const dsf_akernels *k;
-    const float *scale, *base, *X, *fo, *w;
-    const float *ipre, *ipost, *icomb; /* inputs of collapse / expand */
-    float *pre, *post, *comb, *out;
-} tok_job;
-
-/* Tokens per chunk: at least ~16K elements of work. */
-static int64_t tok_grain(int64_t per_token) { return 16384 / (per_token > 0 ? per_token : 1) + 1; }
-
-static void mixes_range(void *ctx, int64_t t0, int64_t t1, int tid) {
-    (void)tid;
-    const tok_job *j = ctx;
-    const dsf_shape *sh = j->f->sh;
-    const int64_t hc = sh->hc, n = hc * sh->n_embd, mix = (2 + hc) * hc;
-    const float *scale = j->scale, *base = j->base;
-    float A[16 * 16];
-    for (int64_t t = t0; t < t1; t++) {
-        /* rms_norm_eps, not hc_eps; the reference's fp32 rounding (op_meansq) */
-        float rho = 1.0f / sqrtf(op_meansq(j->X + t * n, n) + sh->eps);
-        const float *m = j->f->sc->mix + t * mix;
-        for (int64_t c = 0; c < hc; c++) {
-            j->pre[t * hc + c] = op_sigmoid(m[c] * rho * scale[0] + base[c]) + sh->hc_eps;
-            j->post[t * hc + c] = 2.0f * op_sigmoid(m[hc + c] * rho * scale[1] + base[hc + c]);
-        }
-        for (int64_t i = 0; i < hc * hc; i++) A[i] = m[2 * hc + i] * rho * scale[2] + base[2 * hc + i];
-        op_sinkhorn(j->comb + t * hc * hc, A, hc, sh->hc_iters, sh->hc_eps);
-    }
-}
-
-/* pre[T][hc], post[T][hc], comb[T][hc][hc] from the stream X[T][hc][D]. */
-static void hc_mixes(const fwd *f, const dsf_wmat *fn, const float *scale, const float *base, const float *X,
-                     float *pre, float *post, float *comb) {
-    const dsf_shape *sh = f->sh;
-    const int64_t T = f->T, hc = sh->hc, mix = (2 + hc) * hc;
-    fwd_mm(f, fn, X, T, f->sc->mix, mix);
-    tok_job j = {.f = f, .k = akernels_get(), .scale = scale, .base = base, .X = X, .pre = pre, .post = post, .comb = comb};
-    dsf_parallel_for_guided(f->e->pool, T, tok_grain(hc * sh->n_embd), mixes_range, &j);
-}
-
-/* collapse / expand items: (token, block of HC_BLOCK elements of D), i = t * nb + b, so that a
- * decode step (one token) splits over both threads too; every element is computed as in one
- * call over the whole row (the sums run over copies, per element). */
-#define HC_BLOCK 1024
-
-static int64_t hc_blocks(const fwd *f) { return (f->sh->n_embd + HC_BLOCK - 1) / HC_BLOCK; }
-
-static void collapse_range(void *ctx, int64_t i0, int64_t i1, int tid) {
-    (void)tid;
-    const tok_job *j = ctx;
-    const int64_t hc = j->f->sh->hc, D = j->f->sh->n_embd, nb = hc_blocks(j->f);
-    for (int64_t i = i0; i < i1; i++) {
-        const int64_t t = i / nb, d0 = i % nb * HC_BLOCK, n = D - d0 < HC_BLOCK ? D - d0 : HC_BLOCK;
-        ka_hc_collapse(j->k, j->out + t * D + d0, j->X + t * hc * D + d0, j->ipre + t * hc, hc, n, D);
-    }
-}
-
-/* out[T][D] = sum_c pre[c] X[c] */
-static void hc_collapse(const fwd *f, const float *X, const float *pre, float *out) {
-    tok_job j = {.f = f, .k = akernels_get(), .X = X, .ipre = pre, .out = out};
-    dsf_parallel_for_guided(f->e->pool, f->T * hc_blocks(f), tok_grain(f->sh->hc * HC_BLOCK), collapse_range, &j);
-}
-
-static void expand_range(void *ctx, int64_t i0, int64_t i1, int tid) {
-    (void)tid;
-    const tok_job *j = ctx;
-    const int64_t hc = j->f->sh->hc, D = j->f->sh->n_embd, nb = hc_blocks(j->f);
-    for (int64_t i = i0; i < i1; i++) {
-        const int64_t t = i / nb, d0 = i % nb * HC_BLOCK, n = D - d0 < HC_BLOCK ? D - d0 : HC_BLOCK;
-        ka_hc_expand(j->k, j->out + t * hc * D + d0, j->fo + t * D + d0, j->X + t * hc * D + d0, j->ipost + t * hc,
-                     j->icomb + t * hc * hc, hc, n, D);
-    }
-}
-
-/* Y[j] = post[j] fo + sum_i comb[i][j] R[i]   (i = source copy, j = destination);
- * the reference's order: the residual mix summed over i first, then the sublayer term added
- * (fp32 rounding feeds the FP8 decisions downstream; kernels_attn.h keeps it bit for bit) */
-static void hc_expand(const fwd *f, const float *fo, const float *R, const float *post, const float *comb, float *Y) {
-    tok_job j = {.f = f, .k = akernels_get(), .fo = fo, .X = R, .ipost = post, .icomb = comb, .out = Y};
-    dsf_parallel_for_guided(f->e->pool, f->T * hc_blocks(f), tok_grain(f->sh->hc * f->sh->hc * HC_BLOCK), expand_range,
-                            &j);
-}
-
-static void norm_range(void *ctx, int64_t t0, int64_t t1, int tid) {
-    (void)tid;
-    const tok_job *j = ctx;
-    const int64_t D = j->f->sh->n_embd;
-    for (int64_t t = t0; t < t1; t++) ka_rmsnorm(j->k, j->out + t * D, j->X + t * D, j->w, D, j->f->sh->eps);
-}
-
-/* y[t] = rmsnorm(x[t]) * w for the tokens [t0, T) of the chunk (rows of n_embd). */
-static void norm_rows(const fwd *f, float *y, const float *x, const float *w, int64_t t0) {
-    const int64_t D = f->sh->n_embd;
-    tok_job j = {.f = f, .k = akernels_get(), .X = x + t0 * D, .w = w, .out = y};
-    dsf_parallel_for_guided(f->e->pool, f->T - t0, tok_grain(D), norm_range, &j);
-}
-
-static void dumpl(const fwd *f, int64_t il, const char *what, const float *p, int64_t n) {
-    char nm[64];
-    snprintf(nm, sizeof nm, "L%02lld.%s", (long long)il, what);
-    fwd_dump(f, nm, p, (size_t)n * sizeof(float));
+/* The final collapse with the last FFN pre (no hc_head), norm and head for the tokens
+ * [t0, T): logits [T - t0][n_vocab]. */
+static void head(const fwd *f, int64_t t0, float *logits) {
+    dsf_scratch *sc = f->sc;
+    hc_collapse(f, sc->X, sc->pre, sc->h);
+    hc_norm_rows(f, sc->fin, sc->h, f->w->output_norm, t0);
+    fwd_mm(f, &f->w->output, sc->fin, f->T - t0, logits, f->sh->n_vocab);
 }
 
 void forward_tokens(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, const int32_t *tok, int64_t T,
                     float *logits, int64_t logit_row0) {
     const dsf_shape *sh = &e->shape;
-    const dsf_weights *w = &e->w;
     DSF_ASSERT(T >= 1 && T <= sc->max_chunk);
     for (int64_t t = 0; t < T; t++) {
         sc->tkv[t] = tkv[t];
@@ -540,57 +81,17 @@ void forward_tokens(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, con
         DSF_ASSERT(sc->tpos[t] < tkv[t]->max_ctx);
         tkv[t]->tokens[sc->tpos[t]] = tok[t];
     }
-    fwd f = {e, sh, w, sc, sc->tkv, sc->tpos, T, e->numerics == DSF_NUMERICS_REFERENCE};
-    double prof_t0 = prof_enabled() ? dsf_now() : 0;
-    const int64_t D = sh->n_embd, hc = sh->hc;
-    for (int64_t t = 0; t < T; t++) {
-        /* one row per token, at random: read it (gguf_read_span) rather than fault it in */
-        _Alignas(64) uint8_t row[32768];
-        const uint8_t *src = w->tok_embd.data + (uint64_t)tok[t] * w->tok_embd.row_bytes;
-        dequant_row(w->tok_embd.type, gguf_read_span(e->gguf, src, (size_t)w->tok_embd.row_bytes, row, sizeof row, false), sc->h, D);
-        for (int64_t c = 0; c < hc; c++) memcpy(sc->X + (t * hc + c) * D, sc->h, (size_t)D * sizeof(float));
-        for (int64_t c = 0; c < hc; c++) sc->pre[t * hc + c] = c == 0 ? 1.0f : 0.0f; /* layer 0: one-hot, no eps */
-    }
-    for (int64_t il = 0; il < sh->n_layer; il++) {
-        const dsf_layer *L = &w->layers[il];
-        if (sh->engram_of[il] >= 0) {
-            engram_forward(&f, il);
-            dumpl(&f, il, "engram_out", sc->X, T * hc * D);
-        }
-        hc_mixes(&f, &L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, sc->X, sc->a_pre, sc->post, sc->comb);
-        hc_collapse(&f, sc->X, sc->pre, sc->h);
-        norm_rows(&f, sc->u, sc->h, L->attn_norm, 0);
-        dumpl(&f, il, "attn_in", sc->u, T * D);
-        attn_forward(&f, il, sc->u, sc->out);
-        dumpl(&f, il, "attn_out", sc->out, T * D);
-        hc_expand(&f, sc->out, sc->X, sc->post, sc->comb, sc->X1);
-        hc_mixes(&f, &L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, sc->X1, sc->f_pre, sc->post, sc->comb);
-        /* spec §4.3: the FFN collapses with the ATTENTION's pre */
-        hc_collapse(&f, sc->X1, sc->a_pre, sc->h);
-        norm_rows(&f, sc->u, sc->h, L->ffn_norm, 0);
-        dumpl(&f, il, "ffn_in", sc->u, T * D);
-        moe_forward(&f, il, sc->u, sc->out);
-        dumpl(&f, il, "ffn_out", sc->out, T * D);
-        hc_expand(&f, sc->out, sc->X1, sc->post, sc->comb, sc->X);
-        memcpy(sc->pre, sc->f_pre, (size_t)(T * hc) * sizeof(float));
-        dumpl(&f, il, "block_out", sc->X, T * hc * D);
-        dumpl(&f, il, "next_pre_mix", sc->pre, T * hc);
-    }
+    fwd f = {e, sh, &e->w, sc, sc->tkv, sc->tpos, T, e->numerics == DSF_NUMERICS_REFERENCE};
+    double prof_t0 = fwd_profile_start();
+    embed(&f, tok);
+    for (int64_t il = 0; il < sh->n_layer; il++) layer(&f, il);
     for (int64_t t = 0; t < T; t++) {
         dsf_kvstate *kv = tkv[t];
         kv->n = sc->tpos[t] + 1;
         if (kv->n - kv->wslots > kv->win_lo) kv->win_lo = kv->n - kv->wslots;
     }
-    if (!logits) {
-        if (prof_t0 > 0) prof_fwd(T, prof_t0);
-        return;
-    }
-    /* final collapse with the last FFN pre (no hc_head), norm, head */
-    const int64_t t0 = logit_row0;
-    hc_collapse(&f, sc->X, sc->pre, sc->h);
-    norm_rows(&f, sc->fin, sc->h, w->output_norm, t0);
-    fwd_mm(&f, &w->output, sc->fin, T - t0, logits, sh->n_vocab);
-    if (prof_t0 > 0) prof_fwd(T, prof_t0);
+    if (logits) head(&f, logit_row0, logits);
+    fwd_profile_end(T, prof_t0);
 }
 
 void forward_chunk(dsf_session *s, const int32_t *tok, int64_t T, float *logits, int all_rows) {

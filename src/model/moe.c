@@ -3,8 +3,11 @@
  * normalized with +1e-20 and scaled, SwiGLU clamped (gate: upper only, before silu; up:
  * both sides), routing weight applied before w2, accumulation in fp32 in increasing expert
  * id, then the shared expert. Tokens are grouped by expert so that each expert's weights
- * are read once per chunk. */
-#include "model/forward.h"
+ * are read once per chunk.
+ * Must not: change the accumulation order (increasing expert id, then the shared expert) in
+ * any path: decode (moe_decode), prefill fp32 or BF16 (expert) give the same values. */
+#include "model/moe.h"
+#include "model/mm.h"
 #include "kernels/vec.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
@@ -35,8 +38,8 @@ static void swiglu_range(void *ctx, int64_t k0, int64_t k1, int tid) {
                   j->ewt ? j->ewt[k] : 1.0f);
 }
 
-/* ex[k] = src[etok[k]]: an expert's token rows, gathered by both threads (a serial copy was
- * ~5 % of a 512-token prefill's wall time). */
+/* ex[k] = src[etok[k]]: an expert's token rows, gathered by both threads (docs/perf-log.md,
+ * "What decides decode speed here", the prefill paragraph after item 12). */
 static void gather_range(void *ctx, int64_t k0, int64_t k1, int tid) {
     (void)tid;
     const rows_job *j = ctx;

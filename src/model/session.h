@@ -114,13 +114,4 @@ void kv_free(dsf_kvstate *kv, const dsf_shape *s);
 int scratch_init(dsf_scratch *sc, const dsf_shape *s, int64_t max_chunk, int64_t max_ctx, size_t *bytes);
 void scratch_free(dsf_scratch *sc);
 
-/* forward.c: consumes T <= max_chunk tokens at positions kv->n.. and appends them.
- * logits: NULL, or [T][n_vocab] when all_rows, else [n_vocab] (last token). */
-void forward_chunk(dsf_session *s, const int32_t *tok, int64_t T, float *logits, int all_rows);
-/* The general form: token t goes to tkv[t] at position tkv[t]->n + (its index among that
- * sequence's tokens); sc is the scratch of a participant whose max_chunk >= T and whose
- * max_ctx is the largest. logits: NULL or [T][n_vocab]. */
-void forward_tokens(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, const int32_t *tok, int64_t T,
-                    float *logits, int64_t logit_row0);
-
 #endif
