@@ -16,7 +16,7 @@
  * the prefill), run on the engine's own thread pool. */
 #include "cmd.h"
 #include "dsflash.h"
-#include "model/attn.h"
+#include "model/cost.h"
 #include "model/mm.h"
 #include "io/gguf.h"
 #include "kernels/matmul.h"
@@ -434,77 +434,6 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
 
 /* ================================================================ end to end (-m MODEL) */
 
-/* Weight bytes and matmul FLOPs (2 x the weight elements) one decoded token touches, from the
- * tensor shapes: every per-layer weight and the LM head in full, n_used / n_expert of each
- * routed-expert tensor, one row of token_embd and one row per Engram column of
- * per_layer_token_embd. (indexer.attn_k is counted every token although ratio-2 layers apply
- * it every second token: < 0.01 %.) head_flops: the LM head's share of the FLOPs, which a
- * prefill spends on its last token only. */
-static int model_token_cost(const char *path, double *bytes, double *flops, double *head_flops, char *err) {
-    gguf_file *f = gguf_open(path, err);
-    if (!f) return -1;
-    uint32_t n_expert = 0, n_used = 0;
-    if (gguf_get_u32(f, "deepseek41.expert_count", &n_expert, err) != 0 ||
-        gguf_get_u32(f, "deepseek41.expert_used_count", &n_used, err) != 0 || !n_expert) {
-        gguf_close(f);
-        return dsf_seterr(err, "%s: no deepseek41 expert_count/expert_used_count", path);
-    }
-    const gguf_kv *cols = gguf_find_kv(f, "deepseek41.ple.head_vocab_sizes");
-    double b = 0, fl = 0, hf = 0;
-    for (uint64_t i = 0; i < f->n_tensors; i++) {
-        const gguf_tensor *t = &f->tensors[i];
-        double elems = 1;
-        for (uint32_t d = 0; d < t->n_dims; d++) elems *= (double)t->ne[d];
-        double frac = 1;
-        int matmul = t->n_dims >= 2;
-        if (strstr(t->name, "_exps.weight")) frac = (double)n_used / n_expert;
-        if (!strcmp(t->name, "token_embd.weight")) { frac = 1.0 / (double)t->ne[1]; matmul = 0; }
-        if (!strcmp(t->name, "per_layer_token_embd.weight")) {
-            frac = (cols ? (double)cols->arr_n : 0) / (double)t->ne[1];
-            matmul = 0;
-        }
-        b += (double)t->nbytes * frac;
-        if (matmul) fl += 2.0 * elems * frac;
-        if (matmul && !strcmp(t->name, "output.weight")) hf += 2.0 * elems;
-    }
-    gguf_close(f);
-    *bytes = b;
-    *flops = fl;
-    *head_flops = hf;
-    return 0;
-}
-
-/* The indexer's query projections (idx_q_b, idx_proj) run only at the positions where a query
- * sees more compressed rows than it selects (attn_index_projects); model_token_cost counts
- * them for every token. il_bytes / il_flops get, per layer, what they add to a token that
- * computes them. */
-static void index_proj_cost(const dsf_engine *e, double *il_bytes, double *il_flops) {
-    static const char *const fmt[2] = {"blk.%lld.indexer.attn_q_b.weight", "blk.%lld.indexer.proj.weight"};
-    for (int64_t il = 0; il < e->shape.n_layer; il++) {
-        il_bytes[il] = il_flops[il] = 0;
-        for (int i = 0; i < 2; i++) {
-            char name[96];
-            snprintf(name, sizeof name, fmt[i], (long long)il);
-            const gguf_tensor *t = gguf_find_tensor(e->gguf, name);
-            if (!t) continue;
-            double elems = 1;
-            for (uint32_t d = 0; d < t->n_dims; d++) elems *= (double)t->ne[d];
-            il_bytes[il] += (double)t->nbytes;
-            il_flops[il] += 2.0 * elems;
-        }
-    }
-}
-
-/* v[il] summed over the layers whose projections a chunk ending at position p_last computes,
- * minus v summed over all layers (what model_token_cost counted). */
-static double index_proj_adjust(const dsf_session *ss, const double *v, int64_t p_last) {
-    const dsf_shape *sh = &ss->e->shape;
-    double d = 0;
-    for (int64_t il = 0; il < sh->n_layer; il++)
-        if (!attn_index_projects(sh, il, p_last, ss->sc.ksel, ss->sc.kcand)) d -= v[il];
-    return d;
-}
-
 static long rss_kib(const char *field) {
     FILE *f = fopen("/proc/self/status", "r");
     if (!f) return -1;
@@ -567,108 +496,40 @@ static int cmp_dbl(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads, const char *csv, int plain,
-                       uint64_t arena_mb, int cold, int repack, int resident) {
+/* One `bench -m` run: its settings, what it holds, and what it measured. */
+typedef struct {
+    const char *path, *csv;
+    int n_prompt, n_gen, n_threads, plain;
+    dsf_engine *e;
+    const dsf_kernels *k;
+    dsf_pool *pool;
+    uint8_t *arena;
+    uint64_t arena_n;
+    int n_vocab;
+    float *logits;
+    int32_t *toks;
+    dsf_session *ss;
+    double tok_bytes, tok_flops, head_flops;
+    double *il_bytes, *il_flops;
+    /* prefill */
+    double t_prefill, prefill_tps, prefill_gflops, peak, pk0, pk1;
+    /* decode */
+    int block, n_blocks, steps;
+    double decode_tps, step_bytes, frac, bw_med;
+    long rss;
+} bench_run;
+
+/* Decode: blocks of steps, each bracketed by read probes. Returns 0, or 1 (said) on failure. */
+static int bench_decode(bench_run *b) {
+    const dsf_kernels *k = b->k;
+    dsf_pool *pool = b->pool;
+    dsf_session *ss = b->ss;
     char err[DSF_ERR_LEN] = "";
-    if (cold) { /* drop the file's clean cached pages: the engine then reads it in 2 MiB folios */
-        int fd = open(path, O_RDONLY);
-        if (fd < 0 || posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) != 0)
-            fprintf(stderr, "dsflash bench: --cold: could not drop the cached pages of %s\n", path);
-        if (fd >= 0) close(fd);
-    }
-    double tok_bytes = 0, tok_flops = 0, head_flops = 0;
-    if (model_token_cost(path, &tok_bytes, &tok_flops, &head_flops, err) < 0) {
-        fprintf(stderr, "dsflash bench: %s\n", err);
-        return 1;
-    }
-    dsf_engine_params ep;
-    dsf_engine_params_default(&ep);
-    ep.n_threads = n_threads;
-    ep.numerics = plain ? DSF_NUMERICS_PLAIN : DSF_NUMERICS_REFERENCE;
-    ep.repack = repack;
-    ep.resident = resident;
-    dsf_engine *e = dsf_engine_open(path, &ep, err);
-    if (!e) {
-        fprintf(stderr, "dsflash bench: %s\n", err);
-        return 1;
-    }
-    const dsf_kernels *k = kernels_get();
-    /* the probes run on the engine's own pool: a second pool's worker would spin or sleep
-     * while the other works, taking a core from the probe after each step (the probe after the
-     * prefill read ~half the dot peak in 3 of 5 runs) or making the engine's next step wait for
-     * its worker to wake up */
-    dsf_pool *pool = e->pool;
-    uint64_t arena_n = arena_mb << 20;
-    uint8_t *arena = arena_alloc(arena_n);
-    int n_vocab = dsf_engine_n_vocab(e);
-    float *logits = malloc((size_t)n_vocab * sizeof *logits);
-    int32_t *toks = malloc((size_t)(n_prompt + n_gen + 1) * sizeof *toks);
-    if (!arena || !logits || !toks) {
-        fprintf(stderr, "dsflash bench: out of memory\n");
-        return 1;
-    }
-    fill_random(arena, arena_n, 0xB0B0ull);
-    uint64_t s = 12345;
-    toks[0] = 0;
-    for (int i = 1; i < n_prompt; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        toks[i] = 3 + (int32_t)((s >> 33) % (uint64_t)(n_vocab > 4 ? n_vocab - 3 : 1));
-    }
-    /* warm-up: fault the weights in. A 32-token eval touches every dense tensor and, with
-     * near certainty, every routed expert (32 x top-k draws), so the measured steps do not pay
-     * first-touch page faults on the mapping. */
-    int n_warm = n_prompt < 32 ? n_prompt : 32;
-    dsf_session *ws = dsf_session_new(e, n_warm, err);
-    if (!ws || dsf_session_eval(ws, toks, n_warm, logits, false, err) < 0) {
-        fprintf(stderr, "dsflash bench: warm-up: %s\n", err);
-        return 1;
-    }
-    dsf_session_free(ws);
-    fwd_profile_reset(); /* DSF_PROFILE reports the measured prefill and decode steps only */
-    warm_row_tables(path);
-    probe_read(pool, k, arena, arena_n);
-
-    dsf_session *ss = dsf_session_new(e, n_prompt + n_gen + 1, err);
-    if (!ss) {
-        fprintf(stderr, "dsflash bench: %s\n", err);
-        return 1;
-    }
-    /* prefill, bracketed by dot-peak probes */
-    const int pk_bf16 = kern_peak_probe(k, 1, 1, &(float){0}) > 0;
-    double pk0 = probe_peak_max(pool, k, pk_bf16);
-    double t0 = dsf_now();
-    if (dsf_session_eval(ss, toks, n_prompt, logits, false, err) < 0) {
-        fprintf(stderr, "dsflash bench: prefill: %s\n", err);
-        return 1;
-    }
-    double t_prefill = dsf_now() - t0;
-    double pk1 = probe_peak_max(pool, k, pk_bf16);
-    /* the prefill's FLOPs: every matmul for every prompt token, but the LM head only for the
-     * last one (the eval returns the last row's logits), and the indexer's query projections
-     * only in the chunks that compute them (the eval's chunks of max_chunk tokens) */
-    double *il_bytes = calloc((size_t)e->shape.n_layer + 1, sizeof(double)),
-           *il_flops = calloc((size_t)e->shape.n_layer + 1, sizeof(double));
-    if (!il_bytes || !il_flops) {
-        fprintf(stderr, "dsflash bench: out of memory\n");
-        return 1;
-    }
-    index_proj_cost(e, il_bytes, il_flops);
-    double prefill_flops = (tok_flops - head_flops) * n_prompt + head_flops;
-    for (int64_t i = 0; i < n_prompt; i += ss->sc.max_chunk) {
-        int64_t T = n_prompt - i < ss->sc.max_chunk ? n_prompt - i : ss->sc.max_chunk;
-        prefill_flops += (double)T * index_proj_adjust(ss, il_flops, i + T - 1);
-    }
-    double prefill_tps = n_prompt / t_prefill, prefill_gflops = prefill_flops / t_prefill / 1e9;
-    /* a disturbed probe (another thread or the hypervisor taking a core for part of it) can
-     * only read low, so the machine's peak is the largest of the six */
-    double peak = pk0 > pk1 ? pk0 : pk1;
-
-    /* decode: blocks of steps, each bracketed by read probes */
     int block = 1; /* one step per block: a step (~0.1-0.2 s) is shorter than the bandwidth modes last */
-    int n_blocks = n_gen / block;
+    int n_blocks = b->n_gen / block;
     double *fr = malloc((size_t)(n_blocks + 1) * sizeof *fr), *bw = malloc((size_t)(n_blocks + 1) * sizeof *bw);
-    double p_prev = probe_read(pool, k, arena, arena_n), t_dec = 0;
-    int pos = n_prompt, steps = 0;
+    double p_prev = probe_read(pool, k, b->arena, b->arena_n), t_dec = 0;
+    int pos = b->n_prompt, steps = 0;
     dsf_sampler_params greedy;
     dsf_sampler_params_default(&greedy);
     greedy.temperature = 0.0f;
@@ -676,18 +537,18 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
     double dec_bytes = 0; /* weight bytes of all decode steps (a step's depend on its position) */
     for (int bi = 0; bi < n_blocks; bi++) {
         double blk_bytes = 0;
-        for (int j = 0; j < block; j++) blk_bytes += tok_bytes + index_proj_adjust(ss, il_bytes, pos + j);
+        for (int j = 0; j < block; j++) blk_bytes += cost_decode_bytes(ss, pos + j, b->tok_bytes, b->il_bytes);
         dec_bytes += blk_bytes;
         double tb = dsf_now();
         for (int j = 0; j < block; j++) {
             /* the engine's greedy sampler: the step a user's greedy decode takes */
-            int32_t best = dsf_sample_ws(logits, n_vocab, &greedy, &rng, NULL);
+            int32_t best = dsf_sample_ws(b->logits, b->n_vocab, &greedy, &rng, NULL);
             if (best < 0) { /* every logit NaN or -inf: the model is broken, say so */
                 fprintf(stderr, "dsflash bench: decode: step %d has no finite logit\n", steps);
                 return 1;
             }
-            toks[pos] = best;
-            if (dsf_session_eval(ss, &toks[pos], 1, logits, false, err) < 0) {
+            b->toks[pos] = best;
+            if (dsf_session_eval(ss, &b->toks[pos], 1, b->logits, false, err) < 0) {
                 fprintf(stderr, "dsflash bench: decode: %s\n", err);
                 return 1;
             }
@@ -696,7 +557,7 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
         }
         double dt = dsf_now() - tb;
         t_dec += dt;
-        double p_next = probe_read(pool, k, arena, arena_n);
+        double p_next = probe_read(pool, k, b->arena, b->arena_n);
         bw[bi] = 0.5 * (p_prev + p_next);
         fr[bi] = blk_bytes / dt / 1e9 / bw[bi];
         if (getenv("DSF_BENCH_VERBOSE"))
@@ -704,12 +565,31 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
                     blk_bytes / dt / 1e9, p_prev, p_next, fr[bi]);
         p_prev = p_next;
     }
-    double decode_tps = steps / t_dec, step_bytes = steps ? dec_bytes / steps : tok_bytes;
+    b->decode_tps = steps / t_dec;
+    b->step_bytes = steps ? dec_bytes / steps : b->tok_bytes;
     qsort(fr, (size_t)n_blocks, sizeof *fr, cmp_dbl);
     qsort(bw, (size_t)n_blocks, sizeof *bw, cmp_dbl);
-    double frac = n_blocks ? fr[n_blocks / 2] : 0, bw_med = n_blocks ? bw[n_blocks / 2] : 0;
-    long rss = rss_kib("VmHWM:");
+    b->frac = n_blocks ? fr[n_blocks / 2] : 0;
+    b->bw_med = n_blocks ? bw[n_blocks / 2] : 0;
+    b->block = block;
+    b->n_blocks = n_blocks;
+    b->steps = steps;
+    free(fr);
+    free(bw);
+    return 0;
+}
 
+/* The report: the human-readable lines, the --csv row, the machine-readable last line.
+ * Returns 0, or 1 (said) if the CSV file cannot be opened. */
+static int bench_report(const bench_run *b) {
+    const dsf_kernels *k = b->k;
+    const char *path = b->path, *csv = b->csv;
+    dsf_engine *e = b->e;
+    const int n_prompt = b->n_prompt, n_threads = b->n_threads, plain = b->plain, steps = b->steps;
+    const double tok_flops = b->tok_flops, head_flops = b->head_flops, step_bytes = b->step_bytes;
+    const double prefill_tps = b->prefill_tps, prefill_gflops = b->prefill_gflops, peak = b->peak;
+    const double decode_tps = b->decode_tps, bw_med = b->bw_med, frac = b->frac;
+    const long rss = b->rss;
     printf("dsflash bench: model %s\n", path);
     printf("  kernels %s, threads %d, numerics %s, commit %s, peak RSS %.1f MiB\n  cpu %s\n", k->name, n_threads,
            plain ? "plain" : "reference", dsf_build_commit, rss / 1024.0, cpu_name());
@@ -732,11 +612,11 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
                           : "");
     printf("  prefill %d tokens: %.2f s, %.1f tok/s, %.1f GFLOP/s; measured BF16 peak (%s) %.1f GFLOP/s (best of 3 "
            "probes before and after: %.1f, %.1f) -> %.3f\n",
-           n_prompt, t_prefill, prefill_tps, prefill_gflops, strncmp(k->name, "amx", 3) ? "dot instructions" : "AMX tiles",
-           peak, pk0, pk1, prefill_gflops / peak);
+           n_prompt, b->t_prefill, prefill_tps, prefill_gflops, strncmp(k->name, "amx", 3) ? "dot instructions" : "AMX tiles",
+           peak, b->pk0, b->pk1, prefill_gflops / peak);
     printf("  decode %d tokens (blocks of %d): %.2f tok/s, %.2f GB/s of weights; read bandwidth (median of "
            "neighbouring probes) %.2f GB/s -> fraction %.3f (median over %d blocks)\n",
-           steps, block, decode_tps, step_bytes * decode_tps / 1e9, bw_med, frac, n_blocks);
+           steps, b->block, decode_tps, step_bytes * decode_tps / 1e9, bw_med, frac, b->n_blocks);
     if (csv) {
         FILE *cf = fopen(csv, "a");
         if (!cf) {
@@ -754,14 +634,128 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
     printf("decode_bw_fraction=%.3f prefill_peak_fraction=%.3f decode_tps=%.3f prefill_tps=%.2f bytes_per_token=%.0f "
            "read_bw=%.2f peak_gflops=%.1f threads=%d kernels=%s\n",
            frac, prefill_gflops / peak, decode_tps, prefill_tps, step_bytes, bw_med, peak, n_threads, k->name);
-    free(fr);
-    free(bw);
-    free(il_bytes);
-    free(il_flops);
-    free(logits);
-    free(toks);
-    arena_free(arena);
-    dsf_session_free(ss);
+    return 0;
+}
+
+/* The warm-up eval, then the prefill of the prompt bracketed by dot-peak probes. Returns 0,
+ * or 1 (said) on failure. */
+static int bench_prefill(bench_run *b) {
+    char err[DSF_ERR_LEN] = "";
+    const dsf_kernels *k = b->k;
+    dsf_pool *pool = b->pool;
+    dsf_engine *e = b->e;
+    const int n_prompt = b->n_prompt;
+    /* warm-up: fault the weights in. A 32-token eval touches every dense tensor and, with
+     * near certainty, every routed expert (32 x top-k draws), so the measured steps do not pay
+     * first-touch page faults on the mapping. */
+    int n_warm = n_prompt < 32 ? n_prompt : 32;
+    dsf_session *ws = dsf_session_new(e, n_warm, err);
+    if (!ws || dsf_session_eval(ws, b->toks, n_warm, b->logits, false, err) < 0) {
+        fprintf(stderr, "dsflash bench: warm-up: %s\n", err);
+        return 1;
+    }
+    dsf_session_free(ws);
+    fwd_profile_reset(); /* DSF_PROFILE reports the measured prefill and decode steps only */
+    warm_row_tables(b->path);
+    probe_read(pool, k, b->arena, b->arena_n);
+
+    dsf_session *ss = dsf_session_new(e, n_prompt + b->n_gen + 1, err);
+    if (!ss) {
+        fprintf(stderr, "dsflash bench: %s\n", err);
+        return 1;
+    }
+    b->ss = ss;
+    /* prefill, bracketed by dot-peak probes */
+    const int pk_bf16 = kern_peak_probe(k, 1, 1, &(float){0}) > 0;
+    double pk0 = probe_peak_max(pool, k, pk_bf16);
+    double t0 = dsf_now();
+    if (dsf_session_eval(ss, b->toks, n_prompt, b->logits, false, err) < 0) {
+        fprintf(stderr, "dsflash bench: prefill: %s\n", err);
+        return 1;
+    }
+    double t_prefill = dsf_now() - t0;
+    double pk1 = probe_peak_max(pool, k, pk_bf16);
+    /* the prefill's FLOPs: every matmul for every prompt token, but the LM head only for the
+     * last one (the eval returns the last row's logits), and the indexer's query projections
+     * only in the chunks that compute them (the eval's chunks of max_chunk tokens) */
+    b->il_bytes = calloc((size_t)e->shape.n_layer + 1, sizeof(double));
+    b->il_flops = calloc((size_t)e->shape.n_layer + 1, sizeof(double));
+    if (!b->il_bytes || !b->il_flops) {
+        fprintf(stderr, "dsflash bench: out of memory\n");
+        return 1;
+    }
+    cost_index_proj(e, b->il_bytes, b->il_flops);
+    double prefill_flops = cost_prefill_flops(ss, n_prompt, b->tok_flops, b->head_flops, b->il_flops);
+    b->t_prefill = t_prefill;
+    b->prefill_tps = n_prompt / t_prefill;
+    b->prefill_gflops = prefill_flops / t_prefill / 1e9;
+    /* a disturbed probe (another thread or the hypervisor taking a core for part of it) can
+     * only read low, so the machine's peak is the largest of the six */
+    b->peak = pk0 > pk1 ? pk0 : pk1;
+    b->pk0 = pk0;
+    b->pk1 = pk1;
+    return 0;
+}
+
+static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads, const char *csv, int plain,
+                       uint64_t arena_mb, int cold, int repack, int resident) {
+    char err[DSF_ERR_LEN] = "";
+    bench_run run = {.path = path, .csv = csv, .n_prompt = n_prompt, .n_gen = n_gen, .n_threads = n_threads,
+                     .plain = plain};
+    bench_run *b = &run;
+    if (cold) { /* drop the file's clean cached pages: the engine then reads it in 2 MiB folios */
+        int fd = open(path, O_RDONLY);
+        if (fd < 0 || posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) != 0)
+            fprintf(stderr, "dsflash bench: --cold: could not drop the cached pages of %s\n", path);
+        if (fd >= 0) close(fd);
+    }
+    if (cost_token(path, &b->tok_bytes, &b->tok_flops, &b->head_flops, err) < 0) {
+        fprintf(stderr, "dsflash bench: %s\n", err);
+        return 1;
+    }
+    dsf_engine_params ep;
+    dsf_engine_params_default(&ep);
+    ep.n_threads = n_threads;
+    ep.numerics = plain ? DSF_NUMERICS_PLAIN : DSF_NUMERICS_REFERENCE;
+    ep.repack = repack;
+    ep.resident = resident;
+    dsf_engine *e = dsf_engine_open(path, &ep, err);
+    if (!e) {
+        fprintf(stderr, "dsflash bench: %s\n", err);
+        return 1;
+    }
+    b->e = e;
+    b->k = kernels_get();
+    /* the probes run on the engine's own pool: a second pool's worker would spin or sleep
+     * while the other works, taking a core from the probe after each step (the probe after the
+     * prefill read ~half the dot peak in 3 of 5 runs) or making the engine's next step wait for
+     * its worker to wake up */
+    b->pool = e->pool;
+    b->arena_n = arena_mb << 20;
+    b->arena = arena_alloc(b->arena_n);
+    b->n_vocab = dsf_engine_n_vocab(e);
+    b->logits = malloc((size_t)b->n_vocab * sizeof *b->logits);
+    b->toks = malloc((size_t)(n_prompt + n_gen + 1) * sizeof *b->toks);
+    if (!b->arena || !b->logits || !b->toks) {
+        fprintf(stderr, "dsflash bench: out of memory\n");
+        return 1;
+    }
+    fill_random(b->arena, b->arena_n, 0xB0B0ull);
+    uint64_t s = 12345;
+    b->toks[0] = 0;
+    for (int i = 1; i < n_prompt; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        b->toks[i] = 3 + (int32_t)((s >> 33) % (uint64_t)(b->n_vocab > 4 ? b->n_vocab - 3 : 1));
+    }
+    if (bench_prefill(b) || bench_decode(b)) return 1;
+    b->rss = rss_kib("VmHWM:");
+    if (bench_report(b)) return 1;
+    free(b->il_bytes);
+    free(b->il_flops);
+    free(b->logits);
+    free(b->toks);
+    arena_free(b->arena);
+    dsf_session_free(b->ss);
     dsf_engine_close(e);
     return 0;
 }

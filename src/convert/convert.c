@@ -17,6 +17,7 @@
 #include "base/threads.h"
 #include "base/util.h"
 #include "convert/vocab.h"
+#include "model/roles.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -131,45 +132,17 @@ static int check_sources(cfg *c, char *err) {
     if (c->n_kv_src == 0 || c->n_idx_src == 0)
         return dsf_seterr(err, "config.json: kv_source_layer_ids and index_source_layer_ids must be non-empty "
                           "(GGUF cannot store an empty array and the loader requires both keys)");
-    for (int64_t i = 0; i < c->n_kv_src; i++) {
-        uint32_t s = c->kv_src_l[i];
-        if (s >= L) return dsf_seterr(err, "config.json: kv source layer %u is out of range (%lld layers)", s, (long long)L);
-        if (c->ratio[s] == 0) return dsf_seterr(err, "config.json: kv source layer %u has compress ratio 0", s);
-    }
-    for (int64_t i = 0; i < c->n_idx_src; i++) {
-        uint32_t s = c->idx_src_l[i];
-        if (s >= L) return dsf_seterr(err, "config.json: index source layer %u is out of range (%lld layers)", s, (long long)L);
-        if (c->ratio[s] == 0) return dsf_seterr(err, "config.json: index source layer %u has compress ratio 0", s);
-    }
     c->kv_src = dsf_xmalloc((size_t)L * sizeof *c->kv_src);
     c->topk_src = dsf_xmalloc((size_t)L * sizeof *c->topk_src);
-    for (int64_t il = 0; il < L; il++) {
-        int32_t kv = -1, tk = -1;
-        for (int64_t i = 0; i < c->n_kv_src; i++)
-            if ((int64_t)c->kv_src_l[i] <= il && (int32_t)c->kv_src_l[i] > kv) kv = (int32_t)c->kv_src_l[i];
-        for (int64_t i = 0; i < c->n_idx_src; i++)
-            if ((int64_t)c->idx_src_l[i] <= il && (int32_t)c->idx_src_l[i] > tk) tk = (int32_t)c->idx_src_l[i];
-        int32_t r = c->ratio[il];
-        if (r == 0) {
-            c->kv_src[il] = c->topk_src[il] = -1;
-            continue;
-        }
-        if (r > 2 || kv < 0 || tk < kv || c->ratio[kv] != r || c->ratio[tk] != r)
-            return dsf_seterr(err, "config.json: layer %lld: ratio %d without a matching kv/index source", (long long)il, r);
-        c->kv_src[il] = kv;
-        c->topk_src[il] = tk;
-    }
+    if (roles_derive(c->ratio, L, c->kv_src_l, c->n_kv_src, c->idx_src_l, c->n_idx_src, c->kv_src, c->topk_src,
+                     "config.json: ", err))
+        return -1;
     if (c->cand >= 0) {
         int64_t bs, tb;
         if (req_int(c, "candidate_topk_blocks", 1, UINT32_MAX, &tb, err) ||
             req_int(c, "candidate_block_size", 1, UINT32_MAX, &bs, err))
             return -1;
-        if (c->cand >= L || c->topk_src[c->cand] != c->cand)
-            return dsf_seterr(err, "config.json: candidate source layer %lld must be an index source", (long long)c->cand);
-        for (int64_t i = 0; i < c->n_idx_src; i++)
-            if (c->idx_src_l[i] > c->cand && c->ratio[c->idx_src_l[i]] != c->ratio[c->cand])
-                return dsf_seterr(err, "config.json: candidate consumers must share the source's compress ratio (layer %u)",
-                                  c->idx_src_l[i]);
+        if (roles_check_candidates(c->ratio, c->topk_src, L, c->cand, tb, bs, "config.json: ", err)) return -1;
     }
     return 0;
 }

@@ -12,6 +12,7 @@
 #include "io/gguf.h"
 #include "kernels/quant.h"
 #include "base/util.h"
+#include "model/roles.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -64,15 +65,6 @@ static const preset *find_preset(const char *name) {
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
         if (name && !strcmp(presets[i].name, name)) return &presets[i];
     return NULL;
-}
-
-/* gguf-layout §2.5: the latest listed source <= il, for layers with ratio > 0; else -1. */
-static int latest_src(const preset *p, const uint32_t *src, int n, int il) {
-    if (p->ratios[il] == 0) return -1;
-    int s = -1;
-    for (int i = 0; i < n; i++)
-        if ((int)src[i] <= il) s = (int)src[i];
-    return s;
 }
 
 static int is_engram(const preset *p, int il) {
@@ -424,8 +416,13 @@ static void build_tensors(const preset *p, tlist *l, uint64_t engram_rows) {
     }
     if (p->n_engram) add_t(l, BF16, K_EMBED, 0, 2, p->engram_dim, (int64_t)engram_rows, 1, "per_layer_token_embd.weight");
     add_t(l, BF16, K_EMBED, 0, 2, D, p->vocab, 1, "token_embd.weight");
+    /* gguf-layout §2.5: the presets' roles, derived as the loader derives them */
+    int32_t kv_src[MAX_LAYERS], topk_src[MAX_LAYERS];
+    char err[DSF_ERR_LEN];
+    DSF_ASSERT(roles_derive(p->ratios, p->n_layer, p->kvsrc, p->n_kvsrc, p->idxsrc, p->n_idxsrc, kv_src, topk_src, "",
+                            err) == 0);
     for (uint32_t il = 0; il < p->n_layer; il++) {
-        int kv = latest_src(p, p->kvsrc, p->n_kvsrc, (int)il), ix = latest_src(p, p->idxsrc, p->n_idxsrc, (int)il);
+        const int kv = kv_src[il], ix = topk_src[il];
         add_t(l, F32, K_DENSE, p->hc * D, 2, p->hc * D, nhc, 1, "blk.%u.hc_attn_fn.weight", il);
         add_t(l, F32, K_DENSE, p->hc * D, 2, p->hc * D, nhc, 1, "blk.%u.hc_ffn_fn.weight", il);
         add_t(l, F32, K_HC_BASE, 0, 1, nhc, 1, 1, "blk.%u.hc_attn_base.weight", il);

@@ -1,6 +1,9 @@
 /* kvcache.c: allocation of the per-sequence state and of the chunk scratch (session.h).
- * Everything is sized up front from the shape, max_ctx and max_chunk, and reported; the
- * token loop never allocates. */
+ *
+ * Owns: the sizes of every session array, from the shape, max_ctx and max_chunk, and the
+ * bytes they take (reported through *bytes).
+ * Must not: compute anything, or leave a half-built state (a failed allocation frees all).
+ * Invariant: everything is sized up front; the token loop never allocates. */
 #include "model/session.h"
 #include "base/util.h"
 
@@ -10,7 +13,8 @@
 
 /* Arrays of 1 MiB or more (the KV rows of a layer) go in 2 MiB pages: the attention reads
  * them after each layer's weight stream has evicted its TLB entries, and under a hypervisor
- * every 4 KiB miss is a nested page walk. Zeroed here, like calloc. */
+ * every 4 KiB miss is a nested page walk (docs/perf-log.md, item 10). Zeroed here, like
+ * calloc. */
 #define HUGE_MIN ((size_t)1 << 20)
 #define HUGE_PAGE ((size_t)2 << 20)
 static void *take(size_t n, size_t *bytes, int *fail) {

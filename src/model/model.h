@@ -1,8 +1,10 @@
 /* model.h: the validated shape of a deepseek41 model, its bound weights, and the engine.
  *
- * Shapes come from the GGUF, are validated once (shape.c: gguf-layout.md §6 rules S1-S19,
- * B1-B9), then live read-only in dsf_shape. Weights (weights.c) are views into the mapping:
- * nothing large is copied; the Engram table is only touched row by row. */
+ * Shapes come from the GGUF, are validated once (shape.c and roles.c: gguf-layout.md §6
+ * rules S1-S19, B1-B9), then live read-only in dsf_shape. Weights (weights.c) are views into
+ * the mapping, or into the copies residency.c may make at open; the Engram table is only
+ * touched row by row.
+ * Must not: hold session state (session.h) or the forward pass's context (forward.h). */
 #ifndef DSF_MODEL_H
 #define DSF_MODEL_H
 
@@ -112,9 +114,9 @@ struct dsf_engine {
     uint64_t model_id; /* hash of the header (keys + tensor table), recorded in snapshots */
     uint64_t data_id;  /* hash of sampled tensor bytes; computed on the first snapshot (0 = not yet) */
     char *name;
-    void *repack_map; /* the repacked routed experts (DSF_TYPE_MXFP4R), or NULL */
+    void *repack_map; /* the repacked routed experts (DSF_TYPE_MXFP4R, residency.c), or NULL */
     size_t repack_size;
-    void *dense_map; /* the dense weights copied at open (engine.c), or NULL */
+    void *dense_map; /* the dense weights copied at open (residency.c), or NULL */
     size_t dense_size;
     uint64_t copied_orig; /* file bytes the two copies replace */
 };

@@ -15,12 +15,9 @@
 #define DSF_SESSION_H
 
 #ifndef DSF_Q_PAD
-/* Floats of padding after each token's query heads in the chunk scratch. Without it wq_b's
- * output rows (H * dh = 32768 floats, 128 KiB) start a multiple of 4 KiB apart, so the
- * tokens' rows that a prefill tile writes all fall in one cache set, and the lines are
- * evicted between the row tiles that fill them: on the bench model wq_b ran at 387-400
- * GFLOP/s in a 512-token prefill against 530-540 with the padding (DSF_PROFILE=2, 3
- * interleaved pairs), and the prefill 3-5 % faster (6 of 6 pairs). */
+/* Floats of padding after each token's query heads in the chunk scratch: unpadded, the
+ * tokens' wq_b rows start a multiple of 4 KiB apart and share one cache set (docs/perf-log.md,
+ * item 33). */
 #define DSF_Q_PAD 16
 #endif
 

@@ -1,0 +1,147 @@
+/* session.c: the public session API (dsflash.h): create a session with its memory computed
+ * up front, evaluate tokens in chunks, evaluate a batch of sessions' next tokens, and roll
+ * back exactly (architecture.md §5.3).
+ *
+ * Owns: chunk sizing (DSF_CHUNK) and the session's lifetime; the request checks (context
+ * length, token ids) before any state changes.
+ * Must not: compute model arithmetic (forward.c does), or allocate in the token loop
+ * (kvcache.c sizes everything at creation).
+ * Invariant: evaluating tokens in one call, in chunks, or after a rollback gives the same
+ * state and logits (everything is indexed by absolute position). */
+#include "dsflash.h"
+#include "model/forward.h"
+#include "model/session.h"
+#include "base/util.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+/* Tokens per forward of a prefill. 512 rather than 256: each routed expert sees twice the
+ * tokens per call, so each weight is read half as often; scratch grows with it (+0.2 GB per
+ * session on the bench model). DSF_CHUNK overrides it. */
+#define DSF_DEFAULT_CHUNK 512
+
+dsf_session *dsf_session_new(dsf_engine *e, int max_ctx, char *err) {
+    const dsf_shape *sh = &e->shape;
+    if (max_ctx <= 0) max_ctx = sh->n_ctx_train > 0 && sh->n_ctx_train < 4096 ? (int)sh->n_ctx_train : 4096;
+    if (sh->n_ctx_train > 0 && max_ctx > sh->n_ctx_train)
+        dsf_log(2, "dsflash: context %d exceeds the model's context_length %lld", max_ctx, (long long)sh->n_ctx_train);
+    /* Refuse up front what would not fit in memory (STYLE: compute session memory first). */
+    double per_tok = 4.0 + (double)sh->n_layer * (double)sh->head_dim * 4.0;
+    for (int64_t il = 0; il < sh->n_layer; il++)
+        if (sh->kv_src[il] == il) per_tok += (double)(sh->head_dim + sh->idx_dim) * 4.0 / (double)sh->ratio[il];
+    double need = per_tok * (double)max_ctx;
+    double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    if (ram > 0 && need > 0.8 * ram) {
+        dsf_seterr(err, "a context of %d tokens needs %.1f GB of session state, more than this machine's memory "
+                        "(%.1f GB) allows", max_ctx, need / 1e9, ram / 1e9);
+        return NULL;
+    }
+    dsf_session *s = dsf_xcalloc(1, sizeof *s);
+    s->e = e;
+    int64_t chunk = DSF_DEFAULT_CHUNK;
+    const char *kc = dsf_knob("DSF_CHUNK");
+    if (kc && atoi(kc) > 0) chunk = atoi(kc);
+    if (chunk > max_ctx) chunk = max_ctx;
+    if (kv_init(&s->kv, &e->shape, max_ctx, chunk, &s->bytes, err) < 0) {
+        free(s);
+        return NULL;
+    }
+    if (scratch_init(&s->sc, &e->shape, chunk, max_ctx, &s->bytes) < 0) {
+        kv_free(&s->kv, &e->shape);
+        free(s);
+        dsf_seterr(err, "out of memory allocating the forward scratch");
+        return NULL;
+    }
+    return s;
+}
+
+void dsf_session_free(dsf_session *s) {
+    if (!s) return;
+    scratch_free(&s->sc);
+    kv_free(&s->kv, &s->e->shape);
+    free(s);
+}
+
+size_t dsf_session_bytes(const dsf_session *s) { return s->bytes; }
+int dsf_session_n_past(const dsf_session *s) { return (int)s->kv.n; }
+int dsf_session_max_ctx(const dsf_session *s) { return (int)s->kv.max_ctx; }
+const int32_t *dsf_session_tokens(const dsf_session *s) { return s->kv.tokens; }
+
+int dsf_session_eval(dsf_session *s, const int32_t *tokens, int n, float *logits, bool all_rows, char *err) {
+    const int64_t V = s->e->shape.n_vocab;
+    if (n < 1) return dsf_seterr(err, "no tokens to evaluate");
+    if (s->kv.n + n > s->kv.max_ctx)
+        return dsf_seterr(err, "context too long: %lld + %d tokens exceed the session's %lld", (long long)s->kv.n, n,
+                          (long long)s->kv.max_ctx);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return dsf_seterr(err, "token %d at index %d is outside the vocabulary (0..%lld)", tokens[i], i,
+                              (long long)V - 1);
+    for (int64_t i = 0; i < n;) {
+        int64_t T = n - i < s->sc.max_chunk ? n - i : s->sc.max_chunk;
+        float *lg = NULL;
+        if (logits && all_rows) lg = logits + i * V;
+        else if (logits && i + T == n) lg = logits;
+        forward_chunk(s, tokens + i, T, lg, all_rows);
+        i += T;
+    }
+    return 0;
+}
+
+int dsf_batch_eval(dsf_session **ss, const int32_t *tokens, int n, float *logits, char *err) {
+    if (n < 1) return dsf_seterr(err, "no tokens to evaluate");
+    dsf_engine *e = ss[0]->e;
+    const int64_t V = e->shape.n_vocab;
+    dsf_session *own = ss[0];
+    for (int i = 0; i < n; i++) {
+        if (ss[i]->e != e) return dsf_seterr(err, "batch entry %d belongs to another engine", i);
+        for (int j = 0; j < i; j++)
+            if (ss[j] == ss[i]) return dsf_seterr(err, "batch entries %d and %d are the same session", j, i);
+        if (ss[i]->kv.n + 1 > ss[i]->kv.max_ctx)
+            return dsf_seterr(err, "context too long: session %d is full (%lld tokens)", i, (long long)ss[i]->kv.max_ctx);
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return dsf_seterr(err, "token %d at index %d is outside the vocabulary (0..%lld)", tokens[i], i,
+                              (long long)V - 1);
+        if (ss[i]->kv.max_ctx > own->kv.max_ctx) own = ss[i];
+    }
+    /* the scratch of the participant with the largest context serves the whole batch */
+    for (int i = 0; i < n;) {
+        int64_t g = n - i < own->sc.max_chunk ? n - i : own->sc.max_chunk;
+        for (int64_t k = 0; k < g; k++) own->sc.tkv[k] = &ss[i + k]->kv;
+        forward_tokens(e, &own->sc, own->sc.tkv, tokens + i, g, logits ? logits + (size_t)i * (size_t)V : NULL, 0);
+        i += (int)g;
+    }
+    return 0;
+}
+
+static int needs_carry(const dsf_shape *sh) {
+    for (int64_t il = 0; il < sh->n_layer; il++)
+        if (sh->kv_src[il] == il && sh->ratio[il] > 1) return 1;
+    return 0;
+}
+
+int dsf_session_rollback(dsf_session *s, int n, char *err) {
+    if (n < 0 || n > s->kv.n)
+        return dsf_seterr(err, "cannot roll back to %d tokens: the session holds %lld", n, (long long)s->kv.n);
+    dsf_kvstate *kv = &s->kv;
+    /* spec §5.3: everything is indexed by position, so truncation is exact, except (a) the
+     * ratio-2 compressor's pending token, recomputed by re-feeding that token, and (b) window
+     * rows that the ring has already overwritten: then re-prefill from the token history
+     * (exact: chunking never changes the result). */
+    int64_t keep = n;
+    if (needs_carry(&s->e->shape) && n % 2) keep = n - 1;
+    int64_t need_lo = keep - s->e->shape.window + 1;
+    if (need_lo < 0) need_lo = 0;
+    if (need_lo < kv->win_lo) {
+        keep = 0;
+        kv->win_lo = 0;
+    }
+    kv->n = keep;
+    for (int64_t i = keep; i < n;) {
+        int64_t T = n - i < s->sc.max_chunk ? n - i : s->sc.max_chunk;
+        forward_chunk(s, kv->tokens + i, T, NULL, 0);
+        i += T;
+    }
+    return 0;
+}

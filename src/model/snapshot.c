@@ -1,0 +1,160 @@
+/* snapshot.c: versioned session snapshots (dsflash.h: dsf_session_save/restore) and the two
+ * ids that tie a snapshot to its model (the header hash and the sampled weight bytes).
+ *
+ * Owns: the snapshot format (a header, the token history, the window rows the next token can
+ * see, the KV sources' compressed rows, index keys and pending compressor token, an FNV-1a
+ * checksum) and its version.
+ * Must not: leave a session half restored (the whole layout is checked before anything is
+ * overwritten), or accept a snapshot of another model, shape or numerics mode.
+ * Invariant: restore(save(s)) continues with the same logits as s. */
+#include "dsflash.h"
+#include "model/session.h"
+#include "model/snapshot.h"
+#include "base/util.h"
+
+#include <string.h>
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
+    const uint8_t *p = data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+#define FNV_INIT 14695981039346656037ULL
+
+uint64_t snapshot_model_id(const gguf_file *g) { return fnv1a(FNV_INIT, g->map, (size_t)g->data_offset); }
+
+/* Identifies the weights, not only the header: two files with the same keys and tensor
+ * table but other weights must not accept each other's snapshots. Samples 3 x 64 bytes of
+ * every tensor (start, middle, end), so it touches a few pages per tensor, once. */
+static uint64_t data_id(dsf_engine *e) {
+    uint64_t id = __atomic_load_n(&e->data_id, __ATOMIC_ACQUIRE);
+    if (id) return id;
+    uint64_t h = FNV_INIT;
+    const gguf_file *g = e->gguf;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const gguf_tensor *t = &g->tensors[i];
+        uint64_t n = t->nbytes < 64 ? t->nbytes : 64;
+        uint64_t offs[3] = {0, t->nbytes / 2 - (t->nbytes / 2 < n ? t->nbytes / 2 : n / 2), t->nbytes - n};
+        for (int k = 0; k < 3; k++) h = fnv1a(h, t->data + offs[k], (size_t)n);
+    }
+    if (!h) h = 1;
+    __atomic_store_n(&e->data_id, h, __ATOMIC_RELEASE);
+    return h;
+}
+
+#define SNAP_MAGIC "DSFSNAP\0"
+#define SNAP_VERSION 3u
+
+typedef struct {
+    char magic[8];
+    uint32_t version, numerics;
+    uint64_t model_id, data_id, n, n_layer, head_dim, idx_dim;
+} snap_header;
+
+int dsf_session_save(const dsf_session *s, uint8_t **out, size_t *len, char *err) {
+    const dsf_shape *sh = &s->e->shape;
+    const int64_t n = s->kv.n, dh = sh->head_dim, id = sh->idx_dim;
+    dsf_buf b = {0};
+    snap_header h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, SNAP_MAGIC, 8);
+    h.version = SNAP_VERSION;
+    h.numerics = (uint32_t)s->e->numerics;
+    h.model_id = s->e->model_id;
+    h.data_id = data_id(s->e);
+    h.n = (uint64_t)n;
+    h.n_layer = (uint64_t)sh->n_layer;
+    h.head_dim = (uint64_t)dh;
+    h.idx_dim = (uint64_t)id;
+    dsf_buf_append(&b, &h, sizeof h);
+    dsf_buf_append(&b, s->kv.tokens, (size_t)n * sizeof(int32_t));
+    /* the window rows the next token can see: positions [n - nw, n) */
+    const int64_t nw = n < sh->window ? n : sh->window;
+    for (int64_t il = 0; il < sh->n_layer; il++)
+        for (int64_t p = n - nw; p < n; p++) dsf_buf_append(&b, kv_win(&s->kv, il, p, dh), (size_t)dh * sizeof(float));
+    for (int64_t il = 0; il < sh->n_layer; il++) {
+        if (sh->kv_src[il] != il) continue;
+        int64_t rows = n / sh->ratio[il];
+        dsf_buf_append(&b, s->kv.ckv[il], (size_t)(rows * dh) * sizeof(float));
+        dsf_buf_append(&b, s->kv.ik[il], (size_t)(rows * id) * sizeof(float));
+        if (sh->ratio[il] > 1 && n % sh->ratio[il]) dsf_buf_append(&b, s->kv.carry[il], (size_t)(2 * dh) * sizeof(float));
+    }
+    uint64_t sum = fnv1a(FNV_INIT, b.data, b.len);
+    dsf_buf_append(&b, &sum, sizeof sum);
+    (void)err;
+    *out = b.data;
+    *len = b.len;
+    return 0;
+}
+
+typedef struct {
+    const uint8_t *p;
+    size_t left;
+} rdr;
+
+static int take_bytes(rdr *r, void *dst, size_t n) {
+    if (n > r->left) return -1;
+    memcpy(dst, r->p, n);
+    r->p += n;
+    r->left -= n;
+    return 0;
+}
+
+int dsf_session_restore(dsf_session *s, const uint8_t *data, size_t len, char *err) {
+    const dsf_shape *sh = &s->e->shape;
+    snap_header h;
+    if (len < sizeof h + 8) return dsf_seterr(err, "snapshot truncated (%zu bytes)", len);
+    memcpy(&h, data, sizeof h);
+    if (memcmp(h.magic, SNAP_MAGIC, 8) != 0) return dsf_seterr(err, "not a dsflash session snapshot");
+    if (h.version != SNAP_VERSION)
+        return dsf_seterr(err, "snapshot version %u is not supported (want %u)", h.version, SNAP_VERSION);
+    uint64_t sum;
+    memcpy(&sum, data + len - 8, 8);
+    if (fnv1a(FNV_INIT, data, len - 8) != sum) return dsf_seterr(err, "snapshot checksum mismatch (corrupted)");
+    if (h.model_id != s->e->model_id || h.data_id != data_id(s->e) || h.n_layer != (uint64_t)sh->n_layer || h.head_dim != (uint64_t)sh->head_dim ||
+        h.idx_dim != (uint64_t)sh->idx_dim)
+        return dsf_seterr(err, "snapshot was made with a different model or shape");
+    if (h.numerics != (uint32_t)s->e->numerics)
+        return dsf_seterr(err, "snapshot was made in numerics mode %s, the engine runs %s",
+                          h.numerics ? "plain" : "reference", s->e->numerics ? "plain" : "reference");
+    if (h.n > (uint64_t)s->kv.max_ctx)
+        return dsf_seterr(err, "snapshot holds %llu tokens; the session's context is %lld", (unsigned long long)h.n,
+                          (long long)s->kv.max_ctx);
+    const int64_t n = (int64_t)h.n, dh = sh->head_dim, id = sh->idx_dim;
+    /* the whole layout is checked before anything is overwritten: a bad snapshot leaves
+     * the session as it was */
+    const int64_t nw = n < sh->window ? n : sh->window;
+    uint64_t want = sizeof h + 8 + (uint64_t)n * sizeof(int32_t) + (uint64_t)(sh->n_layer * nw * dh) * sizeof(float);
+    for (int64_t il = 0; il < sh->n_layer; il++) {
+        if (sh->kv_src[il] != il) continue;
+        int64_t rows = n / sh->ratio[il];
+        want += (uint64_t)(rows * (dh + id)) * sizeof(float);
+        if (sh->ratio[il] > 1 && n % sh->ratio[il]) want += (uint64_t)(2 * dh) * sizeof(float);
+    }
+    if (want != len) return dsf_seterr(err, "snapshot size %zu does not match its header (%llu)", len, (unsigned long long)want);
+    for (int64_t i = 0; i < n; i++) {
+        int32_t tk;
+        memcpy(&tk, data + sizeof h + (size_t)i * sizeof tk, sizeof tk);
+        if (tk < 0 || tk >= sh->n_vocab) return dsf_seterr(err, "snapshot holds an invalid token id %d", tk);
+    }
+    rdr r = {data + sizeof h, len - 8 - sizeof h};
+    int bad = take_bytes(&r, s->kv.tokens, (size_t)n * sizeof(int32_t));
+    for (int64_t il = 0; il < sh->n_layer && !bad; il++)
+        for (int64_t p = n - nw; p < n && !bad; p++)
+            bad |= take_bytes(&r, kv_win(&s->kv, il, p, dh), (size_t)dh * sizeof(float));
+    for (int64_t il = 0; il < sh->n_layer && !bad; il++) {
+        if (sh->kv_src[il] != il) continue;
+        int64_t rows = n / sh->ratio[il];
+        bad |= take_bytes(&r, s->kv.ckv[il], (size_t)(rows * dh) * sizeof(float));
+        bad |= take_bytes(&r, s->kv.ik[il], (size_t)(rows * id) * sizeof(float));
+        if (!bad && sh->ratio[il] > 1 && n % sh->ratio[il])
+            bad |= take_bytes(&r, s->kv.carry[il], (size_t)(2 * dh) * sizeof(float));
+    }
+    DSF_ASSERT(!bad && r.left == 0);
+    s->kv.n = n;
+    s->kv.win_lo = n - nw; /* older window rows are not in the snapshot: a rollback past them re-prefills */
+    return 0;
+}
