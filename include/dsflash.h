@@ -46,7 +46,7 @@ typedef struct {
      * 2 MiB pages, their file pages then unmapped: 0 = auto (the model fits in 80 % of RAM
      * with the copies; DSF_RESIDENT=0/1 in the environment overrides auto), > 0 = always,
      * < 0 = never (they are read from the file mapping). Decode read them ~2 % faster from
-     * the copy on the bench host (docs/PERFORMANCE.md, item 41). The values and the logits
+     * the copy on the bench host (docs/perf-log.md, item 41). The values and the logits
      * are bit for bit the same either way. */
     int resident;
 } dsf_engine_params;
