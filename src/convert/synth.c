@@ -12,6 +12,7 @@
 #include "io/gguf.h"
 #include "kernels/quant.h"
 #include "base/util.h"
+#include "text/bytelevel.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -184,28 +185,6 @@ typedef struct {
     uint32_t n_compressed;
 } vocab_out;
 
-static int utf8_put(uint32_t cp, char *o) {
-    if (cp < 0x80) { o[0] = (char)cp; return 1; }
-    if (cp < 0x800) { o[0] = (char)(0xC0 | (cp >> 6)); o[1] = (char)(0x80 | (cp & 63)); return 2; }
-    o[0] = (char)(0xE0 | (cp >> 12));
-    o[1] = (char)(0x80 | ((cp >> 6) & 63));
-    o[2] = (char)(0x80 | (cp & 63));
-    return 3;
-}
-
-/* GPT-2 bytes_to_unicode: order[i] is the byte of the i-th byte token, cp[b] its code point. */
-static void byte_unicode(int order[256], uint32_t cp[256]) {
-    int n = 0, extra = 0;
-    int used[256] = {0};
-    for (int b = '!'; b <= '~'; b++) used[b] = 1;
-    for (int b = 0xA1; b <= 0xAC; b++) used[b] = 1;
-    for (int b = 0xAE; b <= 0xFF; b++) used[b] = 1;
-    for (int b = 0; b < 256; b++)
-        if (used[b]) { order[n++] = b; cp[b] = (uint32_t)b; }
-    for (int b = 0; b < 256; b++)
-        if (!used[b]) { order[n++] = b; cp[b] = 256u + (uint32_t)extra++; }
-}
-
 static int is_alpha(int c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c >= 0x80; }
 static int is_digit(int c) { return c >= '0' && c <= '9'; }
 
@@ -242,13 +221,12 @@ static void build_vocab(vocab_out *v, uint32_t vocab) {
     v->mlen = dsf_xcalloc(4 * n_learned + 1, sizeof *v->mlen);
     uint32_t n = 0;
     for (int i = 0; i < 3; i++) { v->tok[n] = dsf_xstrdup(special_tokens[i]); v->type[n++] = 3; }
-    int order[256];
-    uint32_t cp[256];
-    byte_unicode(order, cp);
+    uint8_t order[256];
+    bytelevel_order(order);
     int byte_id[256];
     for (int i = 0; i < 256; i++) {
-        char s[4] = {0};
-        utf8_put(cp[order[i]], s);
+        char s[3] = {0};
+        bytelevel_utf8(order[i], s);
         byte_id[order[i]] = (int)n;
         v->tok[n] = dsf_xstrdup(s);
         v->type[n++] = 1;
