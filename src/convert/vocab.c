@@ -38,7 +38,7 @@
 enum { TT_NORMAL = 1, TT_CONTROL = 3, TT_USER_DEFINED = 4, TT_UNUSED = 5 };
 
 /* The three Split regexes of DeepSeek-V3's tokenizer.json, in order (kept in sync with
- * tokenizer.c, which hard-codes their PCRE2 translation for pre = "deepseek-v3"). */
+ * src/text/tokenizer.c, which hard-codes their PCRE2 translation for pre = "deepseek-v3"). */
 static const char *const ds3_regexes[3] = {
     "\\p{N}{1,3}",
     "[\xe4\xb8\x80-\xe9\xbe\xa5\xe3\x81\x80-\xe3\x82\x9f\xe3\x82\xa0-\xe3\x83\xbf]+",
