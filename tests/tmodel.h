@@ -1,24 +1,30 @@
-/* tmodel.h: a test-only builder of random-weight deepseek41 GGUF files from a parameter
- * struct (tests/loader_rules.c, tests/topology.c).
+/* tmodel.h: the tests' random-weight deepseek41 GGUF files, from a parameter struct
+ * (tests/loader_rules.c, tests/topology.c, tests/unit_kernels_attn.c), built by synth, the
+ * one synthetic-model builder (src/convert/synth.h).
  *
- * The builder derives the layer roles from the parameters exactly as gguf-layout.md §2.5
- * states them (KV source / index source = the latest listed source at or before a layer with
- * ratio > 0; compressor tensors on KV sources, the gate only for ratio > 1, indexer queries on
- * index sources, Engram tensors on the listed Engram layers), writes the keys of §2.3/§2.4
- * and the tensors of §3.2 with their dtypes, and streams everything through the GGUF writer.
- * Before writing, an optional edit hook may drop, add, retype or reshape any key or tensor
- * (the loader-rule tests build one invalid variant per rule that way).
+ * tm_params is the tests' vocabulary for synth_params: the builder derives the layer roles
+ * from it as gguf-layout.md §2.5 states them (KV source / index source = the latest listed
+ * source at or before a layer with ratio > 0; compressor tensors on KV sources, the gate only
+ * for ratio > 1, indexer queries on index sources, Engram tensors on the listed Engram
+ * layers), writes the keys of §2.3/§2.4 (no tokenizer: dsf_engine_open does not read it;
+ * a random Engram token map instead) and the tensors of §3.2 with their dtypes, and streams
+ * everything through the GGUF writer. Before writing, an optional edit hook may drop, add,
+ * retype or reshape any key or tensor (the loader-rule tests build one invalid variant per
+ * rule that way).
  *
- * Weights are random and seeded: dense matrices N(0,1)/sqrt(n_in), norms 1 + 0.1 N(0,1),
- * embeddings N(0,1). Each tensor's values depend only on (seed, its name, its dtype/shape),
- * so editing one tensor leaves the others unchanged. */
+ * Weights are random and seeded (synth.h): each tensor's values depend only on (seed, its
+ * name, its dtype and distribution), in element order, so editing one tensor leaves the
+ * others unchanged and a tensor given more rows starts with the same values. */
 #ifndef DSF_TEST_TMODEL_H
 #define DSF_TEST_TMODEL_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#define TM_MAX_LAYERS 16
+#include "convert/synth.h"
+#include "io/gguf.h"
+
+#define TM_MAX_LAYERS SYNTH_MAX_LAYERS
 
 typedef struct {
     uint64_t seed;
@@ -56,41 +62,49 @@ typedef struct {
 void tm_params_default(tm_params *p);
 
 /* ---- the model before it is written, and the edit hook ---- */
-typedef struct tm_model tm_model;
+typedef synth_model tm_model;
 typedef void (*tm_edit_fn)(tm_model *m, void *ud);
 
 /* "deepseek41.<suffix>" in one of 8 rotating static buffers. */
 const char *tm_k(const char *suffix);
 
-/* Keys. Setters replace the value (and type) of an existing key in place, or append it. */
-bool tm_has_key(const tm_model *m, const char *key);
-int tm_drop_key(tm_model *m, const char *key); /* 0, or -1 if absent */
-void tm_set_u32(tm_model *m, const char *key, uint32_t v);
-void tm_set_i32(tm_model *m, const char *key, int32_t v);
-void tm_set_u64(tm_model *m, const char *key, uint64_t v);
-void tm_set_f32(tm_model *m, const char *key, float v);
-void tm_set_bool(tm_model *m, const char *key, bool v);
-void tm_set_str(tm_model *m, const char *key, const char *v);
-/* Array of a numeric element type; values given as raw little-endian elements. */
-void tm_set_arr(tm_model *m, const char *key, uint32_t elem_type, const void *data, uint64_t n);
-void tm_set_arr_u32(tm_model *m, const char *key, const uint32_t *v, uint64_t n);
-/* Converts a key's value to another numeric type, keeping the value (e.g. UINT32 -> INT32,
- * FLOAT32 -> FLOAT64; for an array, its element type). -1 if absent or not convertible. */
-int tm_retype_key(tm_model *m, const char *key, uint32_t new_type);
-/* Element i of a numeric array key, as u64 (get) / set from u64 (set). -1 if impossible. */
-int tm_arr_get(const tm_model *m, const char *key, uint64_t i, uint64_t *v);
-int tm_arr_set(tm_model *m, const char *key, uint64_t i, uint64_t v);
-uint64_t tm_arr_len(const tm_model *m, const char *key);
-/* Truncates (or, repeating the last element, extends) a numeric array. */
-int tm_arr_resize(tm_model *m, const char *key, uint64_t n);
-
-/* Tensors (ne in GGUF order, unused dims 1). Data is generated at write time for the final
- * name/type/shape. */
-bool tm_has_tensor(const tm_model *m, const char *name);
-int tm_drop_tensor(tm_model *m, const char *name);
-void tm_add_tensor(tm_model *m, const char *name, uint32_t type, uint32_t n_dims, const int64_t *ne);
-int tm_reshape_tensor(tm_model *m, const char *name, uint32_t n_dims, const int64_t *ne);
-int tm_retype_tensor(tm_model *m, const char *name, uint32_t type);
+/* The edit operations are synth's (synth.h documents them), under the tests' names. */
+static inline bool tm_has_key(const tm_model *m, const char *key) { return synth_has_key(m, key); }
+static inline int tm_drop_key(tm_model *m, const char *key) { return synth_drop_key(m, key); }
+static inline void tm_set_u32(tm_model *m, const char *key, uint32_t v) { synth_set_u32(m, key, v); }
+static inline void tm_set_i32(tm_model *m, const char *key, int32_t v) { synth_set_i32(m, key, v); }
+static inline void tm_set_u64(tm_model *m, const char *key, uint64_t v) { synth_set_u64(m, key, v); }
+static inline void tm_set_f32(tm_model *m, const char *key, float v) { synth_set_f32(m, key, v); }
+static inline void tm_set_bool(tm_model *m, const char *key, bool v) { synth_set_bool(m, key, v); }
+static inline void tm_set_str(tm_model *m, const char *key, const char *v) { synth_set_str(m, key, v); }
+static inline void tm_set_arr(tm_model *m, const char *key, uint32_t elem_type, const void *data, uint64_t n) {
+    synth_set_arr(m, key, elem_type, data, n);
+}
+static inline void tm_set_arr_u32(tm_model *m, const char *key, const uint32_t *v, uint64_t n) {
+    synth_set_arr(m, key, GGUF_VT_UINT32, v, n);
+}
+static inline int tm_retype_key(tm_model *m, const char *key, uint32_t new_type) {
+    return synth_retype_key(m, key, new_type);
+}
+static inline int tm_arr_get(const tm_model *m, const char *key, uint64_t i, uint64_t *v) {
+    return synth_arr_get(m, key, i, v);
+}
+static inline int tm_arr_set(tm_model *m, const char *key, uint64_t i, uint64_t v) {
+    return synth_arr_set(m, key, i, v);
+}
+static inline uint64_t tm_arr_len(const tm_model *m, const char *key) { return synth_arr_len(m, key); }
+static inline int tm_arr_resize(tm_model *m, const char *key, uint64_t n) { return synth_arr_resize(m, key, n); }
+static inline bool tm_has_tensor(const tm_model *m, const char *name) { return synth_has_tensor(m, name); }
+static inline int tm_drop_tensor(tm_model *m, const char *name) { return synth_drop_tensor(m, name); }
+static inline void tm_add_tensor(tm_model *m, const char *name, uint32_t type, uint32_t n_dims, const int64_t *ne) {
+    synth_add_tensor(m, name, type, n_dims, ne);
+}
+static inline int tm_reshape_tensor(tm_model *m, const char *name, uint32_t n_dims, const int64_t *ne) {
+    return synth_reshape_tensor(m, name, n_dims, ne);
+}
+static inline int tm_retype_tensor(tm_model *m, const char *name, uint32_t type) {
+    return synth_retype_tensor(m, name, type);
+}
 
 /* Builds the model of p, applies edit(m, ud) if given, and writes it to path.
  * Returns 0, or -1 with err (DSF_ERR_LEN) naming the problem (a parameter set the builder

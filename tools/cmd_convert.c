@@ -1,5 +1,5 @@
 /* cmd_convert.c: `dsflash convert`, the Hugging Face checkpoint -> deepseek41 GGUF
- * converter (src/convert.c), and `--vocab-only`.
+ * converter (src/convert/), and `--vocab-only`.
  *
  * The output is written to OUT.tmp and renamed to OUT only on success: on any error, and on
  * SIGINT/SIGTERM, the .tmp file is removed, so no file ever appears under the target name

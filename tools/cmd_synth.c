@@ -1,5 +1,5 @@
 /* cmd_synth.c: `dsflash synth --preset tiny|bench OUT.gguf [--seed S]`: writes a random-weight
- * deepseek41 GGUF in the exact layout (src/synth.c). */
+ * deepseek41 GGUF in the exact layout (src/convert/synth.c). */
 #include "cmd.h"
 #include "convert/synth.h"
 #include "base/util.h"

@@ -36,7 +36,7 @@ int engram_token_map(const char *tokenizer_json, int32_t **map, int64_t *n, int6
  * (possibly empty) and its length, or NULL for invalid UTF-8. Exposed for tests. */
 char *engram_normalize(const char *s, size_t len, size_t *out_len);
 
-/* ---- converter (convert.c) ---- */
+/* ---- converter (convert.c, convert_tensors.c) ---- */
 
 typedef struct {
     bool f32;            /* --outtype f32 */

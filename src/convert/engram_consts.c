@@ -7,6 +7,7 @@
  * and stored, so the engine never recomputes them. */
 #include "convert/convert.h"
 #include "base/util.h"
+#include "text/bytelevel.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -253,23 +254,6 @@ char *engram_normalize(const char *s, size_t len, size_t *out_len) {
     return out;
 }
 
-/* GPT-2 bytes_to_unicode, inverted: code point -> byte, or -1. */
-static int byte_of_cp(int32_t c) {
-    static int16_t inv[324];
-    static bool init;
-    if (!init) {
-        for (int i = 0; i < 324; i++) inv[i] = -1;
-        int extra = 0;
-        for (int b = 0; b < 256; b++) {
-            bool direct = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-            int c2 = direct ? b : 256 + extra++;
-            inv[c2] = (int16_t)b;
-        }
-        init = true;
-    }
-    return c >= 0 && c < 324 ? inv[c] : -1;
-}
-
 /* Byte-level decode of one token (the ByteLevel decoder): if every char maps to a byte,
  * the bytes; otherwise the token's own UTF-8 unchanged. */
 static uint8_t *bytelevel_decode(const char *tok, size_t len, size_t *out_len) {
@@ -278,7 +262,7 @@ static uint8_t *bytelevel_decode(const char *tok, size_t len, size_t *out_len) {
     for (size_t i = 0; i < len;) {
         utf8proc_int32_t c;
         utf8proc_ssize_t r = utf8proc_iterate((const utf8proc_uint8_t *)tok + i, (utf8proc_ssize_t)(len - i), &c);
-        int b = r > 0 ? byte_of_cp(c) : -1;
+        int b = r > 0 ? bytelevel_byte((uint32_t)c) : -1;
         if (b < 0) {
             memcpy(out, tok, len);
             *out_len = len;

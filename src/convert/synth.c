@@ -1,98 +1,80 @@
-/* synth.c: random-weight deepseek41 GGUF files (see synth.h).
+/* synth.c: the layout of synthetic deepseek41 GGUF files (see synth.h).
  *
- * Owns: the two presets' hyper-parameters, the derivation of per-layer roles (KV source,
- * top-k source, candidate source, Engram) exactly as gguf-layout §2.5 states it, the tensor
- * set of §3.2 with its dtypes (BF16 dense, F32 norms/router/hc/sinks/biases/engram_gate,
- * MXFP4 experts, BF16 Engram table), the Engram/PLE keys (primes, absolute offsets, odd
- * multipliers, token map) and a byte-level BPE tokenizer trained on a built-in text.
- * Must not: hold tensor data (everything is generated in 1 MiB chunks and streamed), or
- * write anything a deepseek41 loader would refuse.
- * Invariant: output = f(preset, seed); a different seed changes every tensor. */
-#include "convert/synth.h"
+ * Owns: the two presets' parameters, which layers own compressor / indexer / Engram tensors
+ * (gguf-layout §3.2: membership in the source lists; the derived roles are model/roles.c's),
+ * the tensor set of §3.2 with its dtypes (dense BF16 or F32, F32 norms/router/hc/sinks/biases/engram_gate,
+ * MXFP4 or F32 experts, the Engram table as dense), the keys of §2.3/§2.4 with the Engram/PLE
+ * constants (primes, absolute offsets, odd multipliers, token map) and a byte-level BPE
+ * tokenizer trained on a built-in text. The editable model and the data are synth_model.c's.
+ * Must not: depend on the engine's shape code, or lay out anything a deepseek41 loader would
+ * refuse (only the caller's edits may).
+ * Invariant: output = f(parameters, seed); a different seed changes every tensor. */
+#include "convert/synth_impl.h"
 #include "io/gguf.h"
 #include "kernels/quant.h"
 #include "base/util.h"
-#include "model/roles.h"
+#include "text/bytelevel.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* ================================================================ presets */
 
-#define MAX_LAYERS 16
+typedef synth_params preset;
 
-typedef struct {
-    const char *name;
-    uint32_t n_embd, n_layer, n_head, head_dim, n_rot, q_lora, o_groups, o_lora, window;
-    uint32_t n_expert, n_used, ff, n_shared;
-    uint32_t idx_heads, idx_dim, idx_topk;
-    int32_t cand_layer;
-    uint32_t cand_blocks, cand_bsize;
-    uint32_t hc, sinkhorn;
-    uint32_t ngram, heads_per_ngram, engram_dim, engram_vocab;
-    uint32_t vocab, ctx, orig_ctx;
-    float yarn_factor;
-    int n_ratio;
-    int32_t ratios[MAX_LAYERS + 1];
-    int n_kvsrc, n_idxsrc, n_engram;
-    uint32_t kvsrc[MAX_LAYERS], idxsrc[MAX_LAYERS], engram[MAX_LAYERS];
-} preset;
+#define PRESET_COMMON                                                                                    \
+    .hc_eps = 1e-6f, .engram_pad = 2, .yarn = true, .eps = 1e-20f, .route_scale = 1.5f, .swiglu = 10.0f, \
+    .dense_type = GGML_TYPE_BF16, .expert_type = GGML_TYPE_MXFP4, .tokenizer = true
 
 /* Both presets share tiny41's topology (README "The model"): layer 0/1 window only, 2-4
  * ratio 2 (2 and 4 KV + index sources, 3 reuses 2), 5-7 ratio 1 (5 source + candidate
  * source, 6 reuses 5, 7 re-indexes with 5's keys), Engram before layers 1 and 4. The extra
  * trailing compress_ratios entry mirrors the release's disabled MTP/DSpark stages. */
-static const preset presets[] = {
-    {.name = "tiny", .n_embd = 128, .n_layer = 8, .n_head = 4, .head_dim = 64, .n_rot = 16, .q_lora = 64,
-     .o_groups = 2, .o_lora = 32, .window = 8, .n_expert = 8, .n_used = 2, .ff = 64, .n_shared = 1,
-     .idx_heads = 8, .idx_dim = 32, .idx_topk = 8, .cand_layer = 5, .cand_blocks = 3, .cand_bsize = 4,
-     .hc = 4, .sinkhorn = 20, .ngram = 4, .heads_per_ngram = 2, .engram_dim = 32, .engram_vocab = 101,
-     .vocab = 1024, .ctx = 4096, .orig_ctx = 64, .yarn_factor = 4.0f,
-     .n_ratio = 9, .ratios = {0, 0, 2, 2, 2, 1, 1, 1, 0},
-     .n_kvsrc = 3, .kvsrc = {2, 4, 5}, .n_idxsrc = 4, .idxsrc = {2, 4, 5, 7}, .n_engram = 2, .engram = {1, 4}},
-    {.name = "bench", .n_embd = 5120, .n_layer = 8, .n_head = 64, .head_dim = 512, .n_rot = 64, .q_lora = 1280,
-     .o_groups = 8, .o_lora = 1024, .window = 128, .n_expert = 32, .n_used = 6, .ff = 2304, .n_shared = 1,
-     .idx_heads = 32, .idx_dim = 128, .idx_topk = 512, .cand_layer = 5, .cand_blocks = 2048, .cand_bsize = 8,
-     .hc = 4, .sinkhorn = 20, .ngram = 4, .heads_per_ngram = 8, .engram_dim = 256, .engram_vocab = 4001,
-     .vocab = 129280, .ctx = 1048576, .orig_ctx = 65536, .yarn_factor = 16.0f,
-     .n_ratio = 9, .ratios = {0, 0, 2, 2, 2, 1, 1, 1, 0},
-     .n_kvsrc = 3, .kvsrc = {2, 4, 5}, .n_idxsrc = 4, .idxsrc = {2, 4, 5, 7}, .n_engram = 2, .engram = {1, 4}},
+static const struct {
+    const char *id;
+    preset p;
+} presets[] = {
+    {"tiny",
+     {.name = "dsflash-synth-tiny", .n_embd = 128, .n_layer = 8, .n_head = 4, .head_dim = 64, .n_rot = 16,
+      .q_lora = 64, .o_groups = 2, .o_lora = 32, .window = 8, .n_expert = 8, .n_used = 2, .ff = 64, .n_shared = 1,
+      .idx_heads = 8, .idx_dim = 32, .idx_topk = 8, .cand_layer = 5, .cand_blocks = 3, .cand_bsize = 4,
+      .hc = 4, .sinkhorn = 20, .ngram = 4, .heads_per_ngram = 2, .engram_dim = 32, .engram_vocab = 101,
+      .vocab = 1024, .ctx = 4096, .orig_ctx = 64, .yarn_factor = 4.0f,
+      .n_ratio = 9, .ratios = {0, 0, 2, 2, 2, 1, 1, 1, 0},
+      .n_kvsrc = 3, .kvsrc = {2, 4, 5}, .n_idxsrc = 4, .idxsrc = {2, 4, 5, 7}, .n_engram = 2, .engram = {1, 4},
+      PRESET_COMMON}},
+    {"bench",
+     {.name = "dsflash-synth-bench", .n_embd = 5120, .n_layer = 8, .n_head = 64, .head_dim = 512, .n_rot = 64,
+      .q_lora = 1280, .o_groups = 8, .o_lora = 1024, .window = 128, .n_expert = 32, .n_used = 6, .ff = 2304,
+      .n_shared = 1, .idx_heads = 32, .idx_dim = 128, .idx_topk = 512, .cand_layer = 5, .cand_blocks = 2048,
+      .cand_bsize = 8, .hc = 4, .sinkhorn = 20, .ngram = 4, .heads_per_ngram = 8, .engram_dim = 256,
+      .engram_vocab = 4001, .vocab = 129280, .ctx = 1048576, .orig_ctx = 65536, .yarn_factor = 16.0f,
+      .n_ratio = 9, .ratios = {0, 0, 2, 2, 2, 1, 1, 1, 0},
+      .n_kvsrc = 3, .kvsrc = {2, 4, 5}, .n_idxsrc = 4, .idxsrc = {2, 4, 5, 7}, .n_engram = 2, .engram = {1, 4},
+      PRESET_COMMON}},
 };
 
 static const preset *find_preset(const char *name) {
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
-        if (name && !strcmp(presets[i].name, name)) return &presets[i];
+        if (name && !strcmp(presets[i].id, name)) return &presets[i].p;
     return NULL;
 }
 
-static int is_engram(const preset *p, int il) {
-    for (int i = 0; i < p->n_engram; i++)
-        if ((int)p->engram[i] == il) return 1;
+int synth_preset(const char *name, synth_params *p) {
+    const preset *q = find_preset(name);
+    if (!q) return -1;
+    *p = *q;
     return 0;
 }
 
-/* ================================================================ random numbers */
-
-typedef struct { uint64_t s; } rng;
-
-static uint64_t rng_next(rng *r) { /* splitmix64 */
-    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+static bool listed(const uint32_t *v, int n, uint32_t x) {
+    for (int i = 0; i < n; i++)
+        if (v[i] == x) return true;
+    return false;
 }
 
-static float rng_uniform(rng *r) { /* [-1, 1) */
-    return (float)(int32_t)(uint32_t)(rng_next(r) >> 32) * (1.0f / 2147483648.0f);
-}
-
-static uint64_t hash_str(const char *s, uint64_t seed) {
-    uint64_t h = 1469598103934665603ull ^ seed;
-    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
-    return h;
-}
+static int is_engram(const preset *p, int il) { return listed(p->engram, p->n_engram, (uint32_t)il); }
 
 /* ================================================================ tokenizer */
 
@@ -176,28 +158,6 @@ typedef struct {
     uint32_t n_compressed;
 } vocab_out;
 
-static int utf8_put(uint32_t cp, char *o) {
-    if (cp < 0x80) { o[0] = (char)cp; return 1; }
-    if (cp < 0x800) { o[0] = (char)(0xC0 | (cp >> 6)); o[1] = (char)(0x80 | (cp & 63)); return 2; }
-    o[0] = (char)(0xE0 | (cp >> 12));
-    o[1] = (char)(0x80 | ((cp >> 6) & 63));
-    o[2] = (char)(0x80 | (cp & 63));
-    return 3;
-}
-
-/* GPT-2 bytes_to_unicode: order[i] is the byte of the i-th byte token, cp[b] its code point. */
-static void byte_unicode(int order[256], uint32_t cp[256]) {
-    int n = 0, extra = 0;
-    int used[256] = {0};
-    for (int b = '!'; b <= '~'; b++) used[b] = 1;
-    for (int b = 0xA1; b <= 0xAC; b++) used[b] = 1;
-    for (int b = 0xAE; b <= 0xFF; b++) used[b] = 1;
-    for (int b = 0; b < 256; b++)
-        if (used[b]) { order[n++] = b; cp[b] = (uint32_t)b; }
-    for (int b = 0; b < 256; b++)
-        if (!used[b]) { order[n++] = b; cp[b] = 256u + (uint32_t)extra++; }
-}
-
 static int is_alpha(int c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c >= 0x80; }
 static int is_digit(int c) { return c >= '0' && c <= '9'; }
 
@@ -234,13 +194,12 @@ static void build_vocab(vocab_out *v, uint32_t vocab) {
     v->mlen = dsf_xcalloc(4 * n_learned + 1, sizeof *v->mlen);
     uint32_t n = 0;
     for (int i = 0; i < 3; i++) { v->tok[n] = dsf_xstrdup(special_tokens[i]); v->type[n++] = 3; }
-    int order[256];
-    uint32_t cp[256];
-    byte_unicode(order, cp);
+    uint8_t order[256];
+    bytelevel_order(order);
     int byte_id[256];
     for (int i = 0; i < 256; i++) {
-        char s[4] = {0};
-        utf8_put(cp[order[i]], s);
+        char s[3] = {0};
+        bytelevel_utf8(order[i], s);
         byte_id[order[i]] = (int)n;
         v->tok[n] = dsf_xstrdup(s);
         v->type[n++] = 1;
@@ -359,186 +318,79 @@ static void build_vocab(vocab_out *v, uint32_t vocab) {
     free(slot);
     v->n_compressed = nc;
 }
-
 /* ================================================================ tensors */
 
-enum kind { K_NORM, K_DENSE, K_BIAS, K_SINK, K_HC_BASE, K_HC_SCALE, K_EMBED, K_MXFP4 };
-
-typedef struct {
-    char name[GGUF_MAX_NAME];
-    uint32_t type, n_dims;
-    int64_t ne[3];
-    enum kind kind;
-    int64_t fan_in; /* for K_DENSE / K_MXFP4 scaling */
-} tspec;
-
-typedef struct {
-    tspec *t;
-    int n, cap;
-} tlist;
-
-static void add_t(tlist *l, uint32_t type, enum kind kind, int64_t fan_in, uint32_t n_dims, int64_t ne0,
-                  int64_t ne1, int64_t ne2, const char *fmt, ...) DSF_PRINTF(9, 10);
-static void add_t(tlist *l, uint32_t type, enum kind kind, int64_t fan_in, uint32_t n_dims, int64_t ne0,
-                  int64_t ne1, int64_t ne2, const char *fmt, ...) {
-    if (l->n == l->cap) {
-        l->cap = l->cap ? 2 * l->cap : 256;
-        l->t = dsf_xrealloc(l->t, (size_t)l->cap * sizeof *l->t);
-    }
-    tspec *t = &l->t[l->n++];
-    memset(t, 0, sizeof *t);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(t->name, sizeof t->name, fmt, ap);
-    va_end(ap);
-    t->type = type;
-    t->kind = kind;
-    t->fan_in = fan_in;
-    t->n_dims = n_dims;
-    t->ne[0] = ne0;
-    t->ne[1] = ne1;
-    t->ne[2] = ne2;
-}
-
 #define F32 GGML_TYPE_F32
-#define BF16 GGML_TYPE_BF16
-#define MX GGML_TYPE_MXFP4
 
-/* The tensor set of gguf-layout §3.2 for this preset, in the converter's order (§3.4): the
- * experts of every layer, the Engram table, then the rest. */
-static void build_tensors(const preset *p, tlist *l, uint64_t engram_rows) {
+/* The tensor set of gguf-layout §3.2 for p, in the converter's order (§3.4): the experts of
+ * every layer, the Engram table, then the rest. */
+static void build_tensors(const preset *p, synth_model *m, uint64_t engram_rows) {
     const int64_t D = p->n_embd, H = p->n_head, dh = p->head_dim, E = p->n_expert, ff = p->ff;
     const int64_t nhc = (int64_t)p->hc * (2 + p->hc); /* 24 mix rows: pre, post, comb */
+    const uint32_t DT = p->dense_type, ET = p->expert_type;
+    const int64_t og = p->o_groups ? p->o_groups : 1, fsh = ff * p->n_shared;
     for (uint32_t il = 0; il < p->n_layer; il++) {
-        add_t(l, MX, K_MXFP4, D, 3, D, ff, E, "blk.%u.ffn_gate_exps.weight", il);
-        add_t(l, MX, K_MXFP4, ff, 3, ff, D, E, "blk.%u.ffn_down_exps.weight", il);
-        add_t(l, MX, K_MXFP4, D, 3, D, ff, E, "blk.%u.ffn_up_exps.weight", il);
+        synth_tensor(m, ET, K_DENSE, D, 3, D, ff, E, "blk.%u.ffn_gate_exps.weight", il);
+        synth_tensor(m, ET, K_DENSE, ff, 3, ff, D, E, "blk.%u.ffn_down_exps.weight", il);
+        synth_tensor(m, ET, K_DENSE, D, 3, D, ff, E, "blk.%u.ffn_up_exps.weight", il);
     }
-    if (p->n_engram) add_t(l, BF16, K_EMBED, 0, 2, p->engram_dim, (int64_t)engram_rows, 1, "per_layer_token_embd.weight");
-    add_t(l, BF16, K_EMBED, 0, 2, D, p->vocab, 1, "token_embd.weight");
-    /* gguf-layout §2.5: the presets' roles, derived as the loader derives them */
-    int32_t kv_src[MAX_LAYERS], topk_src[MAX_LAYERS];
-    char err[DSF_ERR_LEN];
-    DSF_ASSERT(roles_derive(p->ratios, p->n_layer, p->kvsrc, p->n_kvsrc, p->idxsrc, p->n_idxsrc, kv_src, topk_src, "",
-                            err) == 0);
+    if (p->n_engram) synth_tensor(m, DT, K_EMBED, 0, 2, p->engram_dim, (int64_t)engram_rows, 1, "per_layer_token_embd.weight");
+    synth_tensor(m, DT, K_EMBED, 0, 2, D, p->vocab, 1, "token_embd.weight");
     for (uint32_t il = 0; il < p->n_layer; il++) {
-        const int kv = kv_src[il], ix = topk_src[il];
-        add_t(l, F32, K_DENSE, p->hc * D, 2, p->hc * D, nhc, 1, "blk.%u.hc_attn_fn.weight", il);
-        add_t(l, F32, K_DENSE, p->hc * D, 2, p->hc * D, nhc, 1, "blk.%u.hc_ffn_fn.weight", il);
-        add_t(l, F32, K_HC_BASE, 0, 1, nhc, 1, 1, "blk.%u.hc_attn_base.weight", il);
-        add_t(l, F32, K_HC_BASE, 0, 1, nhc, 1, 1, "blk.%u.hc_ffn_base.weight", il);
-        add_t(l, F32, K_HC_SCALE, 0, 1, 3, 1, 1, "blk.%u.hc_attn_scale.weight", il);
-        add_t(l, F32, K_HC_SCALE, 0, 1, 3, 1, 1, "blk.%u.hc_ffn_scale.weight", il);
-        add_t(l, F32, K_SINK, 0, 1, H, 1, 1, "blk.%u.attn_sinks.weight", il);
-        add_t(l, BF16, K_DENSE, D, 2, D, p->q_lora, 1, "blk.%u.attn_q_a.weight", il);
-        add_t(l, F32, K_NORM, 0, 1, p->q_lora, 1, 1, "blk.%u.attn_q_a_norm.weight", il);
-        add_t(l, BF16, K_DENSE, p->q_lora, 2, p->q_lora, H * dh, 1, "blk.%u.attn_q_b.weight", il);
-        add_t(l, BF16, K_DENSE, D, 2, D, dh, 1, "blk.%u.attn_kv.weight", il);
-        add_t(l, F32, K_NORM, 0, 1, dh, 1, 1, "blk.%u.attn_kv_a_norm.weight", il);
+        /* gguf-layout §3.2: a listed source layer with ratio > 0 owns its compressor / indexer
+         * tensors. Only membership matters here, not the derived roles, so a caller may build an
+         * invalid topology on purpose and the loader's refusal is what a test sees. */
+        const bool kv_owner = p->ratios[il] > 0 && listed(p->kvsrc, p->n_kvsrc, il);
+        const bool ix_owner = p->ratios[il] > 0 && listed(p->idxsrc, p->n_idxsrc, il);
+        synth_tensor(m, F32, K_DENSE, p->hc * D, 2, p->hc * D, nhc, 1, "blk.%u.hc_attn_fn.weight", il);
+        synth_tensor(m, F32, K_DENSE, p->hc * D, 2, p->hc * D, nhc, 1, "blk.%u.hc_ffn_fn.weight", il);
+        synth_tensor(m, F32, K_HC_BASE, 0, 1, nhc, 1, 1, "blk.%u.hc_attn_base.weight", il);
+        synth_tensor(m, F32, K_HC_BASE, 0, 1, nhc, 1, 1, "blk.%u.hc_ffn_base.weight", il);
+        synth_tensor(m, F32, K_HC_SCALE, 0, 1, 3, 1, 1, "blk.%u.hc_attn_scale.weight", il);
+        synth_tensor(m, F32, K_HC_SCALE, 0, 1, 3, 1, 1, "blk.%u.hc_ffn_scale.weight", il);
+        synth_tensor(m, F32, K_SINK, 0, 1, H, 1, 1, "blk.%u.attn_sinks.weight", il);
+        synth_tensor(m, DT, K_DENSE, D, 2, D, p->q_lora, 1, "blk.%u.attn_q_a.weight", il);
+        synth_tensor(m, F32, K_NORM, 0, 1, p->q_lora, 1, 1, "blk.%u.attn_q_a_norm.weight", il);
+        synth_tensor(m, DT, K_DENSE, p->q_lora, 2, p->q_lora, H * dh, 1, "blk.%u.attn_q_b.weight", il);
+        synth_tensor(m, DT, K_DENSE, D, 2, D, dh, 1, "blk.%u.attn_kv.weight", il);
+        synth_tensor(m, F32, K_NORM, 0, 1, dh, 1, 1, "blk.%u.attn_kv_a_norm.weight", il);
         /* written 2-D like the converter; the loader re-views it as {H*dh/og, olr, og} */
-        add_t(l, BF16, K_DENSE, H * dh / p->o_groups, 2, H * dh / p->o_groups, (int64_t)p->o_groups * p->o_lora, 1,
+        synth_tensor(m, DT, K_DENSE, H * dh / og, 2, H * dh / og, (int64_t)p->o_groups * p->o_lora, 1,
               "blk.%u.attn_output_a.weight", il);
-        add_t(l, BF16, K_DENSE, (int64_t)p->o_groups * p->o_lora, 2, (int64_t)p->o_groups * p->o_lora, D, 1,
+        synth_tensor(m, DT, K_DENSE, (int64_t)p->o_groups * p->o_lora, 2, (int64_t)p->o_groups * p->o_lora, D, 1,
               "blk.%u.attn_output_b.weight", il);
-        if (kv == (int)il) {
-            add_t(l, F32, K_NORM, 0, 1, dh, 1, 1, "blk.%u.attn_compressor_norm.weight", il);
-            add_t(l, BF16, K_DENSE, D, 2, D, dh, 1, "blk.%u.attn_compressor_kv.weight", il);
-            if (p->ratios[il] > 1) add_t(l, BF16, K_DENSE, D, 2, D, dh, 1, "blk.%u.attn_compressor_gate.weight", il);
+        if (kv_owner) {
+            synth_tensor(m, F32, K_NORM, 0, 1, dh, 1, 1, "blk.%u.attn_compressor_norm.weight", il);
+            synth_tensor(m, DT, K_DENSE, D, 2, D, dh, 1, "blk.%u.attn_compressor_kv.weight", il);
+            if (p->ratios[il] > 1) synth_tensor(m, DT, K_DENSE, D, 2, D, dh, 1, "blk.%u.attn_compressor_gate.weight", il);
         }
-        if (ix == (int)il) {
-            add_t(l, BF16, K_DENSE, p->q_lora, 2, p->q_lora, (int64_t)p->idx_heads * p->idx_dim, 1,
+        if (ix_owner) {
+            synth_tensor(m, DT, K_DENSE, p->q_lora, 2, p->q_lora, (int64_t)p->idx_heads * p->idx_dim, 1,
                   "blk.%u.indexer.attn_q_b.weight", il);
-            add_t(l, BF16, K_DENSE, D, 2, D, p->idx_heads, 1, "blk.%u.indexer.proj.weight", il);
+            synth_tensor(m, DT, K_DENSE, D, 2, D, p->idx_heads, 1, "blk.%u.indexer.proj.weight", il);
         }
-        if (kv == (int)il) {
-            add_t(l, BF16, K_DENSE, dh, 2, dh, p->idx_dim, 1, "blk.%u.indexer.attn_k.weight", il);
-            add_t(l, F32, K_NORM, 0, 1, p->idx_dim, 1, 1, "blk.%u.indexer.k_norm.weight", il);
+        if (kv_owner) {
+            synth_tensor(m, DT, K_DENSE, dh, 2, dh, p->idx_dim, 1, "blk.%u.indexer.attn_k.weight", il);
+            synth_tensor(m, F32, K_NORM, 0, 1, p->idx_dim, 1, 1, "blk.%u.indexer.k_norm.weight", il);
         }
         if (is_engram(p, (int)il)) {
             int64_t n_heads = (int64_t)(p->ngram - 1) * p->heads_per_ngram;
-            add_t(l, F32, K_DENSE, D, 2, D, p->hc, 1, "blk.%u.engram_gate.weight", il);
-            add_t(l, BF16, K_DENSE, n_heads * p->engram_dim, 2, n_heads * p->engram_dim, D * (p->hc + 1), 1,
+            synth_tensor(m, F32, K_DENSE, D, 2, D, p->hc, 1, "blk.%u.engram_gate.weight", il);
+            synth_tensor(m, DT, K_DENSE, n_heads * p->engram_dim, 2, n_heads * p->engram_dim, D * (p->hc + 1), 1,
                   "blk.%u.engram_kv.weight", il);
         }
-        add_t(l, F32, K_DENSE, D, 2, D, E, 1, "blk.%u.ffn_gate_inp.weight", il);
-        add_t(l, F32, K_BIAS, 0, 1, E, 1, 1, "blk.%u.exp_probs_b.bias", il);
-        add_t(l, BF16, K_DENSE, D, 2, D, ff, 1, "blk.%u.ffn_gate_shexp.weight", il);
-        add_t(l, BF16, K_DENSE, ff, 2, ff, D, 1, "blk.%u.ffn_down_shexp.weight", il);
-        add_t(l, BF16, K_DENSE, D, 2, D, ff, 1, "blk.%u.ffn_up_shexp.weight", il);
-        add_t(l, F32, K_NORM, 0, 1, D, 1, 1, "blk.%u.attn_norm.weight", il);
-        add_t(l, F32, K_NORM, 0, 1, D, 1, 1, "blk.%u.ffn_norm.weight", il);
+        synth_tensor(m, F32, K_DENSE, D, 2, D, E, 1, "blk.%u.ffn_gate_inp.weight", il);
+        synth_tensor(m, F32, K_BIAS, 0, 1, E, 1, 1, "blk.%u.exp_probs_b.bias", il);
+        synth_tensor(m, DT, K_DENSE, D, 2, D, fsh, 1, "blk.%u.ffn_gate_shexp.weight", il);
+        synth_tensor(m, DT, K_DENSE, fsh, 2, fsh, D, 1, "blk.%u.ffn_down_shexp.weight", il);
+        synth_tensor(m, DT, K_DENSE, D, 2, D, fsh, 1, "blk.%u.ffn_up_shexp.weight", il);
+        synth_tensor(m, F32, K_NORM, 0, 1, D, 1, 1, "blk.%u.attn_norm.weight", il);
+        synth_tensor(m, F32, K_NORM, 0, 1, D, 1, 1, "blk.%u.ffn_norm.weight", il);
     }
-    add_t(l, F32, K_NORM, 0, 1, D, 1, 1, "output_norm.weight");
-    add_t(l, BF16, K_DENSE, D, 2, D, p->vocab, 1, "output.weight");
+    synth_tensor(m, F32, K_NORM, 0, 1, D, 1, 1, "output_norm.weight");
+    synth_tensor(m, DT, K_DENSE, D, 2, D, p->vocab, 1, "output.weight");
 }
-
-static uint64_t tensor_bytes(const tspec *t) {
-    uint64_t n = (uint64_t)t->ne[0] / ggml_blck_size(t->type) * ggml_type_size(t->type);
-    for (uint32_t d = 1; d < t->n_dims; d++) n *= (uint64_t)t->ne[d];
-    return n;
-}
-
-/* A value of the tensor's distribution: uniform with the target standard deviation. */
-static float sample(const tspec *t, rng *r) {
-    float u = rng_uniform(r);
-    switch (t->kind) {
-    case K_NORM: return 1.0f + 0.1f * u;
-    case K_DENSE: return u * sqrtf(3.0f / (float)t->fan_in); /* std 1/sqrt(fan_in): O(1) outputs */
-    case K_BIAS: return 0.01f * u;
-    case K_SINK: return u;
-    case K_HC_BASE: return 0.5f * u;
-    case K_HC_SCALE: return 0.3f + 0.2f * u;
-    case K_EMBED: return u * 1.7320508f; /* std 1 */
-    case K_MXFP4: return 0;
-    }
-    return 0;
-}
-
-/* MXFP4 blocks: random codes (all 16), e around the exponent that gives std 1/sqrt(fan_in):
- * E[kv^2] over the 16 codes is 34.25 (kvalues are doubled e2m1, §1.5), so
- * 2^(e-128) * sqrt(34.25) = 1/sqrt(fan_in). */
-static void mxfp4_blocks(const tspec *t, rng *r, uint8_t *dst, uint64_t n_blocks) {
-    int e0 = (int)lround(128.0 - log2(sqrt(34.25) * sqrt((double)t->fan_in)));
-    for (uint64_t b = 0; b < n_blocks; b++) {
-        uint64_t u = rng_next(r);
-        dst[b * 17] = (uint8_t)(e0 - 1 + (int)(u % 3));
-        uint64_t v = rng_next(r), w = rng_next(r);
-        memcpy(dst + b * 17 + 1, &v, 8);
-        memcpy(dst + b * 17 + 9, &w, 8);
-    }
-}
-
-static int write_tensor(gguf_writer *w, const tspec *t, uint64_t seed, uint8_t *buf, size_t cap, char *err) {
-    rng r = {hash_str(t->name, seed)};
-    uint64_t total = tensor_bytes(t), done = 0;
-    while (done < total) {
-        uint64_t n;
-        if (t->type == MX) {
-            uint64_t nb = (cap / 17 < (total - done) / 17) ? cap / 17 : (total - done) / 17;
-            mxfp4_blocks(t, &r, buf, nb);
-            n = nb * 17;
-        } else if (t->type == BF16) {
-            uint64_t ne = (cap / 2 < (total - done) / 2) ? cap / 2 : (total - done) / 2;
-            for (uint64_t i = 0; i < ne; i++) {
-                uint16_t h = f32_to_bf16(sample(t, &r));
-                memcpy(buf + 2 * i, &h, 2);
-            }
-            n = ne * 2;
-        } else {
-            uint64_t ne = (cap / 4 < (total - done) / 4) ? cap / 4 : (total - done) / 4;
-            for (uint64_t i = 0; i < ne; i++) {
-                float f = sample(t, &r);
-                memcpy(buf + 4 * i, &f, 4);
-            }
-            n = ne * 4;
-        }
-        if (gguf_writer_write(w, buf, n, err) < 0) return dsf_prefixerr(err, "tensor %s", t->name);
-        done += n;
-    }
-    return 0;
-}
-
-/* ================================================================ metadata */
+/* ================================================================ keys */
 
 static int is_prime(uint64_t n) {
     if (n < 2) return 0;
@@ -548,90 +400,105 @@ static int is_prime(uint64_t n) {
 }
 
 #define K(suffix) (snprintf(key, sizeof key, "deepseek41.%s", suffix), key)
-#define TRY(x) do { if ((x) < 0) goto fail; } while (0)
 
-static int write_kvs(gguf_writer *w, const preset *p, const vocab_out *v, uint64_t seed, const uint64_t *mult,
-                     const uint64_t *offs, const uint64_t *sizes, char *err) {
+/* The Engram constants of synth_model_new, laid out for the keys. */
+typedef struct {
+    uint64_t ncol, rows;      /* bucket columns; table rows = sum of sizes */
+    uint64_t *mult;           /* [n_engram * ngram] odd multipliers */
+    uint64_t *offs, *sizes;   /* [ncol] absolute offsets, primes */
+    const int32_t *tmap;      /* [n_map] compressed token map: the vocab's, or tmap_random */
+    uint32_t n_map;
+    int32_t *tmap_random;     /* owned, for a model without a tokenizer */
+} engram_tables;
+
+/* Model keys of gguf-layout §2.3 in the converter's order. */
+static void model_keys(synth_model *m, const preset *p) {
     char key[128];
-    char name[64];
-    snprintf(name, sizeof name, "dsflash-synth-%s", p->name);
-    TRY(gguf_writer_kv_str(w, "general.architecture", "deepseek41", err));
-    TRY(gguf_writer_kv_str(w, "general.type", "model", err));
-    TRY(gguf_writer_kv_str(w, "general.name", name, err));
-    TRY(gguf_writer_kv_u32(w, K("block_count"), p->n_layer, err));
-    TRY(gguf_writer_kv_u32(w, K("context_length"), p->ctx, err));
-    TRY(gguf_writer_kv_u32(w, K("embedding_length"), p->n_embd, err));
-    TRY(gguf_writer_kv_u32(w, K("attention.head_count"), p->n_head, err));
-    TRY(gguf_writer_kv_u32(w, K("attention.head_count_kv"), 1, err));
-    TRY(gguf_writer_kv_str(w, K("rope.scaling.type"), "yarn", err));
-    TRY(gguf_writer_kv_f32(w, K("rope.scaling.factor"), p->yarn_factor, err));
-    TRY(gguf_writer_kv_u32(w, K("rope.scaling.original_context_length"), p->orig_ctx, err));
-    TRY(gguf_writer_kv_f32(w, K("rope.scaling.yarn_beta_fast"), 32.0f, err));
-    TRY(gguf_writer_kv_f32(w, K("rope.scaling.yarn_beta_slow"), 1.0f, err));
-    TRY(gguf_writer_kv_f32(w, K("rope.freq_base"), 10000.0f, err));
-    TRY(gguf_writer_kv_f32(w, K("attention.layer_norm_rms_epsilon"), 1e-20f, err));
-    TRY(gguf_writer_kv_u32(w, K("expert_count"), p->n_expert, err));
-    TRY(gguf_writer_kv_u32(w, K("expert_used_count"), p->n_used, err));
-    TRY(gguf_writer_kv_u32(w, K("expert_gating_func"), 4, err)); /* sqrtsoftplus, §2.3 */
-    TRY(gguf_writer_kv_u32(w, K("attention.key_length"), p->head_dim, err));
-    TRY(gguf_writer_kv_u32(w, K("attention.value_length"), p->head_dim, err));
-    TRY(gguf_writer_kv_u32(w, "general.file_type", 38, err));
-    TRY(gguf_writer_kv_u32(w, K("rope.dimension_count"), p->n_rot, err));
-    TRY(gguf_writer_kv_u32(w, K("attention.q_lora_rank"), p->q_lora, err));
-    TRY(gguf_writer_kv_u32(w, K("attention.sliding_window"), p->window, err));
-    TRY(gguf_writer_kv_u32(w, K("expert_feed_forward_length"), p->ff, err));
-    TRY(gguf_writer_kv_u32(w, K("expert_shared_count"), p->n_shared, err));
-    TRY(gguf_writer_kv_f32(w, K("expert_weights_scale"), 1.5f, err));
-    TRY(gguf_writer_kv_bool(w, K("expert_weights_norm"), true, err));
-    float clamp[MAX_LAYERS];
-    for (uint32_t i = 0; i < p->n_layer; i++) clamp[i] = 10.0f;
-    TRY(gguf_writer_kv_arr(w, K("swiglu_clamp_exp"), GGUF_VT_FLOAT32, clamp, p->n_layer, err));
-    TRY(gguf_writer_kv_arr(w, K("swiglu_clamp_shexp"), GGUF_VT_FLOAT32, clamp, p->n_layer, err));
-    TRY(gguf_writer_kv_u32(w, K("attention.indexer.head_count"), p->idx_heads, err));
-    TRY(gguf_writer_kv_u32(w, K("attention.indexer.key_length"), p->idx_dim, err));
-    TRY(gguf_writer_kv_u32(w, K("attention.indexer.top_k"), p->idx_topk, err));
-    TRY(gguf_writer_kv_u32(w, K("attention.output_group_count"), p->o_groups, err));
-    TRY(gguf_writer_kv_u32(w, K("attention.output_lora_rank"), p->o_lora, err));
-    TRY(gguf_writer_kv_arr(w, K("attention.compress_ratios"), GGUF_VT_INT32, p->ratios, (uint64_t)p->n_ratio, err));
-    TRY(gguf_writer_kv_f32(w, K("attention.compress_rope_freq_base"), 160000.0f, err));
-    TRY(gguf_writer_kv_u32(w, K("hyper_connection.count"), p->hc, err));
-    TRY(gguf_writer_kv_u32(w, K("hyper_connection.sinkhorn_iterations"), p->sinkhorn, err));
-    TRY(gguf_writer_kv_f32(w, K("hyper_connection.epsilon"), 1e-6f, err));
-    TRY(gguf_writer_kv_u32(w, K("hash_layer_count"), 0, err));
-    TRY(gguf_writer_kv_arr(w, K("attention.kv_source_layers"), GGUF_VT_UINT32, p->kvsrc, (uint64_t)p->n_kvsrc, err));
-    TRY(gguf_writer_kv_arr(w, K("attention.indexer.source_layers"), GGUF_VT_UINT32, p->idxsrc, (uint64_t)p->n_idxsrc, err));
+    synth_set_str(m, "general.architecture", "deepseek41");
+    synth_set_str(m, "general.type", "model");
+    synth_set_str(m, "general.name", p->name ? p->name : "synth");
+    synth_set_u32(m, K("block_count"), p->n_layer);
+    synth_set_u32(m, K("context_length"), p->ctx);
+    synth_set_u32(m, K("embedding_length"), p->n_embd);
+    synth_set_u32(m, K("attention.head_count"), p->n_head);
+    synth_set_u32(m, K("attention.head_count_kv"), 1);
+    if (p->yarn) {
+        synth_set_str(m, K("rope.scaling.type"), "yarn");
+        synth_set_f32(m, K("rope.scaling.factor"), p->yarn_factor);
+        synth_set_u32(m, K("rope.scaling.original_context_length"), p->orig_ctx);
+        synth_set_f32(m, K("rope.scaling.yarn_beta_fast"), 32.0f);
+        synth_set_f32(m, K("rope.scaling.yarn_beta_slow"), 1.0f);
+    }
+    synth_set_f32(m, K("rope.freq_base"), 10000.0f);
+    synth_set_f32(m, K("attention.layer_norm_rms_epsilon"), p->eps);
+    synth_set_u32(m, K("expert_count"), p->n_expert);
+    synth_set_u32(m, K("expert_used_count"), p->n_used);
+    synth_set_u32(m, K("expert_gating_func"), 4); /* sqrtsoftplus, §2.3 */
+    synth_set_u32(m, K("attention.key_length"), p->head_dim);
+    synth_set_u32(m, K("attention.value_length"), p->head_dim);
+    synth_set_u32(m, "general.file_type", 38);
+    synth_set_u32(m, K("rope.dimension_count"), p->n_rot);
+    synth_set_u32(m, K("attention.q_lora_rank"), p->q_lora);
+    synth_set_u32(m, K("attention.sliding_window"), p->window);
+    synth_set_u32(m, K("expert_feed_forward_length"), p->ff);
+    synth_set_u32(m, K("expert_shared_count"), p->n_shared);
+    synth_set_f32(m, K("expert_weights_scale"), p->route_scale);
+    synth_set_bool(m, K("expert_weights_norm"), true);
+    float clamp[SYNTH_MAX_LAYERS];
+    for (uint32_t i = 0; i < p->n_layer; i++) clamp[i] = p->swiglu;
+    synth_set_arr(m, K("swiglu_clamp_exp"), GGUF_VT_FLOAT32, clamp, p->n_layer);
+    synth_set_arr(m, K("swiglu_clamp_shexp"), GGUF_VT_FLOAT32, clamp, p->n_layer);
+}
+
+/* Attention keys (indexer, output groups, compression, hyper-connections, sources, the
+ * candidate stage), then the Engram/PLE keys of §2.4 when p has Engram layers. */
+static void attention_engram_keys(synth_model *m, const preset *p, const engram_tables *e) {
+    char key[128];
+    synth_set_u32(m, K("attention.indexer.head_count"), p->idx_heads);
+    synth_set_u32(m, K("attention.indexer.key_length"), p->idx_dim);
+    synth_set_u32(m, K("attention.indexer.top_k"), p->idx_topk);
+    synth_set_u32(m, K("attention.output_group_count"), p->o_groups);
+    synth_set_u32(m, K("attention.output_lora_rank"), p->o_lora);
+    synth_set_arr(m, K("attention.compress_ratios"), GGUF_VT_INT32, p->ratios,
+                  (uint64_t)(p->n_ratio ? p->n_ratio : (int)p->n_layer));
+    synth_set_f32(m, K("attention.compress_rope_freq_base"), 160000.0f);
+    synth_set_u32(m, K("hyper_connection.count"), p->hc);
+    synth_set_u32(m, K("hyper_connection.sinkhorn_iterations"), p->sinkhorn);
+    synth_set_f32(m, K("hyper_connection.epsilon"), p->hc_eps);
+    synth_set_u32(m, K("hash_layer_count"), 0);
+    synth_set_arr(m, K("attention.kv_source_layers"), GGUF_VT_UINT32, p->kvsrc, (uint64_t)p->n_kvsrc);
+    synth_set_arr(m, K("attention.indexer.source_layers"), GGUF_VT_UINT32, p->idxsrc, (uint64_t)p->n_idxsrc);
     if (p->cand_layer >= 0) {
-        TRY(gguf_writer_kv_i32(w, K("attention.indexer.candidate_source_layer"), p->cand_layer, err));
-        TRY(gguf_writer_kv_u32(w, K("attention.indexer.candidate_top_k_blocks"), p->cand_blocks, err));
-        TRY(gguf_writer_kv_u32(w, K("attention.indexer.candidate_block_size"), p->cand_bsize, err));
+        synth_set_i32(m, K("attention.indexer.candidate_source_layer"), p->cand_layer);
+        synth_set_u32(m, K("attention.indexer.candidate_top_k_blocks"), p->cand_blocks);
+        synth_set_u32(m, K("attention.indexer.candidate_block_size"), p->cand_bsize);
     }
     if (p->n_engram) {
-        uint64_t ncol = (uint64_t)p->n_engram * (p->ngram - 1) * p->heads_per_ngram;
-        TRY(gguf_writer_kv_arr(w, K("ple.layers"), GGUF_VT_UINT32, p->engram, (uint64_t)p->n_engram, err));
-        TRY(gguf_writer_kv_u32(w, K("ple.ngram_size"), p->ngram, err));
-        TRY(gguf_writer_kv_u32(w, K("ple.heads_per_ngram"), p->heads_per_ngram, err));
-        TRY(gguf_writer_kv_u32(w, K("embedding_length_per_layer_input"), p->engram_dim, err));
-        TRY(gguf_writer_kv_arr(w, K("ple.layer_multipliers"), GGUF_VT_UINT64, mult, (uint64_t)p->n_engram * p->ngram, err));
-        TRY(gguf_writer_kv_arr(w, K("ple.head_offsets"), GGUF_VT_UINT64, offs, ncol, err));
-        TRY(gguf_writer_kv_arr(w, K("ple.head_vocab_sizes"), GGUF_VT_UINT64, sizes, ncol, err));
-        TRY(gguf_writer_kv_u32(w, K("engram.pad_token_id"), 2, err));
-        TRY(gguf_writer_kv_arr(w, K("engram.token_map"), GGUF_VT_INT32, v->token_map, v->n, err));
+        synth_set_arr(m, K("ple.layers"), GGUF_VT_UINT32, p->engram, (uint64_t)p->n_engram);
+        synth_set_u32(m, K("ple.ngram_size"), p->ngram);
+        synth_set_u32(m, K("ple.heads_per_ngram"), p->heads_per_ngram);
+        synth_set_u32(m, K("embedding_length_per_layer_input"), p->engram_dim);
+        synth_set_arr(m, K("ple.layer_multipliers"), GGUF_VT_UINT64, e->mult, (uint64_t)p->n_engram * p->ngram);
+        synth_set_arr(m, K("ple.head_offsets"), GGUF_VT_UINT64, e->offs, e->ncol);
+        synth_set_arr(m, K("ple.head_vocab_sizes"), GGUF_VT_UINT64, e->sizes, e->ncol);
+        synth_set_u32(m, K("engram.pad_token_id"), p->engram_pad);
+        synth_set_arr(m, K("engram.token_map"), GGUF_VT_INT32, e->tmap, e->n_map);
     }
-    TRY(gguf_writer_kv_u32(w, "general.quantization_version", 2, err));
-    TRY(gguf_writer_kv_str(w, "tokenizer.ggml.model", "gpt2", err));
-    TRY(gguf_writer_kv_str(w, "tokenizer.ggml.pre", "deepseek-v3", err));
-    TRY(gguf_writer_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->tok, v->len, v->n, err));
-    TRY(gguf_writer_kv_arr(w, "tokenizer.ggml.token_type", GGUF_VT_INT32, v->type, v->n, err));
-    TRY(gguf_writer_kv_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v->merges, v->mlen, v->n_merges, err));
-    TRY(gguf_writer_kv_u32(w, "tokenizer.ggml.bos_token_id", 0, err));
-    TRY(gguf_writer_kv_u32(w, "tokenizer.ggml.eos_token_id", 1, err));
-    TRY(gguf_writer_kv_u32(w, "tokenizer.ggml.padding_token_id", 2, err));
-    TRY(gguf_writer_kv_bool(w, "tokenizer.ggml.add_bos_token", true, err));
-    TRY(gguf_writer_kv_bool(w, "tokenizer.ggml.add_eos_token", false, err));
-    (void)seed;
-    return 0;
-fail:
-    return -1;
+    synth_set_u32(m, "general.quantization_version", 2);
+}
+
+/* The tokenizer keys (gpt2 byte-level BPE, deepseek-v3 pre-tokenizer) of the built vocab. */
+static void tokenizer_keys(synth_model *m, const vocab_out *v) {
+    synth_set_str(m, "tokenizer.ggml.model", "gpt2");
+    synth_set_str(m, "tokenizer.ggml.pre", "deepseek-v3");
+    synth_set_arr_str(m, "tokenizer.ggml.tokens", (const char *const *)v->tok, v->len, v->n);
+    synth_set_arr(m, "tokenizer.ggml.token_type", GGUF_VT_INT32, v->type, v->n);
+    synth_set_arr_str(m, "tokenizer.ggml.merges", (const char *const *)v->merges, v->mlen, v->n_merges);
+    synth_set_u32(m, "tokenizer.ggml.bos_token_id", 0);
+    synth_set_u32(m, "tokenizer.ggml.eos_token_id", 1);
+    synth_set_u32(m, "tokenizer.ggml.padding_token_id", 2);
+    synth_set_bool(m, "tokenizer.ggml.add_bos_token", true);
+    synth_set_bool(m, "tokenizer.ggml.add_eos_token", false);
 }
 
 /* ================================================================ entry points */
@@ -639,66 +506,91 @@ fail:
 /* Engram constants (gguf-layout §2.4): per column a distinct prime >= engram_vocab (one
  * increasing sequence over all columns, like the seed's global `seen` set), absolute offsets
  * = running sum, multipliers odd and < (INT64_MAX / n_compressed) so the rolling hash of
- * §4.2 never overflows int64 the way the reference computes it. Returns the table rows. */
-static uint64_t engram_consts(const preset *p, uint32_t n_compressed, uint64_t seed, uint64_t *mult,
-                              uint64_t *offs, uint64_t *sizes) {
-    uint64_t ncol = (uint64_t)p->n_engram * (p->ngram - 1) * p->heads_per_ngram;
-    uint64_t cur = p->engram_vocab - 1, rows = 0;
-    for (uint64_t c = 0; c < ncol; c++) {
+ * §4.2 never overflows int64 the way the reference computes it; then, for a model without a
+ * tokenizer, e->n_map random token map values in [0, n_compressed) from the same stream. */
+static void engram_consts(const preset *p, uint32_t n_compressed, uint64_t seed, engram_tables *e) {
+    e->ncol = p->n_engram ? (uint64_t)p->n_engram * (p->ngram > 1 ? p->ngram - 1 : 0) * p->heads_per_ngram : 0;
+    uint64_t nmult = (uint64_t)p->n_engram * p->ngram;
+    e->mult = dsf_xcalloc(nmult + 1, sizeof *e->mult);
+    e->offs = dsf_xcalloc(e->ncol + 1, sizeof *e->offs);
+    e->sizes = dsf_xcalloc(e->ncol + 1, sizeof *e->sizes);
+    uint64_t cur = p->engram_vocab ? p->engram_vocab - 1 : 1;
+    e->rows = 0;
+    for (uint64_t c = 0; c < e->ncol; c++) {
         do cur++; while (!is_prime(cur));
-        sizes[c] = cur;
-        offs[c] = rows;
-        rows += cur;
+        e->sizes[c] = cur;
+        e->offs[c] = e->rows;
+        e->rows += cur;
     }
     rng r = {seed ^ 0xE7A3ull};
     uint64_t bound = ((uint64_t)INT64_MAX / (n_compressed ? n_compressed : 1)) / 2;
-    for (uint64_t i = 0; i < (uint64_t)p->n_engram * p->ngram; i++) mult[i] = (rng_next(&r) % bound) * 2 + 1;
-    return rows;
+    for (uint64_t i = 0; i < nmult; i++) e->mult[i] = (rng_next(&r) % bound) * 2 + 1;
+    if (!e->tmap) {
+        e->tmap_random = dsf_xcalloc(e->n_map + 1u, sizeof *e->tmap_random);
+        for (uint32_t i = 0; i < e->n_map; i++)
+            e->tmap_random[i] = (int32_t)(rng_next(&r) % (n_compressed ? n_compressed : 1));
+        e->tmap = e->tmap_random;
+    }
+}
+
+static void engram_free(engram_tables *e) {
+    free(e->mult);
+    free(e->offs);
+    free(e->sizes);
+    free(e->tmap_random);
+}
+
+synth_model *synth_model_new(const synth_params *p, uint64_t seed, char *err) {
+    if (p->n_layer < 1 || p->n_layer > SYNTH_MAX_LAYERS || (p->n_ratio && p->n_ratio < (int)p->n_layer) ||
+        p->n_ratio > SYNTH_MAX_LAYERS + 4 || p->n_engram > SYNTH_MAX_LAYERS || p->n_kvsrc > SYNTH_MAX_LAYERS ||
+        p->n_idxsrc > SYNTH_MAX_LAYERS) {
+        dsf_seterr(err, "synth: layer counts outside what the builder supports");
+        return NULL;
+    }
+    vocab_out v;
+    memset(&v, 0, sizeof v);
+    engram_tables e;
+    memset(&e, 0, sizeof e);
+    uint32_t n_compressed = p->n_compressed;
+    if (p->tokenizer) {
+        build_vocab(&v, p->vocab);
+        n_compressed = v.n_compressed;
+        e.tmap = v.token_map;
+        e.n_map = v.n;
+    } else {
+        e.n_map = p->n_token_map ? p->n_token_map : p->vocab;
+    }
+    engram_consts(p, n_compressed, seed, &e);
+    synth_model *m = synth_model_alloc(seed);
+    model_keys(m, p);
+    attention_engram_keys(m, p, &e);
+    if (p->tokenizer) tokenizer_keys(m, &v);
+    build_tensors(p, m, e.rows);
+    engram_free(&e);
+    vocab_free(&v);
+    return m;
 }
 
 uint64_t synth_data_bytes(const char *name) {
     const preset *p = find_preset(name);
     if (!p) return 0;
-    uint64_t mult[64], offs[256], sizes[256];
-    uint64_t rows = p->n_engram ? engram_consts(p, p->vocab, 0, mult, offs, sizes) : 0;
-    tlist l = {0};
-    build_tensors(p, &l, rows);
-    uint64_t n = 0;
-    for (int i = 0; i < l.n; i++) n += tensor_bytes(&l.t[i]);
-    free(l.t);
+    engram_tables e;
+    memset(&e, 0, sizeof e);
+    engram_consts(p, p->vocab, 0, &e);
+    synth_model *m = synth_model_alloc(0);
+    build_tensors(p, m, e.rows);
+    uint64_t n = synth_model_data_bytes(m);
+    synth_model_free(m);
+    engram_free(&e);
     return n;
 }
 
 int synth_write(const char *name, const char *path, uint64_t seed, char *err) {
     const preset *p = find_preset(name);
     if (!p) return dsf_seterr(err, "unknown preset '%s' (tiny, bench)", name ? name : "(null)");
-    uint64_t ncol = (uint64_t)p->n_engram * (p->ngram - 1) * p->heads_per_ngram;
-    DSF_ASSERT(ncol <= 256 && (uint64_t)p->n_engram * p->ngram <= 64);
-    vocab_out v;
-    memset(&v, 0, sizeof v);
-    build_vocab(&v, p->vocab);
-    uint64_t mult[64], offs[256], sizes[256];
-    uint64_t rows = p->n_engram ? engram_consts(p, v.n_compressed, seed, mult, offs, sizes) : 0;
-    tlist l = {0};
-    build_tensors(p, &l, rows);
-
-    int rc = -1;
-    uint8_t *buf = NULL;
-    gguf_writer *w = gguf_writer_new();
-    if (write_kvs(w, p, &v, seed, mult, offs, sizes, err) < 0) goto done;
-    for (int i = 0; i < l.n; i++)
-        if (gguf_writer_tensor(w, l.t[i].name, l.t[i].type, l.t[i].n_dims, l.t[i].ne, err) < 0) goto done;
-    if (gguf_writer_begin(w, path, err) < 0) goto done;
-    const size_t cap = 1u << 20; /* a multiple of 2, 4 and 17 is not needed: chunks end on elements */
-    buf = dsf_xmalloc(cap);
-    for (int i = 0; i < l.n; i++)
-        if (write_tensor(w, &l.t[i], seed, buf, cap, err) < 0) goto done;
-    if (gguf_writer_finish(w, err) < 0) goto done;
-    rc = 0;
-done:
-    free(buf);
-    gguf_writer_free(w);
-    free(l.t);
-    vocab_free(&v);
+    synth_model *m = synth_model_new(p, seed, err);
+    if (!m) return -1;
+    int rc = synth_model_write(m, path, err);
+    synth_model_free(m);
     return rc;
 }

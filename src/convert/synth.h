@@ -1,20 +1,119 @@
-/* synth.h: random-weight deepseek41 GGUF files in the exact layout of gguf-layout.md §2-§3
- * (`dsflash synth`). Presets:
+/* synth.h: the one builder of random-weight deepseek41 GGUF files, in the exact layout of
+ * gguf-layout.md §2-§3. It serves `dsflash synth` (two presets) and the tests' models
+ * (tests/tmodel.h), which describe any topology with the same parameters.
+ *
+ * Presets:
  *   "tiny":  the topology of testdata/tiny41 (hidden 128, 8 layers, every layer role) with a
  *            usable byte-level BPE tokenizer (vocab 1024) for demos and server tests;
  *   "bench": every real per-layer shape and dtype of V4.1-Flash, 8 layers with every layer
  *            role, 32 routed experts, vocab 129280 (about 11 GB on disk) for benchmarks.
- * Weights are random, never constant, scaled so that activations stay O(1). The output is a
- * pure function of (preset, seed). */
+ *
+ * A model is built in two steps: synth_model_new() lays out the keys (§2.3/§2.4, and the
+ * tokenizer's) and the tensor list (§3.2, in the converter's order §3.4) of a parameter set;
+ * the edit functions below may then drop, add, retype or reshape any key or tensor (the
+ * loader-rule tests build one invalid variant per rule that way); synth_model_write()
+ * generates the weights while streaming them through the GGUF writer, so tensor data is
+ * never held in memory.
+ *
+ * Weights are random, never constant, scaled so that activations stay O(1): dense matrices
+ * uniform with std 1/sqrt(fan_in), norms 1 + 0.1 U(-1,1), embeddings std 1, MXFP4 blocks with
+ * random codes. Each tensor's values are a pure function of (seed, its name, its type and
+ * distribution), generated in element order: editing one tensor leaves the others unchanged,
+ * and a tensor given more rows starts with the same values. */
 #ifndef DSF_SYNTH_H
 #define DSF_SYNTH_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
-/* Writes the preset to path (streamed through the GGUF writer; tensor data is never held in
- * memory). Returns 0, or -1 with err (DSF_ERR_LEN) naming the problem. */
+#define SYNTH_MAX_LAYERS 16
+
+/* Everything a model is built from. Layer lists are layer ids, ascending. */
+typedef struct {
+    const char *name;                      /* general.name */
+    uint32_t n_embd, n_layer, n_head, head_dim, n_rot, q_lora, o_groups, o_lora, window;
+    uint32_t n_expert, n_used, ff, n_shared;
+    uint32_t idx_heads, idx_dim, idx_topk;
+    int32_t cand_layer;                    /* -1: no candidate stage (its keys are not written) */
+    uint32_t cand_blocks, cand_bsize;
+    uint32_t hc, sinkhorn;
+    float hc_eps;
+    uint32_t ngram, heads_per_ngram, engram_dim;
+    uint32_t engram_vocab;                 /* bucket counts: the primes >= this, one per column */
+    uint32_t engram_pad;                   /* engram.pad_token_id */
+    uint32_t vocab, ctx;
+    bool yarn;                             /* false: no rope.scaling.* keys (plain RoPE) */
+    float yarn_factor;
+    uint32_t orig_ctx;                     /* rope.scaling.original_context_length */
+    float eps;                             /* rms_norm_eps */
+    float route_scale;                     /* expert_weights_scale */
+    float swiglu;                          /* swiglu_clamp_exp/_shexp, one value per layer */
+    int n_ratio;                           /* compress_ratios entries (>= n_layer); 0: n_layer */
+    int32_t ratios[SYNTH_MAX_LAYERS + 4];
+    int n_kvsrc, n_idxsrc, n_engram;       /* n_engram 0: no Engram (no ple.* / engram.* keys) */
+    uint32_t kvsrc[SYNTH_MAX_LAYERS], idxsrc[SYNTH_MAX_LAYERS], engram[SYNTH_MAX_LAYERS];
+    uint32_t dense_type;                   /* GGML_TYPE_BF16 or _F32: 2-D weights and tables */
+    uint32_t expert_type;                  /* GGML_TYPE_MXFP4 or _F32: routed experts */
+    /* true: the built-in byte-level BPE tokenizer (tokenizer.ggml.*), and the Engram token map
+     * derived from it; false: no tokenizer keys and a random token map of n_token_map entries
+     * (0: vocab; fewer makes the ids past it DEAD) with values in [0, n_compressed). */
+    bool tokenizer;
+    uint32_t n_token_map, n_compressed;
+} synth_params;
+
+/* The parameters of a preset ("tiny", "bench") in *p; -1 for an unknown name. */
+int synth_preset(const char *name, synth_params *p);
+
+/* Writes the preset to path with weights seeded by seed. Returns 0, or -1 with err
+ * (DSF_ERR_LEN) naming the problem. The output is a pure function of (preset, seed). */
 int synth_write(const char *preset, const char *path, uint64_t seed, char *err);
 /* Bytes the file will have (approximately: tensor data only); 0 for an unknown preset. */
 uint64_t synth_data_bytes(const char *preset);
+
+/* ---- the model before it is written ---- */
+
+typedef struct synth_model synth_model;
+
+/* Lays out the keys and tensors of p, weights to be seeded by seed (nothing is generated
+ * yet; p is copied). NULL with err for a parameter set the builder cannot express. */
+synth_model *synth_model_new(const synth_params *p, uint64_t seed, char *err);
+void synth_model_free(synth_model *m);
+
+/* Writes the keys in order, then every tensor's data. 0, or -1 with err (a type or shape
+ * the builder cannot size, or a writer refusal). */
+int synth_model_write(const synth_model *m, const char *path, char *err);
+
+/* Keys. Setters replace the value (and type) of an existing key in place, or append it. */
+bool synth_has_key(const synth_model *m, const char *key);
+int synth_drop_key(synth_model *m, const char *key); /* 0, or -1 if absent */
+void synth_set_u32(synth_model *m, const char *key, uint32_t v);
+void synth_set_i32(synth_model *m, const char *key, int32_t v);
+void synth_set_u64(synth_model *m, const char *key, uint64_t v);
+void synth_set_f32(synth_model *m, const char *key, float v);
+void synth_set_bool(synth_model *m, const char *key, bool v);
+void synth_set_str(synth_model *m, const char *key, const char *v);
+/* Array of a numeric element type; values given as raw little-endian elements (copied). */
+void synth_set_arr(synth_model *m, const char *key, uint32_t elem_type, const void *data, uint64_t n);
+/* Array of strings (copied; lens NULL: NUL-terminated). */
+void synth_set_arr_str(synth_model *m, const char *key, const char *const *strs, const uint64_t *lens,
+                       uint64_t n);
+/* Converts a key's value to another numeric type, keeping the value (e.g. UINT32 -> INT32,
+ * FLOAT32 -> FLOAT64; for an array, its element type). -1 if absent or not convertible. */
+int synth_retype_key(synth_model *m, const char *key, uint32_t new_type);
+/* Element i of a numeric array key, as u64 (get) / set from u64 (set). -1 if impossible. */
+int synth_arr_get(const synth_model *m, const char *key, uint64_t i, uint64_t *v);
+int synth_arr_set(synth_model *m, const char *key, uint64_t i, uint64_t v);
+uint64_t synth_arr_len(const synth_model *m, const char *key);
+/* Truncates (or, repeating the last element, extends) a numeric array. */
+int synth_arr_resize(synth_model *m, const char *key, uint64_t n);
+
+/* Tensors (ne in GGUF order, unused dims 1). Data is generated at write time for the final
+ * name/type/shape; an added tensor is a dense matrix (std 1/sqrt(ne[0])), and a type other
+ * than F32, BF16 and MXFP4 gets random bytes (only a loader looks at those). */
+bool synth_has_tensor(const synth_model *m, const char *name);
+int synth_drop_tensor(synth_model *m, const char *name);
+void synth_add_tensor(synth_model *m, const char *name, uint32_t type, uint32_t n_dims, const int64_t *ne);
+int synth_reshape_tensor(synth_model *m, const char *name, uint32_t n_dims, const int64_t *ne);
+int synth_retype_tensor(synth_model *m, const char *name, uint32_t type);
 
 #endif

@@ -38,7 +38,7 @@
 enum { TT_NORMAL = 1, TT_CONTROL = 3, TT_USER_DEFINED = 4, TT_UNUSED = 5 };
 
 /* The three Split regexes of DeepSeek-V3's tokenizer.json, in order (kept in sync with
- * tokenizer.c, which hard-codes their PCRE2 translation for pre = "deepseek-v3"). */
+ * src/text/tokenizer.c, which hard-codes their PCRE2 translation for pre = "deepseek-v3"). */
 static const char *const ds3_regexes[3] = {
     "\\p{N}{1,3}",
     "[\xe4\xb8\x80-\xe9\xbe\xa5\xe3\x81\x80-\xe3\x82\x9f\xe3\x82\xa0-\xe3\x83\xbf]+",
@@ -159,135 +159,136 @@ static bool is_deepseek_v3_pre(json_t *pre) {
 /* Upper bound on the vocabulary (GGUF arrays hold at most 2^30 elements, gguf-layout §1.3). */
 #define VOCAB_MAX (1 << 30)
 
-int vocab_write_gguf(gguf_writer *w, const char *hf_dir, int64_t vocab_size, char *err) {
-    int rc = -1;
-    json_t *tj = NULL, *tc = NULL, *cj = NULL;
-    char **tokens = NULL;    /* [n] owned copies or NULL for holes */
-    int32_t *types = NULL;   /* [n] */
-    char **merges = NULL;    /* [n_merges] owned */
-    size_t n_merges = 0;
-    int64_t n = 0;
-    char *tmpl = NULL;
+/* What vocab_write_gguf reads, step by step, before writing any key. */
+typedef struct {
+    json_t *tj, *tc, *cj;          /* tokenizer.json; tokenizer_config.json, config.json or NULL */
+    json_t *model, *vocab, *added; /* borrowed from tj: model, model.vocab, added_tokens (or NULL) */
+    int64_t n;                     /* vocabulary size */
+    char **tokens;                 /* [n] owned copies (NULL for holes until padded) */
+    int32_t *types;                /* [n] */
+    char **merges;                 /* [n_merges] owned */
+    size_t n_merges;
+    int64_t special[7];            /* per special_types; -1 = unset */
+    char *tmpl;                    /* chat template, or NULL */
+} hf_vocab;
 
-    if (load_json(hf_dir, "tokenizer.json", true, &tj, err) ||
-        load_json(hf_dir, "tokenizer_config.json", false, &tc, err) ||
-        load_json(hf_dir, "config.json", false, &cj, err))
-        goto done;
+static void hf_vocab_free(hf_vocab *v) {
+    if (v->tokens)
+        for (int64_t i = 0; i < v->n; i++) free(v->tokens[i]);
+    free(v->tokens);
+    free(v->types);
+    for (size_t i = 0; i < v->n_merges; i++) free(v->merges[i]);
+    free(v->merges);
+    free(v->tmpl);
+    json_decref(v->tj);
+    json_decref(v->tc);
+    json_decref(v->cj);
+}
 
-    json_t *model = json_object_get(tj, "model");
-    if (!json_is_object(model)) {
-        dsf_seterr(err, "%s/tokenizer.json: no \"model\" object", hf_dir);
-        goto done;
-    }
-    json_t *mty = json_object_get(model, "type");
-    if (mty && (!json_is_string(mty) || strcmp(json_string_value(mty), "BPE"))) {
-        dsf_seterr(err, "%s/tokenizer.json: model type %s is not BPE", hf_dir,
-                   json_is_string(mty) ? json_string_value(mty) : "(not a string)");
-        goto done;
-    }
-    json_t *vocab = json_object_get(model, "vocab");
-    json_t *added = json_object_get(tj, "added_tokens");
-    if (!json_is_object(vocab)) {
-        dsf_seterr(err, "%s/tokenizer.json: model.vocab is not an object", hf_dir);
-        goto done;
-    }
-    if (added && !json_is_array(added)) {
-        dsf_seterr(err, "%s/tokenizer.json: added_tokens is not an array", hf_dir);
-        goto done;
-    }
+/* The three files, and tokenizer.json's model (a BPE with a vocab object) and added tokens. */
+static int read_files(hf_vocab *v, const char *hf_dir, char *err) {
+    if (load_json(hf_dir, "tokenizer.json", true, &v->tj, err) ||
+        load_json(hf_dir, "tokenizer_config.json", false, &v->tc, err) ||
+        load_json(hf_dir, "config.json", false, &v->cj, err))
+        return -1;
+    v->model = json_object_get(v->tj, "model");
+    if (!json_is_object(v->model)) return dsf_seterr(err, "%s/tokenizer.json: no \"model\" object", hf_dir);
+    json_t *mty = json_object_get(v->model, "type");
+    if (mty && (!json_is_string(mty) || strcmp(json_string_value(mty), "BPE")))
+        return dsf_seterr(err, "%s/tokenizer.json: model type %s is not BPE", hf_dir,
+                          json_is_string(mty) ? json_string_value(mty) : "(not a string)");
+    v->vocab = json_object_get(v->model, "vocab");
+    v->added = json_object_get(v->tj, "added_tokens");
+    if (!json_is_object(v->vocab)) return dsf_seterr(err, "%s/tokenizer.json: model.vocab is not an object", hf_dir);
+    if (v->added && !json_is_array(v->added))
+        return dsf_seterr(err, "%s/tokenizer.json: added_tokens is not an array", hf_dir);
+    return 0;
+}
 
-    /* Vocabulary size: the caller's (the model's), else the largest id + 1. */
+/* Vocabulary size: the caller's (the model's), else the largest id + 1; checks every id. */
+static int read_size(hf_vocab *v, const char *hf_dir, int64_t vocab_size, char *err) {
     int64_t max_id = -1;
     const char *key;
     json_t *val;
-    json_object_foreach(vocab, key, val) {
-        if (!json_is_integer(val) || json_integer_value(val) < 0 ||
-            json_integer_value(val) >= VOCAB_MAX) {
-            dsf_seterr(err, "tokenizer.json: vocab entry '%s' has an invalid id", key);
-            goto done;
-        }
+    json_object_foreach(v->vocab, key, val) {
+        if (!json_is_integer(val) || json_integer_value(val) < 0 || json_integer_value(val) >= VOCAB_MAX)
+            return dsf_seterr(err, "tokenizer.json: vocab entry '%s' has an invalid id", key);
         if (json_integer_value(val) > max_id) max_id = json_integer_value(val);
     }
     size_t ia;
     json_t *at;
-    json_array_foreach(added, ia, at) {
+    json_array_foreach(v->added, ia, at) {
         json_t *id = json_object_get(at, "id");
         json_t *content = json_object_get(at, "content");
-        if (!json_is_integer(id) || json_integer_value(id) < 0 ||
-            json_integer_value(id) >= VOCAB_MAX || !json_is_string(content) ||
-            !json_string_length(content)) {
-            dsf_seterr(err, "tokenizer.json: added_tokens[%zu] has an invalid id or content", ia);
-            goto done;
-        }
+        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= VOCAB_MAX ||
+            !json_is_string(content) || !json_string_length(content))
+            return dsf_seterr(err, "tokenizer.json: added_tokens[%zu] has an invalid id or content", ia);
         if (json_integer_value(id) > max_id) max_id = json_integer_value(id);
     }
-    if (max_id < 0) {
-        dsf_seterr(err, "%s/tokenizer.json: empty vocabulary", hf_dir);
-        goto done;
-    }
-    if (vocab_size < 0 || vocab_size > VOCAB_MAX) {
-        dsf_seterr(err, "vocab_size %lld out of range", (long long)vocab_size);
-        goto done;
-    }
-    n = vocab_size > 0 ? vocab_size : max_id + 1;
-    if (max_id >= n) {
-        dsf_seterr(err, "tokenizer.json: token id %lld does not fit the model's vocab_size %lld",
-                   (long long)max_id, (long long)n);
-        goto done;
-    }
+    if (max_id < 0) return dsf_seterr(err, "%s/tokenizer.json: empty vocabulary", hf_dir);
+    if (vocab_size < 0 || vocab_size > VOCAB_MAX)
+        return dsf_seterr(err, "vocab_size %lld out of range", (long long)vocab_size);
+    v->n = vocab_size > 0 ? vocab_size : max_id + 1;
+    if (max_id >= v->n)
+        return dsf_seterr(err, "tokenizer.json: token id %lld does not fit the model's vocab_size %lld",
+                          (long long)max_id, (long long)v->n);
+    return 0;
+}
 
-    tokens = dsf_xcalloc((size_t)n, sizeof *tokens);
-    types = dsf_xcalloc((size_t)n, sizeof *types);
-    json_object_foreach(vocab, key, val) {
+/* Tokens and types: the model vocab, then the added tokens over it, then "[PAD{i}]" holes. */
+static int read_tokens(hf_vocab *v, char *err) {
+    v->tokens = dsf_xcalloc((size_t)v->n, sizeof *v->tokens);
+    v->types = dsf_xcalloc((size_t)v->n, sizeof *v->types);
+    const char *key;
+    json_t *val;
+    json_object_foreach(v->vocab, key, val) {
         int64_t id = json_integer_value(val);
-        if (tokens[id]) {
-            dsf_seterr(err, "tokenizer.json: id %lld used by '%s' and '%s'", (long long)id,
-                       tokens[id], key);
-            goto done;
-        }
-        tokens[id] = dsf_xstrdup(key);
-        types[id] = TT_NORMAL;
+        if (v->tokens[id])
+            return dsf_seterr(err, "tokenizer.json: id %lld used by '%s' and '%s'", (long long)id, v->tokens[id], key);
+        v->tokens[id] = dsf_xstrdup(key);
+        v->types[id] = TT_NORMAL;
     }
     /* Added tokens: their content replaces the vocab string for that id (HF get_vocab). */
-    json_array_foreach(added, ia, at) {
+    size_t ia;
+    json_t *at;
+    json_array_foreach(v->added, ia, at) {
         int64_t id = json_integer_value(json_object_get(at, "id"));
         const char *content = json_string_value(json_object_get(at, "content"));
         json_t *sp = json_object_get(at, "special");
         bool special = json_is_true(sp);
-        free(tokens[id]);
+        free(v->tokens[id]);
         if (special || looks_special(content)) {
-            tokens[id] = dsf_xstrdup(content);
-            types[id] = TT_CONTROL;
+            v->tokens[id] = dsf_xstrdup(content);
+            v->types[id] = TT_CONTROL;
         } else {
-            tokens[id] = lower_blank(content);
-            types[id] = TT_USER_DEFINED;
+            v->tokens[id] = lower_blank(content);
+            v->types[id] = TT_USER_DEFINED;
         }
     }
-    for (int64_t i = 0; i < n; i++) {
-        if (tokens[i]) continue;
+    for (int64_t i = 0; i < v->n; i++) {
+        if (v->tokens[i]) continue;
         char pad[32];
         snprintf(pad, sizeof pad, "[PAD%lld]", (long long)i);
-        tokens[i] = dsf_xstrdup(pad);
-        types[i] = TT_UNUSED;
+        v->tokens[i] = dsf_xstrdup(pad);
+        v->types[i] = TT_UNUSED;
     }
+    return 0;
+}
 
-    /* Merges. */
-    json_t *jm = json_object_get(model, "merges");
-    if (!json_is_array(jm) || json_array_size(jm) == 0) {
-        dsf_seterr(err, "%s/tokenizer.json: no model.merges (a BPE tokenizer needs them)", hf_dir);
-        goto done;
-    }
-    merges = dsf_xcalloc(json_array_size(jm), sizeof *merges);
+/* Merges: "a b" strings as stored; [a, b] pairs joined (spaces in a part become U+0120). */
+static int read_merges(hf_vocab *v, const char *hf_dir, char *err) {
+    json_t *jm = json_object_get(v->model, "merges");
+    if (!json_is_array(jm) || json_array_size(jm) == 0)
+        return dsf_seterr(err, "%s/tokenizer.json: no model.merges (a BPE tokenizer needs them)", hf_dir);
+    v->merges = dsf_xcalloc(json_array_size(jm), sizeof *v->merges);
+    size_t ia;
+    json_t *val;
     json_array_foreach(jm, ia, val) {
         if (json_is_string(val)) {
             const char *s = json_string_value(val);
-            if (!strchr(s, ' ')) {
-                dsf_seterr(err, "tokenizer.json: merges[%zu] '%s' is not \"a b\"", ia, s);
-                goto done;
-            }
-            merges[n_merges++] = dsf_xstrdup(s);
-        } else if (json_is_array(val) && json_array_size(val) == 2 &&
-                   json_is_string(json_array_get(val, 0)) &&
+            if (!strchr(s, ' ')) return dsf_seterr(err, "tokenizer.json: merges[%zu] '%s' is not \"a b\"", ia, s);
+            v->merges[v->n_merges++] = dsf_xstrdup(s);
+        } else if (json_is_array(val) && json_array_size(val) == 2 && json_is_string(json_array_get(val, 0)) &&
                    json_is_string(json_array_get(val, 1))) {
             dsf_buf b = {0};
             for (int p = 0; p < 2; p++) {
@@ -299,117 +300,122 @@ int vocab_write_gguf(gguf_writer *w, const char *hf_dir, int64_t vocab_size, cha
                 }
             }
             dsf_buf_append(&b, "", 1);
-            merges[n_merges++] = (char *)b.data;
+            v->merges[v->n_merges++] = (char *)b.data;
         } else {
-            dsf_seterr(err, "tokenizer.json: merges[%zu] is neither \"a b\" nor [a, b]", ia);
-            goto done;
+            return dsf_seterr(err, "tokenizer.json: merges[%zu] is neither \"a b\" nor [a, b]", ia);
         }
     }
+    return 0;
+}
 
-    if (!is_deepseek_v3_pre(json_object_get(tj, "pre_tokenizer"))) {
-        dsf_seterr(err, "%s/tokenizer.json: BPE pre-tokenizer was not recognized (only "
-                   "DeepSeek-V3's Split sequence is supported)", hf_dir);
-        goto done;
-    }
-
-    /* Special ids. */
-    int64_t special[7];
-    for (int t = 0; t < 7; t++) special[t] = -1;
-    if (tc) {
+/* Special ids: tokenizer_config.json "<typ>_token" looked up among the added tokens, then
+ * config.json (and its text_config) "<typ>_token_id" for the types still unset. */
+static void read_special_ids(hf_vocab *v) {
+    for (int t = 0; t < 7; t++) v->special[t] = -1;
+    if (v->tc) {
         for (int t = 0; t < 7; t++) {
             char k[32];
             snprintf(k, sizeof k, "%s_token", special_types[t]);
-            const char *content = config_token_content(json_object_get(tc, k));
+            const char *content = config_token_content(json_object_get(v->tc, k));
             if (!content) continue;
-            json_array_foreach(added, ia, at) {
+            size_t ia;
+            json_t *at;
+            json_array_foreach(v->added, ia, at) {
                 if (!strcmp(json_string_value(json_object_get(at, "content")), content)) {
                     int64_t id = json_integer_value(json_object_get(at, "id"));
-                    if (id < n) special[t] = id;
+                    if (id < v->n) v->special[t] = id;
                     break;
                 }
             }
         }
     }
-    json_t *cfgs[2] = {cj, cj ? json_object_get(cj, "text_config") : NULL};
+    json_t *cfgs[2] = {v->cj, v->cj ? json_object_get(v->cj, "text_config") : NULL};
     for (int c = 0; c < 2; c++) {
         if (!json_is_object(cfgs[c])) continue;
         for (int t = 0; t < 7; t++) {
-            if (special[t] >= 0) continue;
+            if (v->special[t] >= 0) continue;
             char k[32];
             snprintf(k, sizeof k, "%s_token_id", special_types[t]);
-            json_t *v = json_object_get(cfgs[c], k);
-            if (json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) < n)
-                special[t] = json_integer_value(v);
+            json_t *jv = json_object_get(cfgs[c], k);
+            if (json_is_integer(jv) && json_integer_value(jv) >= 0 && json_integer_value(jv) < v->n)
+                v->special[t] = json_integer_value(jv);
         }
     }
+}
 
-    if (tc) {
-        json_t *ct = json_object_get(tc, "chat_template");
-        if (json_is_string(ct) && json_string_length(ct)) {
-            tmpl = dsf_xstrdup(json_string_value(ct));
-        } else {
-            char path[4096];
-            uint8_t *data = NULL;
-            size_t len = 0;
-            char e2[DSF_ERR_LEN];
-            snprintf(path, sizeof path, "%s/chat_template.jinja", hf_dir);
-            FILE *f = fopen(path, "rb");
-            if (f) {
-                fclose(f);
-                if (dsf_read_file(path, &data, &len, e2) != 0) {
-                    dsf_seterr(err, "%s", e2);
-                    goto done;
-                }
-                if (len) tmpl = (char *)data;
-                else free(data);
-            }
-        }
+/* The chat template: tokenizer_config.json "chat_template", else chat_template.jinja beside it. */
+static int read_chat_template(hf_vocab *v, const char *hf_dir, char *err) {
+    if (!v->tc) return 0;
+    json_t *ct = json_object_get(v->tc, "chat_template");
+    if (json_is_string(ct) && json_string_length(ct)) {
+        v->tmpl = dsf_xstrdup(json_string_value(ct));
+        return 0;
     }
+    char path[4096];
+    uint8_t *data = NULL;
+    size_t len = 0;
+    char e2[DSF_ERR_LEN];
+    snprintf(path, sizeof path, "%s/chat_template.jinja", hf_dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    fclose(f);
+    if (dsf_read_file(path, &data, &len, e2) != 0) return dsf_seterr(err, "%s", e2);
+    if (len) v->tmpl = (char *)data;
+    else free(data);
+    return 0;
+}
 
-    /* ---- write, in the converter's order ---- */
+/* Adds the keys to w, in the converter's order. */
+static int write_keys(const hf_vocab *v, gguf_writer *w, char *err) {
+    int64_t n = v->n;
     uint64_t *lens = dsf_xmalloc((size_t)n * sizeof *lens);
-    for (int64_t i = 0; i < n; i++) lens[i] = strlen(tokens[i]);
+    for (int64_t i = 0; i < n; i++) lens[i] = strlen(v->tokens[i]);
     int wr = gguf_writer_kv_str(w, "tokenizer.ggml.model", "gpt2", err);
     if (!wr) wr = gguf_writer_kv_str(w, "tokenizer.ggml.pre", "deepseek-v3", err);
     if (!wr)
-        wr = gguf_writer_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tokens, lens,
-                                    (uint64_t)n, err);
+        wr = gguf_writer_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->tokens, lens, (uint64_t)n,
+                                    err);
     free(lens);
-    if (!wr)
-        wr = gguf_writer_kv_arr(w, "tokenizer.ggml.token_type", GGUF_VT_INT32, types, (uint64_t)n,
-                                err);
+    if (!wr) wr = gguf_writer_kv_arr(w, "tokenizer.ggml.token_type", GGUF_VT_INT32, v->types, (uint64_t)n, err);
     if (!wr) {
-        uint64_t *ml = dsf_xmalloc(n_merges * sizeof *ml);
-        for (size_t i = 0; i < n_merges; i++) ml[i] = strlen(merges[i]);
-        wr = gguf_writer_kv_arr_str(w, "tokenizer.ggml.merges", (const char *const *)merges, ml,
-                                    n_merges, err);
+        uint64_t *ml = dsf_xmalloc(v->n_merges * sizeof *ml);
+        for (size_t i = 0; i < v->n_merges; i++) ml[i] = strlen(v->merges[i]);
+        wr = gguf_writer_kv_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v->merges, ml, v->n_merges,
+                                    err);
         free(ml);
     }
     for (int t = 0; t < 7 && !wr; t++)
-        if (special[t] >= 0) wr = gguf_writer_kv_u32(w, special_keys[t], (uint32_t)special[t], err);
-    for (int t = 0; t < 7 && !wr && tc; t++) {
+        if (v->special[t] >= 0) wr = gguf_writer_kv_u32(w, special_keys[t], (uint32_t)v->special[t], err);
+    for (int t = 0; t < 7 && !wr && v->tc; t++) {
         char k[32], gk[64];
         snprintf(k, sizeof k, "add_%s_token", special_types[t]);
-        json_t *v = json_object_get(tc, k);
-        if (!json_is_boolean(v)) continue;
+        json_t *jv = json_object_get(v->tc, k);
+        if (!json_is_boolean(jv)) continue;
         snprintf(gk, sizeof gk, "tokenizer.ggml.%s", k);
-        wr = gguf_writer_kv_bool(w, gk, json_is_true(v), err);
+        wr = gguf_writer_kv_bool(w, gk, json_is_true(jv), err);
     }
-    if (!wr && tmpl) wr = gguf_writer_kv_str(w, "tokenizer.chat_template", tmpl, err);
-    if (wr) goto done;
+    if (!wr && v->tmpl) wr = gguf_writer_kv_str(w, "tokenizer.chat_template", v->tmpl, err);
+    return wr ? -1 : 0;
+}
+
+int vocab_write_gguf(gguf_writer *w, const char *hf_dir, int64_t vocab_size, char *err) {
+    hf_vocab v;
+    memset(&v, 0, sizeof v);
+    int rc = -1;
+    if (read_files(&v, hf_dir, err) || read_size(&v, hf_dir, vocab_size, err) || read_tokens(&v, err) ||
+        read_merges(&v, hf_dir, err))
+        goto done;
+    if (!is_deepseek_v3_pre(json_object_get(v.tj, "pre_tokenizer"))) {
+        dsf_seterr(err, "%s/tokenizer.json: BPE pre-tokenizer was not recognized (only "
+                   "DeepSeek-V3's Split sequence is supported)", hf_dir);
+        goto done;
+    }
+    read_special_ids(&v);
+    if (read_chat_template(&v, hf_dir, err) || write_keys(&v, w, err)) goto done;
     rc = 0;
 
 done:
     if (rc) dsf_err_oneline(err); /* token texts in messages come from the file */
-    if (tokens)
-        for (int64_t i = 0; i < n; i++) free(tokens[i]);
-    free(tokens);
-    free(types);
-    for (size_t i = 0; i < n_merges; i++) free(merges[i]);
-    free(merges);
-    free(tmpl);
-    json_decref(tj);
-    json_decref(tc);
-    json_decref(cj);
+    hf_vocab_free(&v);
     return rc;
 }

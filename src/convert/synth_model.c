@@ -1,0 +1,446 @@
+/* synth_model.c: the synthetic model between its layout and its file (see synth.h): the
+ * ordered key list and tensor list, the edit operations on them, and the writer that
+ * generates every tensor's data while streaming it.
+ *
+ * Owns: the value representation of keys (numeric scalars, strings, numeric and string
+ * arrays), the value distributions, and the seeded generation of tensor data.
+ * Must not: know the model's topology (synth.c lays it out), or hold tensor data (it is
+ * generated in 1 MiB chunks).
+ * Invariant: a tensor's data is a function of (seed, name, type, distribution) only, in
+ * element order; keys are written in list order, tensors in list order. */
+#include "convert/synth_impl.h"
+#include "io/gguf.h"
+#include "kernels/quant.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ================================================================ the model */
+
+typedef struct {
+    uint64_t u;
+    int64_t i;
+    double f;
+} num;
+
+static num num_u(uint64_t v) { return (num){v, (int64_t)v, (double)v}; }
+static num num_i(int64_t v) { return (num){(uint64_t)v, v, (double)v}; }
+static num num_f(double v) { return (num){(uint64_t)(int64_t)v, (int64_t)v, v}; }
+
+typedef struct {
+    char key[128];
+    uint32_t type;     /* enum gguf_vtype */
+    num v;             /* numeric scalars and BOOL */
+    char *s;           /* STRING */
+    uint32_t arr_type; /* ARRAY: element type (numeric, or STRING) */
+    uint64_t n;
+    uint8_t *arr;      /* numeric elements */
+    char **strs;       /* string elements, NUL-terminated */
+    uint64_t *lens;
+} skv;
+
+typedef struct {
+    char name[GGUF_MAX_NAME];
+    uint32_t type, n_dims;
+    int64_t ne[4];
+    enum synth_kind kind;
+    int64_t fan_in;    /* K_DENSE: std 1/sqrt(fan_in); MXFP4: the scale's target */
+} stensor;
+
+struct synth_model {
+    uint64_t seed;
+    skv *kv;
+    int n_kv, cap_kv;
+    stensor *t;
+    int n_t, cap_t;
+};
+
+synth_model *synth_model_alloc(uint64_t seed) {
+    synth_model *m = dsf_xcalloc(1, sizeof *m);
+    m->seed = seed;
+    return m;
+}
+
+static uint32_t vsize(uint32_t t) {
+    switch (t) {
+    case GGUF_VT_UINT8: case GGUF_VT_INT8: case GGUF_VT_BOOL: return 1;
+    case GGUF_VT_UINT16: case GGUF_VT_INT16: return 2;
+    case GGUF_VT_UINT32: case GGUF_VT_INT32: case GGUF_VT_FLOAT32: return 4;
+    case GGUF_VT_UINT64: case GGUF_VT_INT64: case GGUF_VT_FLOAT64: return 8;
+    default: return 0;
+    }
+}
+
+static num get_elem(uint32_t t, const uint8_t *p) {
+    switch (t) {
+    case GGUF_VT_UINT8: case GGUF_VT_BOOL: return num_u(p[0]);
+    case GGUF_VT_INT8: return num_i((int8_t)p[0]);
+    case GGUF_VT_UINT16: { uint16_t x; memcpy(&x, p, 2); return num_u(x); }
+    case GGUF_VT_INT16: { int16_t x; memcpy(&x, p, 2); return num_i(x); }
+    case GGUF_VT_UINT32: { uint32_t x; memcpy(&x, p, 4); return num_u(x); }
+    case GGUF_VT_INT32: { int32_t x; memcpy(&x, p, 4); return num_i(x); }
+    case GGUF_VT_FLOAT32: { float x; memcpy(&x, p, 4); return num_f(x); }
+    case GGUF_VT_UINT64: { uint64_t x; memcpy(&x, p, 8); return num_u(x); }
+    case GGUF_VT_INT64: { int64_t x; memcpy(&x, p, 8); return num_i(x); }
+    case GGUF_VT_FLOAT64: { double x; memcpy(&x, p, 8); return num_f(x); }
+    default: return num_u(0);
+    }
+}
+
+static void put_elem(uint32_t t, uint8_t *p, num v) {
+    switch (t) {
+    case GGUF_VT_UINT8: case GGUF_VT_BOOL: p[0] = (uint8_t)v.u; break;
+    case GGUF_VT_INT8: p[0] = (uint8_t)(int8_t)v.i; break;
+    case GGUF_VT_UINT16: { uint16_t x = (uint16_t)v.u; memcpy(p, &x, 2); break; }
+    case GGUF_VT_INT16: { int16_t x = (int16_t)v.i; memcpy(p, &x, 2); break; }
+    case GGUF_VT_UINT32: { uint32_t x = (uint32_t)v.u; memcpy(p, &x, 4); break; }
+    case GGUF_VT_INT32: { int32_t x = (int32_t)v.i; memcpy(p, &x, 4); break; }
+    case GGUF_VT_FLOAT32: { float x = (float)v.f; memcpy(p, &x, 4); break; }
+    case GGUF_VT_UINT64: memcpy(p, &v.u, 8); break;
+    case GGUF_VT_INT64: memcpy(p, &v.i, 8); break;
+    case GGUF_VT_FLOAT64: memcpy(p, &v.f, 8); break;
+    default: break;
+    }
+}
+
+/* ================================================================ keys */
+
+static skv *find_kv(const synth_model *m, const char *key) {
+    for (int i = 0; i < m->n_kv; i++)
+        if (!strcmp(m->kv[i].key, key)) return &m->kv[i];
+    return NULL;
+}
+
+static void kv_clear(skv *k) {
+    free(k->s);
+    free(k->arr);
+    for (uint64_t i = 0; k->strs && i < k->n; i++) free(k->strs[i]);
+    free(k->strs);
+    free(k->lens);
+    k->s = NULL;
+    k->arr = NULL;
+    k->strs = NULL;
+    k->lens = NULL;
+    k->n = 0;
+}
+
+/* The key's slot (existing, cleared; or appended). */
+static skv *kv_slot(synth_model *m, const char *key) {
+    skv *k = find_kv(m, key);
+    if (k) {
+        kv_clear(k);
+        return k;
+    }
+    if (m->n_kv == m->cap_kv) {
+        m->cap_kv = m->cap_kv ? 2 * m->cap_kv : 64;
+        m->kv = dsf_xrealloc(m->kv, (size_t)m->cap_kv * sizeof *m->kv);
+    }
+    k = &m->kv[m->n_kv++];
+    memset(k, 0, sizeof *k);
+    snprintf(k->key, sizeof k->key, "%s", key);
+    return k;
+}
+
+bool synth_has_key(const synth_model *m, const char *key) { return find_kv(m, key) != NULL; }
+
+int synth_drop_key(synth_model *m, const char *key) {
+    skv *k = find_kv(m, key);
+    if (!k) return -1;
+    kv_clear(k);
+    int i = (int)(k - m->kv);
+    memmove(&m->kv[i], &m->kv[i + 1], (size_t)(m->n_kv - i - 1) * sizeof *m->kv);
+    m->n_kv--;
+    return 0;
+}
+
+static void set_num(synth_model *m, const char *key, uint32_t type, num v) {
+    skv *k = kv_slot(m, key);
+    k->type = type;
+    k->v = v;
+}
+
+void synth_set_u32(synth_model *m, const char *key, uint32_t v) { set_num(m, key, GGUF_VT_UINT32, num_u(v)); }
+void synth_set_i32(synth_model *m, const char *key, int32_t v) { set_num(m, key, GGUF_VT_INT32, num_i(v)); }
+void synth_set_u64(synth_model *m, const char *key, uint64_t v) { set_num(m, key, GGUF_VT_UINT64, num_u(v)); }
+void synth_set_f32(synth_model *m, const char *key, float v) { set_num(m, key, GGUF_VT_FLOAT32, num_f(v)); }
+void synth_set_bool(synth_model *m, const char *key, bool v) { set_num(m, key, GGUF_VT_BOOL, num_u(v ? 1 : 0)); }
+
+void synth_set_str(synth_model *m, const char *key, const char *v) {
+    skv *k = kv_slot(m, key);
+    k->type = GGUF_VT_STRING;
+    k->s = dsf_xstrdup(v);
+}
+
+void synth_set_arr(synth_model *m, const char *key, uint32_t elem_type, const void *data, uint64_t n) {
+    skv *k = kv_slot(m, key);
+    k->type = GGUF_VT_ARRAY;
+    k->arr_type = elem_type;
+    k->n = n;
+    size_t nb = (size_t)n * vsize(elem_type);
+    k->arr = dsf_xmalloc(nb ? nb : 1);
+    if (nb) memcpy(k->arr, data, nb);
+}
+
+void synth_set_arr_str(synth_model *m, const char *key, const char *const *strs, const uint64_t *lens,
+                       uint64_t n) {
+    skv *k = kv_slot(m, key);
+    k->type = GGUF_VT_ARRAY;
+    k->arr_type = GGUF_VT_STRING;
+    k->n = n;
+    k->strs = dsf_xcalloc(n ? n : 1, sizeof *k->strs);
+    k->lens = dsf_xcalloc(n ? n : 1, sizeof *k->lens);
+    for (uint64_t i = 0; i < n; i++) {
+        k->lens[i] = lens ? lens[i] : strlen(strs[i]);
+        k->strs[i] = dsf_xmalloc(k->lens[i] + 1);
+        memcpy(k->strs[i], strs[i], k->lens[i]);
+        k->strs[i][k->lens[i]] = 0;
+    }
+}
+
+int synth_retype_key(synth_model *m, const char *key, uint32_t new_type) {
+    skv *k = find_kv(m, key);
+    if (!k || !vsize(new_type)) return -1;
+    if (k->type == GGUF_VT_ARRAY) {
+        uint32_t es = vsize(k->arr_type), ns = vsize(new_type);
+        if (!es) return -1;
+        uint8_t *a = dsf_xmalloc((size_t)(k->n ? k->n : 1) * ns);
+        for (uint64_t i = 0; i < k->n; i++) put_elem(new_type, a + i * ns, get_elem(k->arr_type, k->arr + i * es));
+        free(k->arr);
+        k->arr = a;
+        k->arr_type = new_type;
+        return 0;
+    }
+    if (!vsize(k->type)) return -1;
+    k->type = new_type;
+    return 0;
+}
+
+uint64_t synth_arr_len(const synth_model *m, const char *key) {
+    const skv *k = find_kv(m, key);
+    return k && k->type == GGUF_VT_ARRAY ? k->n : 0;
+}
+
+int synth_arr_get(const synth_model *m, const char *key, uint64_t i, uint64_t *v) {
+    const skv *k = find_kv(m, key);
+    if (!k || k->type != GGUF_VT_ARRAY || i >= k->n || !vsize(k->arr_type)) return -1;
+    *v = get_elem(k->arr_type, k->arr + i * vsize(k->arr_type)).u;
+    return 0;
+}
+
+int synth_arr_set(synth_model *m, const char *key, uint64_t i, uint64_t v) {
+    skv *k = find_kv(m, key);
+    if (!k || k->type != GGUF_VT_ARRAY || i >= k->n || !vsize(k->arr_type)) return -1;
+    num x = k->arr_type == GGUF_VT_FLOAT32 || k->arr_type == GGUF_VT_FLOAT64 ? num_f((double)v) : num_u(v);
+    put_elem(k->arr_type, k->arr + i * vsize(k->arr_type), x);
+    return 0;
+}
+
+int synth_arr_resize(synth_model *m, const char *key, uint64_t n) {
+    skv *k = find_kv(m, key);
+    if (!k || k->type != GGUF_VT_ARRAY || !k->n || !vsize(k->arr_type)) return -1;
+    uint32_t es = vsize(k->arr_type);
+    uint8_t *a = dsf_xmalloc((size_t)(n ? n : 1) * es);
+    for (uint64_t i = 0; i < n; i++) memcpy(a + i * es, k->arr + (i < k->n ? i : k->n - 1) * es, es);
+    free(k->arr);
+    k->arr = a;
+    k->n = n;
+    return 0;
+}
+
+/* ================================================================ tensors */
+
+static stensor *find_t(const synth_model *m, const char *name) {
+    for (int i = 0; i < m->n_t; i++)
+        if (!strcmp(m->t[i].name, name)) return &m->t[i];
+    return NULL;
+}
+
+static stensor *append_t(synth_model *m, uint32_t type, enum synth_kind kind, int64_t fan_in, uint32_t n_dims,
+                         const int64_t *ne) {
+    if (m->n_t == m->cap_t) {
+        m->cap_t = m->cap_t ? 2 * m->cap_t : 256;
+        m->t = dsf_xrealloc(m->t, (size_t)m->cap_t * sizeof *m->t);
+    }
+    stensor *t = &m->t[m->n_t++];
+    memset(t, 0, sizeof *t);
+    t->type = type;
+    t->kind = kind;
+    t->fan_in = fan_in;
+    t->n_dims = n_dims;
+    for (int d = 0; d < 4; d++) t->ne[d] = d < (int)n_dims ? ne[d] : 1;
+    return t;
+}
+
+void synth_tensor(synth_model *m, uint32_t type, enum synth_kind kind, int64_t fan_in, uint32_t n_dims, int64_t ne0,
+                  int64_t ne1, int64_t ne2, const char *fmt, ...) {
+    const int64_t ne[3] = {ne0, ne1, ne2};
+    stensor *t = append_t(m, type, kind, fan_in, n_dims, ne);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->name, sizeof t->name, fmt, ap);
+    va_end(ap);
+}
+
+bool synth_has_tensor(const synth_model *m, const char *name) { return find_t(m, name) != NULL; }
+
+int synth_drop_tensor(synth_model *m, const char *name) {
+    stensor *t = find_t(m, name);
+    if (!t) return -1;
+    int i = (int)(t - m->t);
+    memmove(&m->t[i], &m->t[i + 1], (size_t)(m->n_t - i - 1) * sizeof *m->t);
+    m->n_t--;
+    return 0;
+}
+
+void synth_add_tensor(synth_model *m, const char *name, uint32_t type, uint32_t n_dims, const int64_t *ne) {
+    stensor *t = append_t(m, type, K_DENSE, ne[0] > 0 ? ne[0] : 1, n_dims, ne);
+    snprintf(t->name, sizeof t->name, "%s", name);
+}
+
+int synth_reshape_tensor(synth_model *m, const char *name, uint32_t n_dims, const int64_t *ne) {
+    stensor *t = find_t(m, name);
+    if (!t || n_dims < 1 || n_dims > 4) return -1;
+    t->n_dims = n_dims;
+    for (int d = 0; d < 4; d++) t->ne[d] = d < (int)n_dims ? ne[d] : 1;
+    return 0;
+}
+
+int synth_retype_tensor(synth_model *m, const char *name, uint32_t type) {
+    stensor *t = find_t(m, name);
+    if (!t) return -1;
+    t->type = type;
+    return 0;
+}
+
+void synth_model_free(synth_model *m) {
+    if (!m) return;
+    for (int i = 0; i < m->n_kv; i++) kv_clear(&m->kv[i]);
+    free(m->kv);
+    free(m->t);
+    free(m);
+}
+
+/* ================================================================ data */
+
+/* The tensor's data bytes; -1 with err when its type has no known size or ne[0] is not a
+ * whole number of blocks. */
+static int tensor_bytes(const stensor *t, uint64_t *out, char *err) {
+    uint32_t bs = ggml_blck_size(t->type), ts = ggml_type_size(t->type);
+    if (!bs || !ts) return dsf_seterr(err, "synth: no size known for type %u of '%s'", t->type, t->name);
+    if (t->ne[0] % bs)
+        return dsf_seterr(err, "synth: '%s': ne0 %lld is not a multiple of %u", t->name, (long long)t->ne[0], bs);
+    uint64_t n = (uint64_t)t->ne[0] / bs * ts;
+    for (uint32_t d = 1; d < t->n_dims; d++) n *= (uint64_t)t->ne[d];
+    *out = n;
+    return 0;
+}
+
+uint64_t synth_model_data_bytes(const synth_model *m) {
+    uint64_t n = 0;
+    for (int i = 0; i < m->n_t; i++) {
+        uint64_t b;
+        if (tensor_bytes(&m->t[i], &b, NULL)) return 0;
+        n += b;
+    }
+    return n;
+}
+
+/* A value of the tensor's distribution: uniform with the target standard deviation. */
+static float sample(const stensor *t, rng *r) {
+    float u = rng_uniform(r);
+    switch (t->kind) {
+    case K_NORM: return 1.0f + 0.1f * u;
+    case K_DENSE: return u * sqrtf(3.0f / (float)t->fan_in); /* std 1/sqrt(fan_in): O(1) outputs */
+    case K_BIAS: return 0.01f * u;
+    case K_SINK: return u;
+    case K_HC_BASE: return 0.5f * u;
+    case K_HC_SCALE: return 0.3f + 0.2f * u;
+    case K_EMBED: return u * 1.7320508f; /* std 1 */
+    }
+    return 0;
+}
+
+/* MXFP4 blocks: random codes (all 16), e around the exponent that gives std 1/sqrt(fan_in):
+ * E[kv^2] over the 16 codes is 34.25 (kvalues are doubled e2m1, §1.5), so
+ * 2^(e-128) * sqrt(34.25) = 1/sqrt(fan_in). */
+static void mxfp4_blocks(const stensor *t, rng *r, uint8_t *dst, uint64_t n_blocks) {
+    int e0 = (int)lround(128.0 - log2(sqrt(34.25) * sqrt((double)t->fan_in)));
+    for (uint64_t b = 0; b < n_blocks; b++) {
+        uint64_t u = rng_next(r);
+        dst[b * 17] = (uint8_t)(e0 - 1 + (int)(u % 3));
+        uint64_t v = rng_next(r), w = rng_next(r);
+        memcpy(dst + b * 17 + 1, &v, 8);
+        memcpy(dst + b * 17 + 9, &w, 8);
+    }
+}
+
+/* Generates one chunk of n_max bytes at most (whole elements or blocks); returns its size. */
+static uint64_t fill_chunk(const stensor *t, rng *r, uint8_t *buf, uint64_t n_max) {
+    if (t->type == GGML_TYPE_MXFP4) {
+        mxfp4_blocks(t, r, buf, n_max / 17);
+        return n_max / 17 * 17;
+    }
+    if (t->type == GGML_TYPE_BF16) {
+        for (uint64_t i = 0; i < n_max / 2; i++) {
+            uint16_t h = f32_to_bf16(sample(t, r));
+            memcpy(buf + 2 * i, &h, 2);
+        }
+        return n_max / 2 * 2;
+    }
+    if (t->type == GGML_TYPE_F32) {
+        for (uint64_t i = 0; i < n_max / 4; i++) {
+            float f = sample(t, r);
+            memcpy(buf + 4 * i, &f, 4);
+        }
+        return n_max / 4 * 4;
+    }
+    for (uint64_t i = 0; i < n_max; i++) buf[i] = (uint8_t)rng_next(r);
+    return n_max;
+}
+
+static int write_tensor(gguf_writer *w, const stensor *t, uint64_t seed, uint8_t *buf, size_t cap, char *err) {
+    rng r = {hash_str(t->name, seed)};
+    uint64_t total, done = 0;
+    if (tensor_bytes(t, &total, err)) return -1;
+    while (done < total) {
+        uint64_t n = fill_chunk(t, &r, buf, cap < total - done ? cap : total - done);
+        if (gguf_writer_write(w, buf, n, err) < 0) return dsf_prefixerr(err, "tensor %s", t->name);
+        done += n;
+    }
+    return 0;
+}
+
+static int write_kv(gguf_writer *w, const skv *k, char *err) {
+    if (k->type == GGUF_VT_STRING) return gguf_writer_kv_str(w, k->key, k->s, err);
+    if (k->type == GGUF_VT_ARRAY && k->arr_type == GGUF_VT_STRING)
+        return gguf_writer_kv_arr_str(w, k->key, (const char *const *)k->strs, k->lens, k->n, err);
+    if (k->type == GGUF_VT_ARRAY) return gguf_writer_kv_arr(w, k->key, k->arr_type, k->arr, k->n, err);
+    if (!vsize(k->type)) return dsf_seterr(err, "synth: key '%s': bad type %u", k->key, k->type);
+    uint8_t le[8];
+    put_elem(k->type, le, k->v);
+    return gguf_writer_kv_scalar(w, k->key, k->type, le, err);
+}
+
+int synth_model_write(const synth_model *m, const char *path, char *err) {
+    int rc = -1;
+    uint8_t *buf = NULL;
+    gguf_writer *w = gguf_writer_new();
+    for (int i = 0; i < m->n_kv; i++)
+        if (write_kv(w, &m->kv[i], err) < 0) goto done;
+    for (int i = 0; i < m->n_t; i++)
+        if (gguf_writer_tensor(w, m->t[i].name, m->t[i].type, m->t[i].n_dims, m->t[i].ne, err) < 0) goto done;
+    if (gguf_writer_begin(w, path, err) < 0) goto done;
+    const size_t cap = 1u << 20; /* chunks end on whole elements or blocks */
+    buf = dsf_xmalloc(cap);
+    for (int i = 0; i < m->n_t; i++)
+        if (write_tensor(w, &m->t[i], m->seed, buf, cap, err) < 0) goto done;
+    if (gguf_writer_finish(w, err) < 0) goto done;
+    rc = 0;
+done:
+    free(buf);
+    gguf_writer_free(w);
+    return rc;
+}
