@@ -64,16 +64,6 @@ synth_model *synth_model_alloc(uint64_t seed) {
     return m;
 }
 
-static uint32_t vsize(uint32_t t) {
-    switch (t) {
-    case GGUF_VT_UINT8: case GGUF_VT_INT8: case GGUF_VT_BOOL: return 1;
-    case GGUF_VT_UINT16: case GGUF_VT_INT16: return 2;
-    case GGUF_VT_UINT32: case GGUF_VT_INT32: case GGUF_VT_FLOAT32: return 4;
-    case GGUF_VT_UINT64: case GGUF_VT_INT64: case GGUF_VT_FLOAT64: return 8;
-    default: return 0;
-    }
-}
-
 static num get_elem(uint32_t t, const uint8_t *p) {
     switch (t) {
     case GGUF_VT_UINT8: case GGUF_VT_BOOL: return num_u(p[0]);
@@ -179,7 +169,7 @@ void synth_set_arr(synth_model *m, const char *key, uint32_t elem_type, const vo
     k->type = GGUF_VT_ARRAY;
     k->arr_type = elem_type;
     k->n = n;
-    size_t nb = (size_t)n * vsize(elem_type);
+    size_t nb = (size_t)n * gguf_vtype_size(elem_type);
     k->arr = dsf_xmalloc(nb ? nb : 1);
     if (nb) memcpy(k->arr, data, nb);
 }
@@ -202,9 +192,9 @@ void synth_set_arr_str(synth_model *m, const char *key, const char *const *strs,
 
 int synth_retype_key(synth_model *m, const char *key, uint32_t new_type) {
     skv *k = find_kv(m, key);
-    if (!k || !vsize(new_type)) return -1;
+    if (!k || !gguf_vtype_size(new_type)) return -1;
     if (k->type == GGUF_VT_ARRAY) {
-        uint32_t es = vsize(k->arr_type), ns = vsize(new_type);
+        uint32_t es = gguf_vtype_size(k->arr_type), ns = gguf_vtype_size(new_type);
         if (!es) return -1;
         uint8_t *a = dsf_xmalloc((size_t)(k->n ? k->n : 1) * ns);
         for (uint64_t i = 0; i < k->n; i++) put_elem(new_type, a + i * ns, get_elem(k->arr_type, k->arr + i * es));
@@ -213,7 +203,7 @@ int synth_retype_key(synth_model *m, const char *key, uint32_t new_type) {
         k->arr_type = new_type;
         return 0;
     }
-    if (!vsize(k->type)) return -1;
+    if (!gguf_vtype_size(k->type)) return -1;
     k->type = new_type;
     return 0;
 }
@@ -225,23 +215,23 @@ uint64_t synth_arr_len(const synth_model *m, const char *key) {
 
 int synth_arr_get(const synth_model *m, const char *key, uint64_t i, uint64_t *v) {
     const skv *k = find_kv(m, key);
-    if (!k || k->type != GGUF_VT_ARRAY || i >= k->n || !vsize(k->arr_type)) return -1;
-    *v = get_elem(k->arr_type, k->arr + i * vsize(k->arr_type)).u;
+    if (!k || k->type != GGUF_VT_ARRAY || i >= k->n || !gguf_vtype_size(k->arr_type)) return -1;
+    *v = get_elem(k->arr_type, k->arr + i * gguf_vtype_size(k->arr_type)).u;
     return 0;
 }
 
 int synth_arr_set(synth_model *m, const char *key, uint64_t i, uint64_t v) {
     skv *k = find_kv(m, key);
-    if (!k || k->type != GGUF_VT_ARRAY || i >= k->n || !vsize(k->arr_type)) return -1;
+    if (!k || k->type != GGUF_VT_ARRAY || i >= k->n || !gguf_vtype_size(k->arr_type)) return -1;
     num x = k->arr_type == GGUF_VT_FLOAT32 || k->arr_type == GGUF_VT_FLOAT64 ? num_f((double)v) : num_u(v);
-    put_elem(k->arr_type, k->arr + i * vsize(k->arr_type), x);
+    put_elem(k->arr_type, k->arr + i * gguf_vtype_size(k->arr_type), x);
     return 0;
 }
 
 int synth_arr_resize(synth_model *m, const char *key, uint64_t n) {
     skv *k = find_kv(m, key);
-    if (!k || k->type != GGUF_VT_ARRAY || !k->n || !vsize(k->arr_type)) return -1;
-    uint32_t es = vsize(k->arr_type);
+    if (!k || k->type != GGUF_VT_ARRAY || !k->n || !gguf_vtype_size(k->arr_type)) return -1;
+    uint32_t es = gguf_vtype_size(k->arr_type);
     uint8_t *a = dsf_xmalloc((size_t)(n ? n : 1) * es);
     for (uint64_t i = 0; i < n; i++) memcpy(a + i * es, k->arr + (i < k->n ? i : k->n - 1) * es, es);
     free(k->arr);
@@ -418,7 +408,7 @@ static int write_kv(gguf_writer *w, const skv *k, char *err) {
     if (k->type == GGUF_VT_ARRAY && k->arr_type == GGUF_VT_STRING)
         return gguf_writer_kv_arr_str(w, k->key, (const char *const *)k->strs, k->lens, k->n, err);
     if (k->type == GGUF_VT_ARRAY) return gguf_writer_kv_arr(w, k->key, k->arr_type, k->arr, k->n, err);
-    if (!vsize(k->type)) return dsf_seterr(err, "synth: key '%s': bad type %u", k->key, k->type);
+    if (!gguf_vtype_size(k->type)) return dsf_seterr(err, "synth: key '%s': bad type %u", k->key, k->type);
     uint8_t le[8];
     put_elem(k->type, le, k->v);
     return gguf_writer_kv_scalar(w, k->key, k->type, le, err);

@@ -196,14 +196,13 @@ static const char *vtype_names[GGUF_VT_COUNT] = {
 
 const char *gguf_vtype_name(uint32_t t) { return t < GGUF_VT_COUNT ? vtype_names[t] : "?"; }
 
-/* Byte size of a fixed-size value type; 0 for STRING/ARRAY/unknown. */
-static uint32_t vtype_size(uint32_t t) {
+uint32_t gguf_vtype_size(uint32_t t) {
     static const uint8_t sz[GGUF_VT_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
     return t < GGUF_VT_COUNT ? sz[t] : 0;
 }
 
 static int rd_scalar(cursor *c, gguf_kv *kv, uint32_t t) {
-    uint32_t n = vtype_size(t);
+    uint32_t n = gguf_vtype_size(t);
     if (need(c, n, "value") < 0) return -1;
     uint64_t v = le(c->p + c->pos, (int)n);
     c->pos += n;
@@ -247,7 +246,7 @@ static int rd_value(cursor *c, gguf_kv *kv) {
     kv->arr_n = n;
     kv->arr_data = c->p + c->pos;
     if (et != GGUF_VT_STRING) {
-        uint64_t bytes = n * vtype_size(et); /* <= 2^33: no overflow */
+        uint64_t bytes = n * gguf_vtype_size(et); /* <= 2^33: no overflow */
         if (bytes > remain(c))
             return fail(c, "array of %llu %s (%llu bytes) runs past the end of the file (%llu bytes left)",
                         (unsigned long long)n, gguf_vtype_name(et), (unsigned long long)bytes,

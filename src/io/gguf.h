@@ -127,6 +127,8 @@ int gguf_get_arr_u64(const gguf_file *f, const char *key, uint64_t **out, uint64
 int gguf_get_arr_f32(const gguf_file *f, const char *key, float **out, uint64_t *n, char *err);
 
 const char *gguf_vtype_name(uint32_t t);
+/* Byte size of a fixed-size value type; 0 for STRING/ARRAY/unknown. */
+uint32_t gguf_vtype_size(uint32_t t);
 
 /* ---- writer --------------------------------------------------------------------------
  * Streaming writer. Usage: gguf_writer_new(); add KVs and tensor infos (name, type, ne)

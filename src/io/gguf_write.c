@@ -61,16 +61,6 @@ static void put_str(dsf_buf *b, const char *s, uint64_t n) {
     dsf_buf_append(b, s, (size_t)n);
 }
 
-static uint32_t vtype_size(uint32_t t) {
-    switch (t) {
-    case GGUF_VT_UINT8: case GGUF_VT_INT8: case GGUF_VT_BOOL: return 1;
-    case GGUF_VT_UINT16: case GGUF_VT_INT16: return 2;
-    case GGUF_VT_UINT32: case GGUF_VT_INT32: case GGUF_VT_FLOAT32: return 4;
-    case GGUF_VT_UINT64: case GGUF_VT_INT64: case GGUF_VT_FLOAT64: return 8;
-    default: return 0;
-    }
-}
-
 gguf_writer *gguf_writer_new(void) {
     gguf_writer *w = dsf_xcalloc(1, sizeof *w);
     w->fd = -1;
@@ -130,7 +120,7 @@ int gguf_writer_kv_f32(gguf_writer *w, const char *key, float v, char *err) {
 }
 
 int gguf_writer_kv_scalar(gguf_writer *w, const char *key, uint32_t vtype, const void *le_value, char *err) {
-    uint32_t es = vtype_size(vtype);
+    uint32_t es = gguf_vtype_size(vtype);
     if (!es) return dsf_seterr(err, "gguf writer: key '%s': bad scalar type %u", key, vtype);
     if (kv_head(w, key, vtype, err)) return -1;
     dsf_buf_append(&w->kv, le_value, es);
@@ -153,7 +143,7 @@ int gguf_writer_kv_str(gguf_writer *w, const char *key, const char *v, char *err
 
 int gguf_writer_kv_arr(gguf_writer *w, const char *key, uint32_t elem_type, const void *data,
                        uint64_t n, char *err) {
-    uint32_t es = vtype_size(elem_type);
+    uint32_t es = gguf_vtype_size(elem_type);
     if (!es) return dsf_seterr(err, "gguf writer: key '%s': bad array element type %u", key, elem_type);
     /* gguf-py refuses empty arrays (§1.1); so do we, so our files match its. */
     if (n == 0) return dsf_seterr(err, "gguf writer: key '%s': empty array", key);
