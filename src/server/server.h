@@ -1,4 +1,4 @@
-/* server.h: `dsflash serve`, the OpenAI-compatible HTTP server (runtime layer).
+/* server.h: `dsflash serve`, the OpenAI-compatible HTTP server (server layer).
  *
  * Two halves:
  *   - server_api.c: pure request/response mapping, no sockets and no engine: an OpenAI
