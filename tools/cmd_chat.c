@@ -5,7 +5,7 @@
  * generation; two Ctrl-C in a row at the prompt quit. Owns only the REPL and terminal I/O. */
 #include "cmd.h"
 #include "dsflash.h"
-#include "runtime/generate.h"
+#include "frontend.h"
 #include "base/util.h"
 
 #include <errno.h>

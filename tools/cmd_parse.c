@@ -1,6 +1,6 @@
 /* cmd_parse.c: `dsflash parse` splits a V4.1 completion on stdin into reasoning, content and
  * tool calls (spec chat-format.md §3) and prints them as one JSON object. Owns only argument
- * handling and I/O; the parser is src/dsml.c. */
+ * handling and I/O; the parser is src/text/dsml.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

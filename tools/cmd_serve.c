@@ -1,4 +1,4 @@
-/* cmd_serve.c: `dsflash serve`, the OpenAI-compatible HTTP server (src/server.c). Owns only
+/* cmd_serve.c: `dsflash serve`, the OpenAI-compatible HTTP server (src/server/). Owns only
  * argument handling, signals and the process lifetime. */
 #include <errno.h>
 #include <limits.h>

@@ -15,7 +15,7 @@ typedef void (*dsf_range_fn)(void *ctx, int64_t i0, int64_t i1, int tid);
 
 /* Threads that run engine work (the pool's workers, the server's scheduler) get at least this
  * much stack whatever RLIMIT_STACK says: kernels keep chunk buffers of up to 512 KiB on the
- * stack (kernels_avx512.c, kernels_avx2.c). */
+ * stack (kernels/matmul_avx512.c, kernels/matmul_avx2.c). */
 #define DSF_THREAD_STACK ((size_t)8 << 20)
 /* pthread_create with a stack of at least DSF_THREAD_STACK; returns pthread_create's code. */
 int dsf_thread_start(pthread_t *th, void *(*fn)(void *), void *arg);

@@ -1,4 +1,6 @@
-/* util.c: see util.h. Owns error formatting, checked allocation, buffers, timers and logging. */
+/* util.c: see util.h. Owns error formatting, checked allocation, buffers, file reading, the
+ * clock, logging and the knobs. Must not: include any other dsflash header; exit() (an
+ * impossible state aborts through dsf_panic). */
 #include "base/util.h"
 
 #include <errno.h>
@@ -6,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* ==== errors ============================================================================== */
 
 int dsf_seterr(char *err, const char *fmt, ...) {
     if (err) {
@@ -40,6 +44,8 @@ _Noreturn void dsf_panic(const char *file, int line, const char *what) {
     abort();
 }
 
+/* ==== allocation ========================================================================== */
+
 void *dsf_xmalloc(size_t n) {
     void *p = malloc(n ? n : 1);
     if (!p) dsf_panic(__FILE__, __LINE__, "out of memory");
@@ -70,6 +76,8 @@ void *dsf_aligned_alloc(size_t n) {
     if (posix_memalign(&p, 64, n ? n : 64) != 0) return NULL;
     return p;
 }
+
+/* ==== buffers and files =================================================================== */
 
 void dsf_buf_reserve(dsf_buf *b, size_t extra) {
     if (b->len + extra + 1 <= b->cap) return;
@@ -124,6 +132,8 @@ int dsf_read_file(const char *path, uint8_t **out, size_t *len, char *err) {
     *len = b.len;
     return 0;
 }
+
+/* ==== clock, log and knobs ================================================================ */
 
 double dsf_now(void) {
     struct timespec ts;

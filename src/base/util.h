@@ -1,4 +1,6 @@
-/* util.h: allocation helpers, error strings, timers, logging and the DSF_* knobs.
+/* util.h: the lowest layer's small services: error strings, checked allocation, overflow-checked
+ * arithmetic, growable buffers, whole-file reading, the monotonic clock, logging and the DSF_*
+ * knobs. Must not: include any other dsflash header (only the C library).
  *
  * Error convention for every module: a function that can fail on bad input
  * returns 0 on success and -1 on failure, and writes one line naming the problem

@@ -18,6 +18,7 @@
 #include "base/util.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 

@@ -4,14 +4,12 @@
  * text callback and, optionally, the DSML parser's typed events.
  *
  * The public API (dsf_gen_*) is declared in include/dsflash.h, section @generate; this
- * header only adds what the runtime's own tools share. See dsflash.h for the contracts. */
+ * header only adds what src/runtime/generate.c defines beyond it. See dsflash.h for the
+ * contracts. */
 #ifndef DSF_GENERATE_H
 #define DSF_GENERATE_H
 
 #include "dsflash.h"
-#include "base/util.h"
-
-#include <stdio.h>
 
 /* Default number of tokens per eval during prefill (one progress callback per chunk). */
 #define DSF_GEN_PREFILL_CHUNK 64
@@ -20,73 +18,5 @@
 
 /* The EOS id: the tokenizer's eos, else the id of "<｜end▁of▁sentence｜>"; -1 if neither. */
 int32_t gen_resolve_eos(const dsf_tokenizer *tok);
-
-/* ==== CLI front end shared by `dsflash run` and `dsflash chat` ===========================
- * Defined in tools/cmd_run.c (linked only into the dsflash binary, never into the library):
- * the common options, model loading and the terminal printer. */
-
-#define GEN_CLI_MAX_STOP 16
-
-typedef struct {
-    const char *cmd;          /* "run" or "chat", for error lines */
-    const char *model;
-    int n_ctx;                /* session max_ctx (<= 0: min(4096, training context)) */
-    int n_threads;            /* <= 0: all cores */
-    dsf_numerics numerics;
-    int repack;               /* dsf_engine_params.repack (--no-repack: -1) */
-    int resident;             /* dsf_engine_params.resident (--mmap: -1) */
-    dsf_sampler_params sp;    /* sampling + max_tokens (-n) + stop strings */
-    bool seed_set;
-    bool think;               /* thinking_mode "thinking" (default) or "chat" */
-    char effort[16];          /* reasoning effort as given ("" = the encoder's default) */
-    const char *system;       /* system prompt or NULL */
-    const char *stops[GEN_CLI_MAX_STOP];
-} gen_cli_opts;
-
-void gen_cli_defaults(gen_cli_opts *o, const char *cmd);
-/* Parses the option at argv[*i] if it is a common one: returns 1 (and advances *i past its
- * value), 0 if it is not a common option, -1 after printing "dsflash CMD: ..." on stderr. */
-int gen_cli_option(gen_cli_opts *o, int argc, char **argv, int *i);
-/* Checks a reasoning effort: 1..100 or low|medium|high|max|minimal|xhigh. 0 ok / -1 + err. */
-int gen_cli_check_effort(const char *s, char *err);
-/* The option lines shared by both --help texts. */
-extern const char *const GEN_CLI_OPTIONS_HELP;
-
-typedef struct {
-    dsf_engine *e;
-    dsf_tokenizer *tok;
-    dsf_session *s;
-    dsf_gen *g;
-} gen_cli_model;
-
-/* Opens the model, its tokenizer, a session and a generator; prints the error itself. */
-int gen_cli_load(const gen_cli_opts *o, gen_cli_model *m);
-void gen_cli_unload(gen_cli_model *m);
-
-/* Renders an OpenAI-style message list (JSON array text) with the V4.1 encoder under the
- * options' thinking switch and effort, and tokenizes it (the BOS is in the text).
- * *ids is malloc'ed. 0 / -1 + err. */
-int gen_cli_prompt(const gen_cli_opts *o, const dsf_tokenizer *tok, const char *messages_json,
-                   int32_t **ids, int *n, bool *gen_reasoning, char *err);
-
-/* Streams reasoning apart from the answer: on a terminal the reasoning is dim; otherwise it
- * is prefixed "[thinking] " and followed by a blank line before the answer. */
-typedef struct {
-    FILE *out;
-    bool tty;
-    int state;        /* 0 nothing yet, 1 in reasoning, 2 in content */
-    char last;        /* last byte written ('\n' when nothing yet) */
-    dsf_buf reasoning, content; /* collected, for the chat history */
-} gen_cli_printer;
-
-void gen_cli_printer_init(gen_cli_printer *pr, FILE *out);
-void gen_cli_printer_free(gen_cli_printer *pr);
-void gen_cli_on_dsml(void *ud, const dsf_dsml_event *ev);  /* ud = gen_cli_printer */
-void gen_cli_on_text(void *ud, const char *s, size_t n);   /* raw text (no DSML) */
-/* Ends the stream: resets the colour, prints the tool calls as JSON lines
- * ({"name", ["namespace",] "arguments"}) and a final newline when needed. */
-void gen_cli_printer_end(gen_cli_printer *pr, const dsf_dsml_result *r);
-/* One stats line on stderr: tokens, cache reuse, tok/s, finish reason. */
-void gen_cli_print_stats(const char *cmd, const dsf_gen_result *r);
 
 #endif

@@ -146,9 +146,8 @@ int sampler_survivors(const float *logits, int n_vocab, const dsf_sampler_params
 
 /* Greedy over logits [i0, i1), merged into (*best, *bl): the largest logit, the lowest id
  * among equal ones; NaN and -inf never win (best stays -1 if nothing does). Eight running
- * maxima over interleaved ids, merged at the end: one chain through a compare and a select
- * per id ran ~150 us over a 129280-entry vocabulary, and a chain through the load of
- * logits[best] ~600 us (the bench's own loop, 0.7 % of a decode step of the bench model). */
+ * maxima over interleaved ids, merged at the end, so that no id waits on the previous
+ * compare (docs/perf-log.md, item 35). */
 static void greedy_scan(const float *logits, int i0, int i1, int32_t *best, float *bl) {
     float m[8];
     int32_t id[8];

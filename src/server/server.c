@@ -1,4 +1,14 @@
-/* server.c: `dsflash serve`: HTTP glue (libmicrohttpd), slots and the forward scheduler.
+/* server.c: `dsflash serve`: the HTTP endpoints (libmicrohttpd) and the server's lifetime,
+ * which starts and stops its threads; the threads and locking of all its files are below.
+ *
+ * Files: server.c (this one: routing, authentication, body limits, /health, /v1/models,
+ * /tokenize, a generation request's validation and queueing; start and stop);
+ * server_job.c (a job on its connection's side: reference count, cancellation, the wait of a
+ * non-streaming request, the SSE content reader); server_sched.c (the slots and the
+ * scheduler thread); server_api.c (OpenAI JSON <-> srv_req, no sockets, no engine);
+ * server_int.h (the internal types they share).
+ * Must not: call the engine from a connection thread except to read idle slots' histories
+ * (srv_assign) and the vocabulary; hold srv->mu while it answers a connection.
  *
  * Threads:
  *   - libmicrohttpd runs one thread per connection. The connection thread reads the body,
@@ -26,7 +36,6 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -35,518 +44,8 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "runtime/generate.h"
-#include "server/server.h"
+#include "server/server_int.h"
 #include "base/threads.h"
-
-#define WAIT_SLICE_MS 50 /* how often waiting connection threads check their socket */
-
-/* ==== types =============================================================================== */
-
-typedef struct job job;
-typedef struct slot slot;
-
-struct job {
-    int refs;            /* srv->mu */
-    srv_req req;
-    srv_meta meta;
-    uint64_t rng;
-    int fd;              /* the client's socket, polled for hang-up */
-    double t0;
-    atomic_int cancelled;
-    bool done;           /* srv->mu: the slot (or the queue) let go; out is complete */
-    int slot_id;
-    job *next;           /* queue link */
-    pthread_cond_t cv;   /* signalled (with srv->mu) when out grows or done is set */
-    /* streaming: SSE bytes produced by the slot, consumed by the content reader */
-    dsf_buf out;
-    size_t out_pos;
-    /* tool call ids, one per call in output order */
-    char (*ids)[32];
-    int n_ids, cap_ids;
-    /* logprobs: every token; streamed ones from lp_sent on */
-    srv_tokprob *lp;
-    int n_lp, cap_lp, lp_sent;
-    size_t text_off;     /* completions: text offset of the next token */
-    /* non-streaming result */
-    int status;
-    char *body;          /* JSON reply */
-    /* for the log line */
-    int n_prompt, n_cached, n_gen;
-    long long batch_sum; /* scheduler: sum of the batch sizes of this job's decode forwards */
-    int batch_n, batch_max;
-    double tps;
-    const char *outcome;
-};
-
-/* The generation callbacks' context (one per slot, for the job it runs). */
-typedef struct {
-    srv_server *s;
-    slot *sl;
-    job *j;
-} gen_ctx;
-
-typedef enum { SL_IDLE = 0, SL_PREFILL, SL_DECODE } slot_phase;
-
-struct slot {
-    int id;
-    srv_server *srv;
-    dsf_session *s;
-    dsf_gen *g;
-    job *j;              /* srv->mu: set by assign(), cleared when the scheduler lets go */
-    double last_used;    /* srv->mu */
-    /* scheduler thread only: */
-    slot_phase phase;
-    job *cur;            /* the job started on this slot (NULL: none yet) */
-    gen_ctx ctx;
-    dsf_gen_params gp;
-    int32_t next_tok;    /* SL_DECODE: the token the next round evaluates */
-};
-
-/* Most decode steps in one forward (the logits buffer holds this many rows). */
-#define SRV_MAX_BATCH 32
-
-struct srv_server {
-    srv_params p;
-    char *model_name;
-    dsf_engine *e;
-    dsf_tokenizer *tok;
-    int n_ctx;
-    long long created;
-    struct MHD_Daemon *d;
-    int port;
-    pthread_mutex_t mu;
-    atomic_bool stopping;
-    job *qhead, *qtail;
-    int n_queued;
-    slot *slots;
-    int n_slots;
-    atomic_int next_req;
-    /* the scheduler */
-    pthread_t sched;
-    bool sched_running;
-    pthread_cond_t sched_cv;  /* with mu: a job was assigned, or stopping */
-    int max_batch;
-    dsf_session **b_sess;     /* [max_batch] */
-    int32_t *b_tok;
-    slot **b_slot;
-    float *b_logits;          /* [max_batch][n_vocab] */
-    int n_vocab;
-    /* batching statistics (/health): decode forwards, tokens in them, largest batch */
-    atomic_ullong st_forwards, st_tokens;
-    atomic_int st_max_batch;
-};
-
-void srv_params_default(srv_params *p) {
-    memset(p, 0, sizeof *p);
-    p->host = "127.0.0.1";
-    p->port = 8080;
-    p->n_slots = 1;
-    p->max_body = 8u << 20;
-    p->max_queue = 256;
-    p->keepalive_ms = 5000;
-    p->prefill_chunk = 256;
-    p->idle_timeout_s = 600;
-    p->numerics = DSF_NUMERICS_REFERENCE;
-}
-
-/* ==== jobs ================================================================================ */
-
-static void job_unref(srv_server *s, job *j) {
-    pthread_mutex_lock(&s->mu);
-    int left = --j->refs;
-    pthread_mutex_unlock(&s->mu);
-    if (left) return;
-    srv_req_free(&j->req);
-    dsf_buf_free(&j->out);
-    free(j->ids);
-    free(j->lp);
-    free(j->body);
-    pthread_cond_destroy(&j->cv);
-    free(j);
-}
-
-static void rand_alnum(char *out, int n, uint64_t *rng) {
-    static const char al[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-    for (int i = 0; i < n; i++) out[i] = al[(int)(dsf_rng_uniform(rng) * 62) % 62];
-    out[n] = 0;
-}
-
-/* Appends bytes to the job's stream and wakes its connection (takes srv->mu). */
-static void job_emit(srv_server *s, job *j, const dsf_buf *b) {
-    pthread_mutex_lock(&s->mu);
-    dsf_buf_append(&j->out, b->data, b->len);
-    pthread_cond_broadcast(&j->cv);
-    pthread_mutex_unlock(&s->mu);
-}
-
-static void emit_chunk(srv_server *s, job *j, json_t *chunk) {
-    dsf_buf b = {0};
-    srv_sse_json(&b, chunk);
-    json_decref(chunk);
-    job_emit(s, j, &b);
-    dsf_buf_free(&b);
-}
-
-/* Attaches the logprobs of the tokens not yet sent to a stream chunk's choice. */
-static void attach_logprobs(srv_server *s, job *j, json_t *choice) {
-    if (j->req.logprobs < 0 || j->lp_sent >= j->n_lp) return;
-    int n = j->n_lp - j->lp_sent;
-    json_t *lp = j->req.kind == SRV_CHAT ? srv_chat_logprobs(j->lp + j->lp_sent, n, s->tok)
-                                         : srv_completion_logprobs(j->lp + j->lp_sent, n, s->tok, j->text_off);
-    if (j->req.kind != SRV_CHAT)
-        for (int i = j->lp_sent; i < j->n_lp; i++) {
-            size_t len = 0;
-            if (dsf_token_bytes(s->tok, j->lp[i].id, &len)) j->text_off += len;
-        }
-    json_object_set_new(choice, "logprobs", lp);
-    j->lp_sent = j->n_lp;
-}
-
-/* ==== generation callbacks (scheduler thread) ============================================ */
-
-static int cb_cancel(void *ud) {
-    gen_ctx *c = ud;
-    return atomic_load(&c->j->cancelled) || c->s->stopping;
-}
-
-static void cb_token(void *ud, const dsf_gen_token *t) {
-    gen_ctx *c = ud;
-    job *j = c->j;
-    j->n_gen++;
-    if (j->req.logprobs < 0 || t->is_eos) return;
-    if (j->n_lp == j->cap_lp) {
-        j->cap_lp = j->cap_lp ? 2 * j->cap_lp : 64;
-        j->lp = dsf_xrealloc(j->lp, (size_t)j->cap_lp * sizeof *j->lp);
-    }
-    srv_tokprob *p = &j->lp[j->n_lp++];
-    memset(p, 0, sizeof *p);
-    p->id = t->id;
-    p->logprob = t->logprob;
-    p->n_top = t->n_top < 20 ? t->n_top : 20;
-    for (int k = 0; k < p->n_top; k++) p->top_ids[k] = t->top_ids[k], p->top_lp[k] = t->top_logprobs[k];
-}
-
-static void cb_text(void *ud, const char *text, size_t len) {
-    gen_ctx *c = ud;
-    job *j = c->j;
-    if (!j->req.stream || j->req.kind != SRV_COMPLETION || !len) return;
-    json_t *choice;
-    json_t *ch = srv_chunk(&j->meta, SRV_COMPLETION, &choice);
-    json_t *tx = json_stringn(text, len);
-    json_object_set_new(choice, "text", tx ? tx : json_string(""));
-    attach_logprobs(c->s, j, choice);
-    emit_chunk(c->s, j, ch);
-}
-
-static const char *call_id(job *j, int index) {
-    while (j->n_ids <= index) {
-        if (j->n_ids == j->cap_ids) {
-            j->cap_ids = j->cap_ids ? 2 * j->cap_ids : 4;
-            j->ids = dsf_xrealloc(j->ids, (size_t)j->cap_ids * sizeof *j->ids);
-        }
-        srv_call_id(j->ids[j->n_ids++], &j->rng);
-    }
-    return j->ids[index];
-}
-
-static void cb_dsml(void *ud, const dsf_dsml_event *ev) {
-    gen_ctx *c = ud;
-    job *j = c->j;
-    const char *id = NULL;
-    if (ev->type == DSF_DSML_TOOL_START || ev->type == DSF_DSML_TOOL_ARGS) id = call_id(j, ev->index);
-    if (!j->req.stream) return;
-    json_t *ch = srv_dsml_chunk(&j->meta, ev, id, j->req.parallel_tool_calls);
-    if (!ch) return;
-    attach_logprobs(c->s, j, json_array_get(json_object_get(ch, "choices"), 0));
-    emit_chunk(c->s, j, ch);
-}
-
-/* ==== running jobs (scheduler thread) ====================================================== */
-
-static void finish_stream(srv_server *s, job *j, const char *finish, const srv_usage *u, const char *errmsg) {
-    dsf_buf b = {0};
-    if (errmsg) {
-        srv_error e;
-        srv_fail(&e, 500, NULL, "generation_failed", "%s", errmsg);
-        char *body = srv_error_json(&e);
-        dsf_buf_appendf(&b, "data: %s\n\n", body);
-        free(body);
-    } else {
-        json_t *choice;
-        json_t *ch = srv_chunk(&j->meta, j->req.kind, &choice);
-        json_object_set_new(choice, "finish_reason", json_string(finish));
-        attach_logprobs(s, j, choice);
-        srv_sse_json(&b, ch);
-        json_decref(ch);
-        if (j->req.include_usage) {
-            json_t *uc = srv_usage_chunk(&j->meta, j->req.kind, u);
-            srv_sse_json(&b, uc);
-            json_decref(uc);
-        }
-    }
-    dsf_buf_append(&b, "data: [DONE]\n\n", 14);
-    job_emit(s, j, &b);
-    dsf_buf_free(&b);
-}
-
-/* Forward declaration: assign() is below. */
-static void assign(srv_server *s);
-
-/* The scheduler lets go of the slot's job: it is done; the slot takes the next one. */
-static void slot_release(slot *sl) {
-    srv_server *s = sl->srv;
-    job *j = sl->cur;
-    sl->cur = NULL;
-    sl->phase = SL_IDLE;
-    pthread_mutex_lock(&s->mu);
-    sl->j = NULL;
-    sl->last_used = dsf_now();
-    j->done = true;
-    pthread_cond_broadcast(&j->cv);
-    assign(s);
-    pthread_mutex_unlock(&s->mu);
-    job_unref(s, j);
-}
-
-/* Builds the job's reply from the generation result (rc: dsf_gen_end's, or -1 when the
- * prefill failed) and releases the slot. */
-static void job_complete(slot *sl, int rc, dsf_gen_result *res, bool cancelled, const char *err) {
-    srv_server *s = sl->srv;
-    job *j = sl->cur;
-    j->n_prompt = j->req.n_prompt;
-    j->n_cached = res->n_cached;
-    j->tps = res->decode_tps;
-    srv_usage u = {.prompt_tokens = j->req.n_prompt, .completion_tokens = res->n_completion,
-                   .cached_tokens = res->n_cached};
-    const char *finish = res->finish == DSF_FINISH_LENGTH ? "length" : "stop";
-    bool tool_calls = res->has_dsml && res->dsml.n_calls > 0;
-    if (tool_calls && res->finish != DSF_FINISH_LENGTH) finish = "tool_calls";
-    if (cancelled) {
-        j->outcome = "cancelled";
-    } else if (rc) {
-        j->outcome = "error";
-        j->status = 500;
-        if (j->req.stream) finish_stream(s, j, NULL, &u, err);
-        else {
-            srv_error e;
-            srv_fail(&e, 500, NULL, "generation_failed", "%s", err);
-            j->body = srv_error_json(&e);
-        }
-    } else {
-        j->outcome = finish;
-        j->status = 200;
-        if (j->req.stream) {
-            finish_stream(s, j, finish, &u, NULL);
-        } else {
-            json_t *reply;
-            const srv_tokprob *lp = j->req.logprobs >= 0 ? j->lp : NULL;
-            if (j->req.kind == SRV_CHAT) {
-                for (int i = 0; i < res->dsml.n_calls; i++) call_id(j, i);
-                reply = srv_chat_reply(&j->meta, &res->dsml, j->ids, finish, &u, lp, j->n_lp, s->tok,
-                                       j->req.parallel_tool_calls);
-            } else {
-                reply = srv_completion_reply(&j->meta, res->text, res->text_len, finish, &u, lp, j->n_lp, s->tok);
-            }
-            j->body = json_dumps(reply, JSON_COMPACT);
-            json_decref(reply);
-        }
-    }
-    dsf_gen_result_free(res);
-    slot_release(sl);
-}
-
-/* A prefill that failed or was cancelled: no generation ran. */
-static void job_abort_prefill(slot *sl, const char *err) {
-    dsf_gen_result res;
-    memset(&res, 0, sizeof res);
-    res.n_cached = dsf_gen_n_cached(sl->g);
-    bool cancelled = atomic_load(&sl->cur->cancelled) || sl->srv->stopping;
-    job_complete(sl, -1, &res, cancelled, err);
-}
-
-/* Ends the slot's generation (a running one counts as cancelled) and completes the job. */
-static void job_end_generation(slot *sl) {
-    char err[DSF_ERR_LEN] = "";
-    dsf_gen_result res;
-    int rc = dsf_gen_end(sl->g, &res, err);
-    job_complete(sl, rc, &res, res.finish == DSF_FINISH_CANCELLED, err);
-}
-
-/* One generation step on the slot's logits (NULL: the prefill's); the slot then waits for
- * the next decode round or its job is complete. */
-static void slot_step(slot *sl, const float *logits) {
-    char err[DSF_ERR_LEN] = "";
-    if (dsf_gen_next(sl->g, logits, &sl->next_tok, err) == DSF_FINISH_NONE) sl->phase = SL_DECODE;
-    else job_end_generation(sl);
-}
-
-/* Starts the job assigned to an idle slot: its generation parameters and its prefill. */
-static void job_start(slot *sl, job *j) {
-    srv_server *s = sl->srv;
-    char err[DSF_ERR_LEN] = "";
-    sl->cur = j;
-    sl->ctx = (gen_ctx){.s = s, .sl = sl, .j = j};
-    dsf_gen_params *gp = &sl->gp;
-    dsf_gen_params_default(gp);
-    gp->sampler.temperature = j->req.temperature;
-    gp->sampler.top_k = j->req.top_k;
-    gp->sampler.top_p = j->req.top_p;
-    gp->sampler.min_p = j->req.min_p;
-    gp->sampler.seed = j->req.has_seed ? j->req.seed : j->rng;
-    gp->sampler.max_tokens = j->req.max_tokens;
-    gp->sampler.stop = (const char *const *)j->req.stop;
-    gp->sampler.n_stop = j->req.n_stop;
-    gp->sampler.ignore_eos = j->req.ignore_eos;
-    gp->logprobs = j->req.logprobs >= 0;
-    gp->top_logprobs = j->req.logprobs > 0 ? j->req.logprobs : 0;
-    gp->parse_dsml = j->req.kind == SRV_CHAT;
-    gp->dsml_thinking = j->req.gen_reasoning;
-    gp->on_text = cb_text;
-    gp->on_dsml = cb_dsml;
-    gp->on_token = cb_token;
-    gp->cancel = cb_cancel;
-    gp->ud = &sl->ctx;
-    if (dsf_gen_prefill_begin(sl->g, j->req.prompt, j->req.n_prompt, s->p.prefill_chunk, err) < 0) {
-        job_abort_prefill(sl, err);
-        return;
-    }
-    sl->phase = SL_PREFILL;
-}
-
-/* One prefill chunk; when the prompt is complete, the generation starts with its first token. */
-static void slot_prefill_step(slot *sl) {
-    char err[DSF_ERR_LEN] = "";
-    int left = dsf_gen_prefill_step(sl->g, err);
-    if (left < 0) {
-        job_abort_prefill(sl, err);
-        return;
-    }
-    if (left > 0) return;
-    if (dsf_gen_begin(sl->g, &sl->gp, err) < 0) {
-        job_abort_prefill(sl, err);
-        return;
-    }
-    slot_step(sl, NULL);
-}
-
-/* One forward for the pending tokens of up to max_batch decoding slots. */
-static void decode_batch(srv_server *s, int n) {
-    char err[DSF_ERR_LEN] = "";
-    int rc = dsf_batch_eval(s->b_sess, s->b_tok, n, s->b_logits, err);
-    unsigned long long fw = atomic_fetch_add(&s->st_forwards, 1) + 1;
-    atomic_fetch_add(&s->st_tokens, (unsigned long long)n);
-    if (n > atomic_load(&s->st_max_batch)) atomic_store(&s->st_max_batch, n);
-    dsf_log(2, "serve: decode forward %llu batch %d", fw, n);
-    for (int k = 0; k < n; k++) {
-        slot *sl = s->b_slot[k];
-        job *j = sl->cur;
-        j->batch_sum += n;
-        j->batch_n++;
-        if (n > j->batch_max) j->batch_max = n;
-        if (rc < 0) {
-            dsf_gen_fail(sl->g, err);
-            job_end_generation(sl);
-        } else {
-            slot_step(sl, s->b_logits + (size_t)k * (size_t)s->n_vocab);
-        }
-    }
-}
-
-/* Under srv->mu: hands queued jobs to free slots (longest common prefix, then LRU). */
-static void assign(srv_server *s) {
-    /* while stopping, slot threads may already have exited: queued jobs are cancelled by
-     * their connections instead */
-    while (s->qhead && !s->stopping) {
-        slot *best = NULL;
-        int best_lcp = -1;
-        job *j = s->qhead;
-        slot *lru = NULL;
-        for (int i = 0; i < s->n_slots; i++) {
-            slot *sl = &s->slots[i];
-            if (sl->j) continue;
-            if (!lru || sl->last_used < lru->last_used) lru = sl;
-            const int32_t *h = dsf_session_tokens(sl->s);
-            int n = dsf_session_n_past(sl->s), l = 0;
-            while (l < n && l < j->req.n_prompt && h[l] == j->req.prompt[l]) l++;
-            /* Reuse a slot only when the prompt continues what it holds (at least half of
-             * the slot's history or of the prompt is shared); otherwise take the least
-             * recently used slot and leave other conversations' caches alone. */
-            if (l == 0 || (2 * l < n && 2 * l < j->req.n_prompt)) continue;
-            if (l > best_lcp || (l == best_lcp && sl->last_used < best->last_used)) best = sl, best_lcp = l;
-        }
-        if (!best) best = lru;
-        if (!best) return;
-        s->qhead = j->next;
-        if (!s->qhead) s->qtail = NULL;
-        s->n_queued--;
-        j->next = NULL;
-        j->slot_id = best->id;
-        best->j = j;
-        pthread_cond_signal(&s->sched_cv);
-    }
-}
-
-static void *sched_main(void *arg) {
-    srv_server *s = arg;
-    job **assigned = dsf_xcalloc((size_t)s->n_slots, sizeof *assigned);
-    int rr = 0; /* the slot after the one that prefilled last */
-    for (;;) {
-        pthread_mutex_lock(&s->mu);
-        bool any = false;
-        for (;;) {
-            for (int i = 0; i < s->n_slots; i++) any |= (assigned[i] = s->slots[i].j) != NULL;
-            if (any || s->stopping) break;
-            pthread_cond_wait(&s->sched_cv, &s->mu);
-        }
-        bool stopping = s->stopping;
-        pthread_mutex_unlock(&s->mu);
-
-        /* (1) new jobs in, cancelled jobs out (all of them when stopping) */
-        for (int i = 0; i < s->n_slots; i++) {
-            slot *sl = &s->slots[i];
-            if (!sl->cur && assigned[i]) {
-                if (stopping) {
-                    sl->cur = assigned[i];
-                    sl->cur->outcome = "cancelled";
-                    slot_release(sl);
-                    continue;
-                }
-                job_start(sl, assigned[i]);
-            }
-            if (!sl->cur || (!stopping && !atomic_load(&sl->cur->cancelled))) continue;
-            if (sl->phase == SL_PREFILL) job_abort_prefill(sl, "cancelled");
-            else job_end_generation(sl);
-        }
-        if (stopping) break;
-
-        /* (2) one batched forward for every decoding slot */
-        int n = 0;
-        for (int i = 0; i < s->n_slots; i++) {
-            slot *sl = &s->slots[i];
-            if (sl->phase != SL_DECODE) continue;
-            s->b_sess[n] = sl->s;
-            s->b_tok[n] = sl->next_tok;
-            s->b_slot[n] = sl;
-            if (++n == s->max_batch) {
-                decode_batch(s, n);
-                n = 0;
-            }
-        }
-        if (n) decode_batch(s, n);
-
-        /* (3) one prefill chunk, slots taking turns */
-        for (int k = 0; k < s->n_slots; k++) {
-            slot *sl = &s->slots[(rr + k) % s->n_slots];
-            if (sl->phase != SL_PREFILL) continue;
-            rr = (sl->id + 1) % s->n_slots;
-            slot_prefill_step(sl);
-            break;
-        }
-    }
-    free(assigned);
-    return NULL;
-}
 
 /* ==== HTTP =============================================================================== */
 
@@ -566,16 +65,6 @@ static void log_line(srv_server *s, int req_no, const char *method, const char *
             url, slot_id, n_prompt, n_cached, n_gen, tps, dsf_now() - t0, status, outcome ? outcome : "");
 }
 
-/* The log line of a generation request, with its decode batch sizes (mean and largest). */
-static void log_job(srv_server *s, int req_no, const char *method, const char *url, const job *j, int status,
-                    const char *outcome, double t0) {
-    dsf_log(1, "serve: req %d %s %s slot %d prompt %d cached %d gen %d %.1f tok/s batch %.1f/%d %.3f s status %d %s",
-            req_no, method, url, j->slot_id, j->req.n_prompt, j->n_cached, j->n_gen, j->tps,
-            j->batch_n ? (double)j->batch_sum / j->batch_n : 0.0, j->batch_max, dsf_now() - t0, status,
-            outcome ? outcome : "");
-    (void)s;
-}
-
 static enum MHD_Result send_json(struct MHD_Connection *c, int status, const char *body) {
     struct MHD_Response *r =
         MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_MUST_COPY);
@@ -593,146 +82,6 @@ static enum MHD_Result send_error(srv_server *s, struct MHD_Connection *c, conn_
     free(body);
     log_line(s, cs ? cs->req_no : 0, method, url, -1, 0, 0, 0, 0, e->status, e->message, cs ? cs->t0 : dsf_now());
     return r;
-}
-
-/* True when the peer has closed its end of the socket. */
-static bool peer_gone(int fd) {
-    if (fd < 0) return false;
-    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
-    if (poll(&p, 1, 0) <= 0) return false;
-    if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return true;
-    if (p.revents & POLLRDHUP) {
-        char c;
-        ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-        return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
-    }
-    return false;
-}
-
-static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-    pthread_cond_timedwait(cv, mu, &ts);
-}
-
-/* Cancels a job from its connection: a queued job leaves the queue at once. */
-static void job_cancel(srv_server *s, job *j) {
-    atomic_store(&j->cancelled, 1);
-    pthread_mutex_lock(&s->mu);
-    if (!j->done && j->slot_id < 0) {
-        for (job **pp = &s->qhead; *pp; pp = &(*pp)->next)
-            if (*pp == j) {
-                *pp = j->next;
-                s->n_queued--;
-                break;
-            }
-        s->qtail = NULL;
-        for (job *q = s->qhead; q; q = q->next) s->qtail = q;
-        j->done = true;
-        j->outcome = "cancelled";
-        j->refs--; /* the queue's reference (the connection still holds its own) */
-    }
-    pthread_mutex_unlock(&s->mu);
-}
-
-typedef struct {
-    srv_server *s;
-    job *j;
-    double last_send;
-    bool logged;
-    char method[8];
-    char url[40];
-    int req_no;
-} stream_ctx;
-
-static void stream_log(stream_ctx *sc) {
-    if (sc->logged) return;
-    sc->logged = true;
-    job *j = sc->j;
-    log_job(sc->s, sc->req_no, sc->method, sc->url, j, atomic_load(&j->cancelled) ? 499 : j->status ? j->status : 200,
-            j->outcome ? j->outcome : "cancelled", j->t0);
-}
-
-static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
-    (void)pos;
-    stream_ctx *sc = cls;
-    srv_server *s = sc->s;
-    job *j = sc->j;
-    pthread_mutex_lock(&s->mu);
-    for (;;) {
-        if (j->out_pos < j->out.len) {
-            size_t n = j->out.len - j->out_pos;
-            if (n > max) n = max;
-            memcpy(buf, j->out.data + j->out_pos, n);
-            j->out_pos += n;
-            pthread_mutex_unlock(&s->mu);
-            sc->last_send = dsf_now();
-            return (ssize_t)n;
-        }
-        if (j->done) {
-            pthread_mutex_unlock(&s->mu);
-            stream_log(sc);
-            return MHD_CONTENT_READER_END_OF_STREAM;
-        }
-        if (atomic_load(&j->cancelled)) break;
-        pthread_mutex_unlock(&s->mu);
-        if (peer_gone(j->fd) || s->stopping) {
-            job_cancel(s, j);
-            pthread_mutex_lock(&s->mu);
-            break;
-        }
-        /* spec: keep-alive comments while the prompt waits or is prefilled */
-        if (dsf_now() - sc->last_send >= s->p.keepalive_ms / 1000.0) {
-            static const char ka[] = ": keep-alive\n\n";
-            if (max < sizeof ka - 1) return 0;
-            memcpy(buf, ka, sizeof ka - 1);
-            sc->last_send = dsf_now();
-            return (ssize_t)(sizeof ka - 1);
-        }
-        pthread_mutex_lock(&s->mu);
-        int ms = s->p.keepalive_ms < WAIT_SLICE_MS ? s->p.keepalive_ms : WAIT_SLICE_MS;
-        timed_wait(&j->cv, &s->mu, ms > 0 ? ms : 1);
-    }
-    pthread_mutex_unlock(&s->mu);
-    return MHD_CONTENT_READER_END_WITH_ERROR;
-}
-
-static void stream_free(void *cls) {
-    stream_ctx *sc = cls;
-    job *j = sc->j;
-    pthread_mutex_lock(&sc->s->mu);
-    bool done = j->done;
-    pthread_mutex_unlock(&sc->s->mu);
-    if (!done) job_cancel(sc->s, j);
-    /* The slot notices the cancel at its next token; wait so that the log line is final. */
-    pthread_mutex_lock(&sc->s->mu);
-    while (!j->done) timed_wait(&j->cv, &sc->s->mu, WAIT_SLICE_MS);
-    pthread_mutex_unlock(&sc->s->mu);
-    stream_log(sc);
-    job_unref(sc->s, j);
-    free(sc);
-}
-
-static job *job_new(srv_server *s, srv_req *req, int fd, int req_no) {
-    job *j = dsf_xcalloc(1, sizeof *j);
-    j->req = *req;
-    memset(req, 0, sizeof *req);
-    j->refs = 2;
-    j->fd = fd;
-    j->slot_id = -1;
-    j->t0 = dsf_now();
-    j->rng = dsf_rng_init((uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)j ^
-                          ((uint64_t)req_no << 32) ^ (uint64_t)(dsf_now() * 1e9));
-    pthread_cond_init(&j->cv, NULL);
-    char rid[32];
-    rand_alnum(rid, 24, &j->rng);
-    snprintf(j->meta.id, sizeof j->meta.id, "%s%s", j->req.kind == SRV_CHAT ? "chatcmpl-" : "cmpl-", rid);
-    j->meta.model = s->model_name;
-    j->meta.created = (long long)time(NULL);
-    return j;
 }
 
 static enum MHD_Result handle_generate(srv_server *s, struct MHD_Connection *c, conn_state *cs, srv_kind kind,
@@ -760,7 +109,7 @@ static enum MHD_Result handle_generate(srv_server *s, struct MHD_Connection *c, 
         else srv_fail(&e, 503, NULL, "server_busy", "too many requests are waiting (%d); retry later", s->p.max_queue);
         return send_error(s, c, cs, method, url, &e);
     }
-    job *j = job_new(s, &req, fd, cs->req_no);
+    job *j = srv_job_new(s, &req, fd, cs->req_no);
     j->t0 = cs->t0;
     if (j->req.stream && kind == SRV_CHAT) {
         /* The role chunk goes first, before the slot can produce anything. */
@@ -776,41 +125,13 @@ static enum MHD_Result handle_generate(srv_server *s, struct MHD_Connection *c, 
     else s->qhead = j;
     s->qtail = j;
     s->n_queued++;
-    assign(s);
+    srv_assign(s);
     pthread_mutex_unlock(&s->mu);
 
-    if (j->req.stream) {
-        stream_ctx *sc = dsf_xcalloc(1, sizeof *sc);
-        sc->s = s;
-        sc->j = j;
-        sc->last_send = dsf_now();
-        sc->req_no = cs->req_no;
-        snprintf(sc->method, sizeof sc->method, "%s", method);
-        snprintf(sc->url, sizeof sc->url, "%s", url);
-        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, sc, stream_free);
-        if (!r) {
-            stream_free(sc);
-            return MHD_NO;
-        }
-        MHD_add_response_header(r, "Content-Type", "text/event-stream");
-        MHD_add_response_header(r, "Cache-Control", "no-cache");
-        enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
-        MHD_destroy_response(r);
-        return ret;
-    }
+    if (j->req.stream) return srv_job_stream(s, c, j, cs->req_no, method, url);
 
     /* Non-streaming: wait here (thread per connection), watching the socket. */
-    pthread_mutex_lock(&s->mu);
-    while (!j->done) {
-        if (!atomic_load(&j->cancelled)) {
-            pthread_mutex_unlock(&s->mu);
-            if (peer_gone(fd) || s->stopping) job_cancel(s, j);
-            pthread_mutex_lock(&s->mu);
-            if (j->done) break;
-        }
-        timed_wait(&j->cv, &s->mu, WAIT_SLICE_MS);
-    }
-    pthread_mutex_unlock(&s->mu);
+    srv_job_wait(s, j, fd);
     enum MHD_Result ret;
     int status = j->status;
     if (atomic_load(&j->cancelled) || !j->body) {
@@ -819,8 +140,8 @@ static enum MHD_Result handle_generate(srv_server *s, struct MHD_Connection *c, 
     } else {
         ret = send_json(c, j->status, j->body);
     }
-    log_job(s, cs->req_no, method, url, j, status, j->outcome ? j->outcome : "cancelled", cs->t0);
-    job_unref(s, j);
+    srv_log_job(s, cs->req_no, method, url, j, status, j->outcome ? j->outcome : "cancelled", cs->t0);
+    srv_job_unref(s, j);
     return ret;
 }
 
@@ -1025,6 +346,19 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 
 /* ==== lifetime ============================================================================ */
 
+void srv_params_default(srv_params *p) {
+    memset(p, 0, sizeof *p);
+    p->host = "127.0.0.1";
+    p->port = 8080;
+    p->n_slots = 1;
+    p->max_body = 8u << 20;
+    p->max_queue = 256;
+    p->keepalive_ms = 5000;
+    p->prefill_chunk = 256;
+    p->idle_timeout_s = 600;
+    p->numerics = DSF_NUMERICS_REFERENCE;
+}
+
 static void free_server(srv_server *s) {
     for (int i = 0; s->slots && i < s->n_slots; i++) {
         dsf_gen_free(s->slots[i].g);
@@ -1120,7 +454,7 @@ srv_server *srv_start(const srv_params *p, char *err) {
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : p->port;
-    int perr = dsf_thread_start(&s->sched, sched_main, s);
+    int perr = dsf_thread_start(&s->sched, srv_sched_main, s);
     if (perr) {
         dsf_seterr(err, "cannot start the scheduler thread (%s)", strerror(perr));
         goto fail;

@@ -1,11 +1,12 @@
-/* server.h: `dsflash serve`, the OpenAI-compatible HTTP server (runtime layer).
+/* server.h: `dsflash serve`, the OpenAI-compatible HTTP server (server layer).
  *
  * Two halves:
  *   - server_api.c: pure request/response mapping, no sockets and no engine: an OpenAI
  *     request body -> a validated srv_req (prompt tokens, sampling, output options), and
  *     generated output -> OpenAI response JSON / SSE chunks. Unit-tested without a model.
- *   - server.c: the HTTP glue (libmicrohttpd, one thread per connection), the slots (one
- *     dsf_session each) and the scheduler thread that runs every forward.
+ *   - server.c, server_job.c, server_sched.c (internal header server_int.h): the HTTP glue
+ *     (libmicrohttpd, one thread per connection), the slots (one dsf_session each) and the
+ *     scheduler thread that runs every forward. Threads and locking: the top of server.c.
  *
  * Invariants: a malformed request is answered from its own connection thread and never
  * reaches the scheduler; only the scheduler thread calls the engine (one forward at a time

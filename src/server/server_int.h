@@ -1,0 +1,137 @@
+/* server_int.h: the server's internal types and the functions its three files share
+ * (server.c: HTTP and lifetime; server_job.c: a job on its connection's side;
+ * server_sched.c: the slots and the scheduler thread).
+ * Must not: be included outside src/server/ (tools and tests use server.h); declare anything
+ * that only one of the three files uses.
+ * Threads and locking: see the top of server.c; fields marked "srv->mu" are read and written
+ * only under srv->mu, fields marked "scheduler thread only" only by the scheduler. */
+#ifndef DSF_SERVER_INT_H
+#define DSF_SERVER_INT_H
+
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "server/server.h"
+
+/* ==== types =============================================================================== */
+
+typedef struct job job;
+typedef struct slot slot;
+
+struct job {
+    int refs;            /* srv->mu */
+    srv_req req;
+    srv_meta meta;
+    uint64_t rng;
+    int fd;              /* the client's socket, polled for hang-up */
+    double t0;
+    atomic_int cancelled;
+    bool done;           /* srv->mu: the slot (or the queue) let go; out is complete */
+    int slot_id;
+    job *next;           /* queue link */
+    pthread_cond_t cv;   /* signalled (with srv->mu) when out grows or done is set */
+    /* streaming: SSE bytes produced by the slot, consumed by the content reader */
+    dsf_buf out;
+    size_t out_pos;
+    /* tool call ids, one per call in output order */
+    char (*ids)[32];
+    int n_ids, cap_ids;
+    /* logprobs: every token; streamed ones from lp_sent on */
+    srv_tokprob *lp;
+    int n_lp, cap_lp, lp_sent;
+    size_t text_off;     /* completions: text offset of the next token */
+    /* non-streaming result */
+    int status;
+    char *body;          /* JSON reply */
+    /* for the log line */
+    int n_prompt, n_cached, n_gen;
+    long long batch_sum; /* scheduler: sum of the batch sizes of this job's decode forwards */
+    int batch_n, batch_max;
+    double tps;
+    const char *outcome;
+};
+
+/* The generation callbacks' context (one per slot, for the job it runs). */
+typedef struct {
+    srv_server *s;
+    slot *sl;
+    job *j;
+} gen_ctx;
+
+typedef enum { SL_IDLE = 0, SL_PREFILL, SL_DECODE } slot_phase;
+
+struct slot {
+    int id;
+    srv_server *srv;
+    dsf_session *s;
+    dsf_gen *g;
+    job *j;              /* srv->mu: set by srv_assign(), cleared when the scheduler lets go */
+    double last_used;    /* srv->mu */
+    /* scheduler thread only: */
+    slot_phase phase;
+    job *cur;            /* the job started on this slot (NULL: none yet) */
+    gen_ctx ctx;
+    dsf_gen_params gp;
+    int32_t next_tok;    /* SL_DECODE: the token the next round evaluates */
+};
+
+/* Most decode steps in one forward (the logits buffer holds this many rows). */
+#define SRV_MAX_BATCH 32
+
+struct srv_server {
+    srv_params p;
+    char *model_name;
+    dsf_engine *e;
+    dsf_tokenizer *tok;
+    int n_ctx;
+    long long created;
+    struct MHD_Daemon *d;
+    int port;
+    pthread_mutex_t mu;
+    atomic_bool stopping;
+    job *qhead, *qtail;
+    int n_queued;
+    slot *slots;
+    int n_slots;
+    atomic_int next_req;
+    /* the scheduler */
+    pthread_t sched;
+    bool sched_running;
+    pthread_cond_t sched_cv;  /* with mu: a job was assigned, or stopping */
+    int max_batch;
+    dsf_session **b_sess;     /* [max_batch] */
+    int32_t *b_tok;
+    slot **b_slot;
+    float *b_logits;          /* [max_batch][n_vocab] */
+    int n_vocab;
+    /* batching statistics (/health): decode forwards, tokens in them, largest batch */
+    atomic_ullong st_forwards, st_tokens;
+    atomic_int st_max_batch;
+};
+
+/* ==== jobs (server_job.c, connection threads) ============================================ */
+
+/* A new job for req (taken over: *req is zeroed) with two references, the connection's and
+ * the queue's; not yet queued. fd: the client's socket or -1. */
+job *srv_job_new(srv_server *s, srv_req *req, int fd, int req_no);
+/* Drops one reference (takes srv->mu); the last one frees the job. */
+void srv_job_unref(srv_server *s, job *j);
+/* Answers c with the job's SSE stream; the response owns the connection's reference. */
+enum MHD_Result srv_job_stream(srv_server *s, struct MHD_Connection *c, job *j, int req_no, const char *method,
+                               const char *url);
+/* Non-streaming: waits until the job is done, cancelling it when the peer hangs up or the
+ * server stops. fd: the client's socket or -1. */
+void srv_job_wait(srv_server *s, job *j, int fd);
+/* The log line of a generation request, with its decode batch sizes (mean and largest). */
+void srv_log_job(srv_server *s, int req_no, const char *method, const char *url, const job *j, int status,
+                 const char *outcome, double t0);
+
+/* ==== the scheduler (server_sched.c) ===================================================== */
+
+/* Under srv->mu: hands queued jobs to free slots (longest common prefix, then LRU). */
+void srv_assign(srv_server *s);
+/* The scheduler thread (arg: the srv_server). */
+void *srv_sched_main(void *arg);
+
+#endif

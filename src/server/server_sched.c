@@ -1,0 +1,392 @@
+/* server_sched.c: the slots and the scheduler thread of `dsflash serve`.
+ *
+ * Owns: assignment of queued jobs to slots (srv_assign, under srv->mu), and on the scheduler
+ * thread each slot's generation: a job's start and prefill chunks, the batched decode
+ * forward of every decoding slot, the generation callbacks that turn tokens and DSML events
+ * into the job's SSE bytes (j->out) or its non-streaming reply (j->body), and the job's
+ * completion, which releases the slot.
+ * Must not: touch sockets or MHD (the connection threads do); call the engine under srv->mu.
+ * Invariant: only this thread evaluates (one forward at a time across the server);
+ * srv_assign, which connection threads call too, only reads idle slots' histories.
+ * The scheduler round, assignment and locking are described at the top of server.c. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/server_int.h"
+
+/* ==== the job's output (scheduler thread) ================================================= */
+
+/* Appends bytes to the job's stream and wakes its connection (takes srv->mu). */
+static void job_emit(srv_server *s, job *j, const dsf_buf *b) {
+    pthread_mutex_lock(&s->mu);
+    dsf_buf_append(&j->out, b->data, b->len);
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void emit_chunk(srv_server *s, job *j, json_t *chunk) {
+    dsf_buf b = {0};
+    srv_sse_json(&b, chunk);
+    json_decref(chunk);
+    job_emit(s, j, &b);
+    dsf_buf_free(&b);
+}
+
+/* Attaches the logprobs of the tokens not yet sent to a stream chunk's choice. */
+static void attach_logprobs(srv_server *s, job *j, json_t *choice) {
+    if (j->req.logprobs < 0 || j->lp_sent >= j->n_lp) return;
+    int n = j->n_lp - j->lp_sent;
+    json_t *lp = j->req.kind == SRV_CHAT ? srv_chat_logprobs(j->lp + j->lp_sent, n, s->tok)
+                                         : srv_completion_logprobs(j->lp + j->lp_sent, n, s->tok, j->text_off);
+    if (j->req.kind != SRV_CHAT)
+        for (int i = j->lp_sent; i < j->n_lp; i++) {
+            size_t len = 0;
+            if (dsf_token_bytes(s->tok, j->lp[i].id, &len)) j->text_off += len;
+        }
+    json_object_set_new(choice, "logprobs", lp);
+    j->lp_sent = j->n_lp;
+}
+
+/* ==== generation callbacks (scheduler thread) ============================================ */
+
+static int cb_cancel(void *ud) {
+    gen_ctx *c = ud;
+    return atomic_load(&c->j->cancelled) || c->s->stopping;
+}
+
+static void cb_token(void *ud, const dsf_gen_token *t) {
+    gen_ctx *c = ud;
+    job *j = c->j;
+    j->n_gen++;
+    if (j->req.logprobs < 0 || t->is_eos) return;
+    if (j->n_lp == j->cap_lp) {
+        j->cap_lp = j->cap_lp ? 2 * j->cap_lp : 64;
+        j->lp = dsf_xrealloc(j->lp, (size_t)j->cap_lp * sizeof *j->lp);
+    }
+    srv_tokprob *p = &j->lp[j->n_lp++];
+    memset(p, 0, sizeof *p);
+    p->id = t->id;
+    p->logprob = t->logprob;
+    p->n_top = t->n_top < 20 ? t->n_top : 20;
+    for (int k = 0; k < p->n_top; k++) p->top_ids[k] = t->top_ids[k], p->top_lp[k] = t->top_logprobs[k];
+}
+
+static void cb_text(void *ud, const char *text, size_t len) {
+    gen_ctx *c = ud;
+    job *j = c->j;
+    if (!j->req.stream || j->req.kind != SRV_COMPLETION || !len) return;
+    json_t *choice;
+    json_t *ch = srv_chunk(&j->meta, SRV_COMPLETION, &choice);
+    json_t *tx = json_stringn(text, len);
+    json_object_set_new(choice, "text", tx ? tx : json_string(""));
+    attach_logprobs(c->s, j, choice);
+    emit_chunk(c->s, j, ch);
+}
+
+static const char *call_id(job *j, int index) {
+    while (j->n_ids <= index) {
+        if (j->n_ids == j->cap_ids) {
+            j->cap_ids = j->cap_ids ? 2 * j->cap_ids : 4;
+            j->ids = dsf_xrealloc(j->ids, (size_t)j->cap_ids * sizeof *j->ids);
+        }
+        srv_call_id(j->ids[j->n_ids++], &j->rng);
+    }
+    return j->ids[index];
+}
+
+static void cb_dsml(void *ud, const dsf_dsml_event *ev) {
+    gen_ctx *c = ud;
+    job *j = c->j;
+    const char *id = NULL;
+    if (ev->type == DSF_DSML_TOOL_START || ev->type == DSF_DSML_TOOL_ARGS) id = call_id(j, ev->index);
+    if (!j->req.stream) return;
+    json_t *ch = srv_dsml_chunk(&j->meta, ev, id, j->req.parallel_tool_calls);
+    if (!ch) return;
+    attach_logprobs(c->s, j, json_array_get(json_object_get(ch, "choices"), 0));
+    emit_chunk(c->s, j, ch);
+}
+
+/* ==== running jobs (scheduler thread) ====================================================== */
+
+static void finish_stream(srv_server *s, job *j, const char *finish, const srv_usage *u, const char *errmsg) {
+    dsf_buf b = {0};
+    if (errmsg) {
+        srv_error e;
+        srv_fail(&e, 500, NULL, "generation_failed", "%s", errmsg);
+        char *body = srv_error_json(&e);
+        dsf_buf_appendf(&b, "data: %s\n\n", body);
+        free(body);
+    } else {
+        json_t *choice;
+        json_t *ch = srv_chunk(&j->meta, j->req.kind, &choice);
+        json_object_set_new(choice, "finish_reason", json_string(finish));
+        attach_logprobs(s, j, choice);
+        srv_sse_json(&b, ch);
+        json_decref(ch);
+        if (j->req.include_usage) {
+            json_t *uc = srv_usage_chunk(&j->meta, j->req.kind, u);
+            srv_sse_json(&b, uc);
+            json_decref(uc);
+        }
+    }
+    dsf_buf_append(&b, "data: [DONE]\n\n", 14);
+    job_emit(s, j, &b);
+    dsf_buf_free(&b);
+}
+
+/* The scheduler lets go of the slot's job: it is done; the slot takes the next one. */
+static void slot_release(slot *sl) {
+    srv_server *s = sl->srv;
+    job *j = sl->cur;
+    sl->cur = NULL;
+    sl->phase = SL_IDLE;
+    pthread_mutex_lock(&s->mu);
+    sl->j = NULL;
+    sl->last_used = dsf_now();
+    j->done = true;
+    pthread_cond_broadcast(&j->cv);
+    srv_assign(s);
+    pthread_mutex_unlock(&s->mu);
+    srv_job_unref(s, j);
+}
+
+/* Builds the job's reply from the generation result (rc: dsf_gen_end's, or -1 when the
+ * prefill failed) and releases the slot. */
+static void job_complete(slot *sl, int rc, dsf_gen_result *res, bool cancelled, const char *err) {
+    srv_server *s = sl->srv;
+    job *j = sl->cur;
+    j->n_prompt = j->req.n_prompt;
+    j->n_cached = res->n_cached;
+    j->tps = res->decode_tps;
+    srv_usage u = {.prompt_tokens = j->req.n_prompt, .completion_tokens = res->n_completion,
+                   .cached_tokens = res->n_cached};
+    const char *finish = res->finish == DSF_FINISH_LENGTH ? "length" : "stop";
+    bool tool_calls = res->has_dsml && res->dsml.n_calls > 0;
+    if (tool_calls && res->finish != DSF_FINISH_LENGTH) finish = "tool_calls";
+    if (cancelled) {
+        j->outcome = "cancelled";
+    } else if (rc) {
+        j->outcome = "error";
+        j->status = 500;
+        if (j->req.stream) finish_stream(s, j, NULL, &u, err);
+        else {
+            srv_error e;
+            srv_fail(&e, 500, NULL, "generation_failed", "%s", err);
+            j->body = srv_error_json(&e);
+        }
+    } else {
+        j->outcome = finish;
+        j->status = 200;
+        if (j->req.stream) {
+            finish_stream(s, j, finish, &u, NULL);
+        } else {
+            json_t *reply;
+            const srv_tokprob *lp = j->req.logprobs >= 0 ? j->lp : NULL;
+            if (j->req.kind == SRV_CHAT) {
+                for (int i = 0; i < res->dsml.n_calls; i++) call_id(j, i);
+                reply = srv_chat_reply(&j->meta, &res->dsml, j->ids, finish, &u, lp, j->n_lp, s->tok,
+                                       j->req.parallel_tool_calls);
+            } else {
+                reply = srv_completion_reply(&j->meta, res->text, res->text_len, finish, &u, lp, j->n_lp, s->tok);
+            }
+            j->body = json_dumps(reply, JSON_COMPACT);
+            json_decref(reply);
+        }
+    }
+    dsf_gen_result_free(res);
+    slot_release(sl);
+}
+
+/* A prefill that failed or was cancelled: no generation ran. */
+static void job_abort_prefill(slot *sl, const char *err) {
+    dsf_gen_result res;
+    memset(&res, 0, sizeof res);
+    res.n_cached = dsf_gen_n_cached(sl->g);
+    bool cancelled = atomic_load(&sl->cur->cancelled) || sl->srv->stopping;
+    job_complete(sl, -1, &res, cancelled, err);
+}
+
+/* Ends the slot's generation (a running one counts as cancelled) and completes the job. */
+static void job_end_generation(slot *sl) {
+    char err[DSF_ERR_LEN] = "";
+    dsf_gen_result res;
+    int rc = dsf_gen_end(sl->g, &res, err);
+    job_complete(sl, rc, &res, res.finish == DSF_FINISH_CANCELLED, err);
+}
+
+/* One generation step on the slot's logits (NULL: the prefill's); the slot then waits for
+ * the next decode round or its job is complete. */
+static void slot_step(slot *sl, const float *logits) {
+    char err[DSF_ERR_LEN] = "";
+    if (dsf_gen_next(sl->g, logits, &sl->next_tok, err) == DSF_FINISH_NONE) sl->phase = SL_DECODE;
+    else job_end_generation(sl);
+}
+
+/* Starts the job assigned to an idle slot: its generation parameters and its prefill. */
+static void job_start(slot *sl, job *j) {
+    srv_server *s = sl->srv;
+    char err[DSF_ERR_LEN] = "";
+    sl->cur = j;
+    sl->ctx = (gen_ctx){.s = s, .sl = sl, .j = j};
+    dsf_gen_params *gp = &sl->gp;
+    dsf_gen_params_default(gp);
+    gp->sampler.temperature = j->req.temperature;
+    gp->sampler.top_k = j->req.top_k;
+    gp->sampler.top_p = j->req.top_p;
+    gp->sampler.min_p = j->req.min_p;
+    gp->sampler.seed = j->req.has_seed ? j->req.seed : j->rng;
+    gp->sampler.max_tokens = j->req.max_tokens;
+    gp->sampler.stop = (const char *const *)j->req.stop;
+    gp->sampler.n_stop = j->req.n_stop;
+    gp->sampler.ignore_eos = j->req.ignore_eos;
+    gp->logprobs = j->req.logprobs >= 0;
+    gp->top_logprobs = j->req.logprobs > 0 ? j->req.logprobs : 0;
+    gp->parse_dsml = j->req.kind == SRV_CHAT;
+    gp->dsml_thinking = j->req.gen_reasoning;
+    gp->on_text = cb_text;
+    gp->on_dsml = cb_dsml;
+    gp->on_token = cb_token;
+    gp->cancel = cb_cancel;
+    gp->ud = &sl->ctx;
+    if (dsf_gen_prefill_begin(sl->g, j->req.prompt, j->req.n_prompt, s->p.prefill_chunk, err) < 0) {
+        job_abort_prefill(sl, err);
+        return;
+    }
+    sl->phase = SL_PREFILL;
+}
+
+/* One prefill chunk; when the prompt is complete, the generation starts with its first token. */
+static void slot_prefill_step(slot *sl) {
+    char err[DSF_ERR_LEN] = "";
+    int left = dsf_gen_prefill_step(sl->g, err);
+    if (left < 0) {
+        job_abort_prefill(sl, err);
+        return;
+    }
+    if (left > 0) return;
+    if (dsf_gen_begin(sl->g, &sl->gp, err) < 0) {
+        job_abort_prefill(sl, err);
+        return;
+    }
+    slot_step(sl, NULL);
+}
+
+/* One forward for the pending tokens of up to max_batch decoding slots. */
+static void decode_batch(srv_server *s, int n) {
+    char err[DSF_ERR_LEN] = "";
+    int rc = dsf_batch_eval(s->b_sess, s->b_tok, n, s->b_logits, err);
+    unsigned long long fw = atomic_fetch_add(&s->st_forwards, 1) + 1;
+    atomic_fetch_add(&s->st_tokens, (unsigned long long)n);
+    if (n > atomic_load(&s->st_max_batch)) atomic_store(&s->st_max_batch, n);
+    dsf_log(2, "serve: decode forward %llu batch %d", fw, n);
+    for (int k = 0; k < n; k++) {
+        slot *sl = s->b_slot[k];
+        job *j = sl->cur;
+        j->batch_sum += n;
+        j->batch_n++;
+        if (n > j->batch_max) j->batch_max = n;
+        if (rc < 0) {
+            dsf_gen_fail(sl->g, err);
+            job_end_generation(sl);
+        } else {
+            slot_step(sl, s->b_logits + (size_t)k * (size_t)s->n_vocab);
+        }
+    }
+}
+
+/* Under srv->mu: hands queued jobs to free slots (longest common prefix, then LRU). */
+void srv_assign(srv_server *s) {
+    /* while stopping, slot threads may already have exited: queued jobs are cancelled by
+     * their connections instead */
+    while (s->qhead && !s->stopping) {
+        slot *best = NULL;
+        int best_lcp = -1;
+        job *j = s->qhead;
+        slot *lru = NULL;
+        for (int i = 0; i < s->n_slots; i++) {
+            slot *sl = &s->slots[i];
+            if (sl->j) continue;
+            if (!lru || sl->last_used < lru->last_used) lru = sl;
+            const int32_t *h = dsf_session_tokens(sl->s);
+            int n = dsf_session_n_past(sl->s), l = 0;
+            while (l < n && l < j->req.n_prompt && h[l] == j->req.prompt[l]) l++;
+            /* Reuse a slot only when the prompt continues what it holds (at least half of
+             * the slot's history or of the prompt is shared); otherwise take the least
+             * recently used slot and leave other conversations' caches alone. */
+            if (l == 0 || (2 * l < n && 2 * l < j->req.n_prompt)) continue;
+            if (l > best_lcp || (l == best_lcp && sl->last_used < best->last_used)) best = sl, best_lcp = l;
+        }
+        if (!best) best = lru;
+        if (!best) return;
+        s->qhead = j->next;
+        if (!s->qhead) s->qtail = NULL;
+        s->n_queued--;
+        j->next = NULL;
+        j->slot_id = best->id;
+        best->j = j;
+        pthread_cond_signal(&s->sched_cv);
+    }
+}
+
+void *srv_sched_main(void *arg) {
+    srv_server *s = arg;
+    job **assigned = dsf_xcalloc((size_t)s->n_slots, sizeof *assigned);
+    int rr = 0; /* the slot after the one that prefilled last */
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        bool any = false;
+        for (;;) {
+            for (int i = 0; i < s->n_slots; i++) any |= (assigned[i] = s->slots[i].j) != NULL;
+            if (any || s->stopping) break;
+            pthread_cond_wait(&s->sched_cv, &s->mu);
+        }
+        bool stopping = s->stopping;
+        pthread_mutex_unlock(&s->mu);
+
+        /* (1) new jobs in, cancelled jobs out (all of them when stopping) */
+        for (int i = 0; i < s->n_slots; i++) {
+            slot *sl = &s->slots[i];
+            if (!sl->cur && assigned[i]) {
+                if (stopping) {
+                    sl->cur = assigned[i];
+                    sl->cur->outcome = "cancelled";
+                    slot_release(sl);
+                    continue;
+                }
+                job_start(sl, assigned[i]);
+            }
+            if (!sl->cur || (!stopping && !atomic_load(&sl->cur->cancelled))) continue;
+            if (sl->phase == SL_PREFILL) job_abort_prefill(sl, "cancelled");
+            else job_end_generation(sl);
+        }
+        if (stopping) break;
+
+        /* (2) one batched forward for every decoding slot */
+        int n = 0;
+        for (int i = 0; i < s->n_slots; i++) {
+            slot *sl = &s->slots[i];
+            if (sl->phase != SL_DECODE) continue;
+            s->b_sess[n] = sl->s;
+            s->b_tok[n] = sl->next_tok;
+            s->b_slot[n] = sl;
+            if (++n == s->max_batch) {
+                decode_batch(s, n);
+                n = 0;
+            }
+        }
+        if (n) decode_batch(s, n);
+
+        /* (3) one prefill chunk, slots taking turns */
+        for (int k = 0; k < s->n_slots; k++) {
+            slot *sl = &s->slots[(rr + k) % s->n_slots];
+            if (sl->phase != SL_PREFILL) continue;
+            rr = (sl->id + 1) % s->n_slots;
+            slot_prefill_step(sl);
+            break;
+        }
+    }
+    free(assigned);
+    return NULL;
+}
