@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "io/gguf.h"
+#include "kernels/dtype.h"
 
 /* A weight matrix [n_out rows][n_in] in a ggml block type, rows contiguous; or in
  * DSF_TYPE_MXFP4R (below). */
