@@ -1,5 +1,5 @@
-/* kernels_amx.c: BF16-activation products on Intel AMX tiles (compiled with the Makefile's
- * AMX_FLAGS only; kernels.c selects the "amx" table only on CPUs with AMX-TILE, AMX-BF16 and
+/* matmul_amx.c: BF16-activation products on Intel AMX tiles (compiled with the Makefile's
+ * AMX_FLAGS only; select.c selects the "amx" table only on CPUs with AMX-TILE, AMX-BF16 and
  * every AVX-512 feature of the avx512 table, once the kernel has granted the process the
  * tile data state).
  *

@@ -1,5 +1,5 @@
-/* kernels_avx512.c: AVX-512 matmul kernels (compiled with the Makefile's AVX512_FLAGS only;
- * kernels.c selects this table only on CPUs that have every one of those features).
+/* matmul_avx512.c: AVX-512 matmul kernels (compiled with the Makefile's AVX512_FLAGS only;
+ * select.c selects this table only on CPUs that have every one of those features).
  *
  * Numerics: weights are widened exactly to fp32 and multiplied with the fp32 activations by
  * fp32 FMA, so the result differs from the exact sum only by fp32 summation order (lanes of
@@ -25,6 +25,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/mxfp4r.h"
 #include "kernels/quant.h"
 
 #define RB 4     /* rows per tile, T = 1: one row from each of NS far-apart row streams */
@@ -428,7 +429,7 @@ XMATMUL(xmm_bf16, xb_bf16_tile, 4, 4, xb_bf16_t1, 1)
 
 /* ---- MXFP4 x BF16 activations ----
  * A unit is 16 consecutive blocks (512 weights). Each of its 4 code lines holds one dword of
- * each block (dword lane j = block j): the repacked layout (DSF_TYPE_MXFP4R, kernels.h) is
+ * each block (dword lane j = block j): the repacked layout (DSF_TYPE_MXFP4R, mxfp4r.h) is
  * those lines; MXFP4 rows (272 bytes per unit) are gathered into them by 3 byte permutes per
  * line (mx_r0_line). vpermw reads the low 5 bits of each 16-bit word (the table repeats, so
  * bit 4 does not matter): line h's words, shifted right by 0, 4, 8 and 12, select in lane j
@@ -654,7 +655,7 @@ INLINE __m512i mxr_scale_bytes(const uint8_t *sc, int nb) {
 }
 
 /* DSF_TYPE_MXFP4R: line h of whole unit u of an interleaved pair (units 2p, 2p + 1, both
- * whole: kernels.h) in the row at c. */
+ * whole: mxfp4r.h) in the row at c. */
 INLINE const uint8_t *mxr_pair_line(const uint8_t *c, int64_t u, int h) { return c + 256 * (u & ~(int64_t)1) + 128 * h + 64 * (u & 1); }
 
 /* Whether unit u of a K chunk [u0, u1) (u0 even; units whole except the last, of nbl blocks)
@@ -680,7 +681,7 @@ INLINE void mx_unit(const uint8_t *row, const uint8_t *sc, int64_t u, int nb, __
     __m512i L[4], e;
     if (R) {
         const uint8_t *c = row + 256 * u;
-        if (paired) { /* a whole unit of an interleaved pair (kernels.h) */
+        if (paired) { /* a whole unit of an interleaved pair (mxfp4r.h) */
             UNROLL for (int h = 0; h < 4; h++) L[h] = _mm512_loadu_si512((const void *)mxr_pair_line(row, u, h));
         } else if (nb > 8) {
             UNROLL for (int h = 0; h < 4; h++) L[h] = mxr_line(c, nb, h);

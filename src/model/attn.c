@@ -5,6 +5,7 @@
  * (§4.4.9). Every query sees exactly the rows it would see in decode (§5.2). */
 #include "model/forward.h"
 #include "kernels/vec.h"
+#include "kernels/select.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
 #include "base/util.h"

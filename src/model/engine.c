@@ -4,6 +4,8 @@
 #include "dsflash.h"
 #include "model/forward.h"
 #include "kernels/ops.h"
+#include "kernels/mxfp4r.h"
+#include "kernels/select.h"
 #include "kernels/quant.h"
 #include "model/session.h"
 #include "base/util.h"

@@ -4,6 +4,8 @@
  * with the attention's pre, MoE, expand; final collapse with the last FFN pre, norm, head. */
 #include "model/forward.h"
 #include "kernels/vec.h"
+#include "kernels/select.h"
+#include "kernels/mxfp4r.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
 #include "base/util.h"

@@ -6,6 +6,7 @@
  * are read once per chunk. */
 #include "model/forward.h"
 #include "kernels/vec.h"
+#include "kernels/select.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
 #include "base/util.h"
