@@ -70,7 +70,7 @@ typedef struct {
 
 extern const dsf_kernels kernels_ref;    /* the scalar twins (matmul_ref.c) */
 extern const dsf_kernels kernels_avx2;   /* AVX2 + FMA + F16C (matmul_avx2.c) */
-extern const dsf_kernels kernels_avx512; /* AVX-512 F/BW/VL/DQ/BF16/VNNI/VBMI (matmul_avx512.c) */
+extern const dsf_kernels kernels_avx512; /* AVX-512 F/BW/VL/DQ/BF16/VNNI/VBMI (matmul_avx512.c, mxfp4_avx512.c) */
 /* The avx512 table with the BF16-activation products of BF16 weights (mxfp4 = 1: and of MXFP4
  * weights, without a repacked kernel) on AMX tiles (matmul_amx.c): kernels_amx_init fills *k
  * with it (with kernels_ref when the build has no AMX); kernels_amx_built says whether the

@@ -243,7 +243,7 @@ GUARDED(mm_mxfp4)
             matmul_xbf16_any_ref(w, x, T, y, ldy, r0, r1);                                     \
             return;                                                                            \
         }                                                                                      \
-        if (T > 1) { /* 512 KiB on the stack, as matmul_avx512.c's MXFP4 activations */       \
+        if (T > 1) { /* 512 KiB on the stack, as mxfp4_avx512.c's MXFP4 activations */       \
             float xw[TC * KC];                                                                 \
             FP32##_tchunks(w, NULL, x, xw, T, y, ldy, r0, r1);                                 \
             return;                                                                            \

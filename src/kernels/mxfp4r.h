@@ -24,7 +24,7 @@
  * the unit's blocks, block 16u + j at 4j; except that two whole units 2p and 2p + 1 (both of
  * 16 blocks) interleave their lines in the pair's 512 bytes: line h of unit 2p + v at byte
  * 512 p + 128 h + 64 v, so that the decode tile, which takes the lines of such a pair in
- * turn, reads each row at rising addresses (matmul_avx512.c). Its scales are nbk bytes, the
+ * turn, reads each row at rising addresses (mxfp4_avx512.c). Its scales are nbk bytes, the
  * E8M0 byte of block b at scales[r * nbk + b] (row_bytes / 16 per row). The values are those
  * of the MXFP4 rows it was made from, bit for bit; only the layout differs. */
 #define DSF_TYPE_MXFP4R 0x10000u
