@@ -1,5 +1,8 @@
-/* matmul_avx512.c: AVX-512 matmul kernels (compiled with the Makefile's AVX512_FLAGS only;
- * select.c selects this table only on CPUs that have every one of those features).
+/* matmul_avx512.c: AVX-512 matmul kernels of the fp32-activation family (every weight type)
+ * and the BF16-activation products of the non-MXFP4 types, the probes and the kernels_avx512
+ * table (compiled with the Makefile's AVX512_FLAGS only; select.c selects this table only on
+ * CPUs that have every one of those features). The MXFP4 x BF16-activation products, both
+ * layouts, are mxfp4_avx512.c's; the helpers both files use are tile512.h's.
  *
  * Numerics: weights are widened exactly to fp32 and multiplied with the fp32 activations by
  * fp32 FMA, so the result differs from the exact sum only by fp32 summation order (lanes of
@@ -30,11 +33,9 @@
 #define RBN 4    /* rows per tile, T > 1 */
 #define TB 4     /* tokens per tile, T > 1 */
 /* fp32-activation family (T > 1): a token tile's activations (TB x KC x 4 bytes, 16 KiB) and a
- * row tile's weights stay in L1, the chunk's activations (TC x KC x 4 = 256 KiB) in L2. With
- * KC = 4096 and TC = 32 a token tile's activations were 64 KiB, read from L2 by every row tile;
- * 1024 and 64 ran the bench model's prefill 3.5 % faster (in-process A-B-B-A, 10 of 10; the
- * grouped wo_a, 4096 wide, is its main fp32 product), decode even (0.992, 7 of 12). Changing
- * KC changes the order of the fp32 family's sums (for every T alike). */
+ * row tile's weights stay in L1, the chunk's activations (TC x KC x 4 = 256 KiB) in L2
+ * (docs/perf-log.md, item 24). Changing KC changes the order of the fp32 family's sums (for
+ * every T alike). */
 #define TC 64    /* tokens per chunk */
 #define KC 1024  /* reduction elements per chunk */
 _Static_assert(RB == 4 && RBN == 4 && TB == 4, "the tiles' sums (red4, red4x4) take 4 rows x 4 tokens");
@@ -297,15 +298,11 @@ GUARDED(mm_mxfp4)
  * 64-byte weight load feeds 4 dot instructions); T = 1 has its own tile (xb_bf16_t1) with
  * the same per-output operations. K is cut into XKC-element chunks and tokens into XTC
  * chunks (activation chunk XTC x XKC x 2 bytes = 512 KiB stays in L2). A row tile's weights
- * come from memory for its first token tile and from L1 for the others: with XTC = 64 a
- * harness tile from memory ran at ~0.73 of the core's peak against ~0.93 from L2. XTC = 128
- * halves those first tiles: the prefill ran 3.4 % faster than with 64 (in-process A-B-B-A,
- * 14 of 16), 256 was 5 % slower than 128 (8 of 8), and the fp32 family's TC = 64 was not
- * faster than 32 (3 of 8). For T > 1 a tile's
- * rows are 2 adjacent rows from each of 2 far-apart streams, so that its 16 sums go to y as
- * two 2-float accesses per token (tile_put2x2x4): the prefill ran 2.5-3.8 % faster than with
- * 4 streams and per-element stores (in-process A-B-B-A, 15 of 16). The fp32 family keeps 4
- * streams: 2 x 2 made it slower (3 of 8). MXFP4: see below. */
+ * come from memory for its first token tile and from L1 for the others, so a larger XTC has
+ * fewer of those slower first tiles (docs/perf-log.md, item 20). For T > 1 a tile's rows are
+ * 2 adjacent rows from each of 2 far-apart streams, so that its 16 sums go to y as two 2-float
+ * accesses per token (tile_put2x2x4; docs/perf-log.md, item 17); the fp32 family keeps 4
+ * streams. MXFP4: mxfp4_avx512.c. */
 #define XKC 2048
 #define XTC 128
 
@@ -368,10 +365,9 @@ static void widen_bf16(const uint16_t *src, float *dst, int64_t n) {
 }
 
 /* BF16 activations for weight types without a BF16-dot tile: widen whole token tiles at a
- * time into a stack buffer (512 KiB, as the MXFP4 activations below) and run the fp32 kernel
- * (same numbers, exact widening; batch invariance makes the split into calls change no
- * value). With room for only 3 tokens of 5120 (the buffer was 64 KiB) each call ran a 4-token
- * tile on 3 and re-read the weights every 3 tokens. */
+ * time into a stack buffer (512 KiB, as mxfp4_avx512.c's MXFP4 activations) and run the fp32
+ * kernel (same numbers, exact widening; batch invariance makes the split into calls change no
+ * value). The buffer holds whole 4-token tiles of the widest rows (docs/perf-log.md, item 28). */
 #define XW_BUF 131072
 #define XWIDEN(NAME, FP32)                                                                     \
     static void NAME(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, int64_t ldy,   \

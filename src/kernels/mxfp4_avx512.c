@@ -21,14 +21,9 @@
 #include "kernels/tile512.h"
 
 #ifndef MX_PF
-/* The same for the repacked MXFP4 decode tile (mxr_t1_unit), which spends ~1.3 ns of compute
- * per 64-byte line per core against ~0.2 for the BF16 tiles: 1 KiB ahead was then too little
- * time ahead. In a 2-thread harness over the routed experts (probes 70-84 GB/s, 12 rounds
- * each, variants interleaved): 2048 read 0.851 of the probe for gate/up and 0.753 for down
- * against 0.803 and 0.729 at 1024 (1536: 0.839, 0.737; 2560: 0.844, 0.733; 3072 and 4096
- * lower). For the BF16 tiles 768-2048 were even in the same harness. Prefetching the scale
- * stream as far ahead (MX_PF / 16) then gave down 0.752 against 0.723 and gate/up 0.866
- * against 0.858 (16 rounds). */
+/* PF_DIST (tile512.h) for the repacked MXFP4 decode tile (mxr_t1_unit), which computes much
+ * longer per 64-byte line than the BF16 tiles and so prefetches further ahead, its scale
+ * stream MX_PF / 16 ahead (docs/perf-log.md, item 39). */
 #define MX_PF 2048
 #endif
 
@@ -44,12 +39,9 @@
  * only, summed in fp32; one FMA applies each block's scale S = 2^(e-127) (its scale byte
  * shifted into the exponent field of lane j: e2m1 x 2^(e-127) is gguf-layout §1.5's
  * kvalues x 2^(e-128)) and adds P into the row's accumulator. Per 128 weights and row that
- * is a load, 3 shifts, 4 vpermw and 4 dots, plus a quarter of the scale work and the FMA:
- * ~10 operations besides the dots against ~13 for the earlier groups of 4 blocks in 128-bit
- * lanes (a scale broadcast, AND, rotate, max and FMA per group). In a harness that ran both
- * kernels interleaved (host in its slow-compute state): one core from L2 +8-9 % (5120- and
- * 2304-wide rows), two threads from memory +6 %, the T > 1 tile +3-5 %. The last unit of a
- * row may hold fewer blocks (mx_unit); its missing lanes are zero codes and scale byte 0.
+ * is a load, 3 shifts, 4 vpermw and 4 dots, plus a quarter of the scale work and the FMA
+ * (docs/perf-log.md, item 30). The last unit of a row may hold fewer blocks (mx_unit); its
+ * missing lanes are zero codes and scale byte 0.
  * Scale e = 0 is 2^-127, a subnormal S (vpmaxud raises e << 23 = 0 to it; the FMA is exact up
  * to the rounding of a subnormal result). e = 255 is 2^128, not finite in fp32: S = +inf.
  * Such an exceptional block gets a zero S lane (masked tile) and its exact contribution is
@@ -61,8 +53,8 @@
  * for each token, the same P = 16 dots from zero and acc = fma(P, S, acc) over the same K
  * chunks, so every output gets exactly the operations of T = 1. Where the scales and the
  * activations allow it (nearly always), the panel holds W x S instead, and acc + P' (P' the
- * same 16 dots on those weights) gives the same bits with an add for the FMA: the prefill
- * tile ran 7-9 % faster (mx_tn_tile, mx_panel_ps). */
+ * same 16 dots on those weights) gives the same bits with an add for the FMA (mx_tn_tile,
+ * mx_panel_ps; docs/perf-log.md, item 13). */
 #ifndef MXKC
 #define MXKC 2048 /* K chunk (elements) of the MXFP4 kernels: 4 units */
 #endif
@@ -71,9 +63,8 @@ _Static_assert(MXKC % MXU == 0, "a K chunk is whole units");
 #ifndef MXTC
 /* T > 1 token chunk: its permuted activations, MXTC x MXKC x 2 = 512 KiB (stack; the
  * engine's threads have the default 2-8 MiB). Each chunk decodes every row's panel again, so
- * an expert with ~96 tokens (the bench model's MoE prefill at 512-token chunks) decodes it
- * once. 64 ran 2.5 % faster than 32 (in-process A-B-B-A, 6 of 6); 128 was then even with 64,
- * and 1.9 % faster (8 of 8) once the prescaled panel (mx_panel_ps) made decoding it dearer. */
+ * an expert with ~96 tokens (the MoE prefill at 512-token chunks) decodes it once
+ * (docs/perf-log.md, item 14). */
 #define MXTC 128
 #endif
 
@@ -345,8 +336,7 @@ INLINE __m512 mx_unit_p(const __m512i *W, const uint16_t *xu, int nb) {
  * and the rows' S. nv = 2 (full units only): units u and u + 1 at once, their lines
  * interleaved, into P[0..3] and P[4..7] (S likewise), so that 8 chains of dots run instead of
  * 4; each P still gets the same dots in the same order (the same bits). With 4 chains the
- * tile waited on the latency of vdpbf16ps (6 cycles on a Zen 5 host): one core from L2 went
- * from 42.5 to 50.7 GB/s, against the ~40 GB/s one core reads from memory there. */
+ * tile waited on the latency of vdpbf16ps (docs/perf-log.md, item 32). */
 INLINE void mxr_t1_unit(const uint8_t *const *wr, const uint8_t *const *sr, const uint16_t *xu, int64_t u, int nb,
                         __m512 *P, __m512 *S, const __m512i tbl, const int full, const int nv) {
     UNROLL for (int i = 0; i < 4 * nv; i++) P[i] = _mm512_setzero_ps();
@@ -358,7 +348,8 @@ INLINE void mxr_t1_unit(const uint8_t *const *wr, const uint8_t *const *sr, cons
                 if (full) {
                     /* units u, u + 1 (nv = 2, u even) are an interleaved pair, so that this
                      * loop reads each row at rising addresses; the address is mxr_pair_line's
-                     * for an even u, written out because its masking of u cost ~20 % from L2.
+                     * for an even u, written out because its masking of u was slower here
+                     * (docs/perf-log.md, item 36).
                      * A whole unit alone (nv = 1) is a row's last whole unit, not in a pair.
                      * One prefetch per line read, MX_PF ahead. */
                     const uint8_t *cl = nv == 2 ? wr[r] + 256 * u + 128 * h + 64 * v : c + 64 * h;
@@ -482,8 +473,7 @@ INLINE int mx_panel(const uint8_t *row, const uint8_t *sc, int64_t u0, int64_t u
  * BF16). Returns 1 if every block in [u0, u1) has such a scale and e >= emin (when it returns
  * 0, the caller builds mx_panel's panels for the whole tile instead). pf > 0: prefetches into
  * L2 the same units pf bytes further on (the next row tile's row; its scales pfs further):
- * the loads of a panel waited on memory (8 % of the MXFP4 time by perf), and the prefill ran
- * 1.4 % faster (in-process A-B-B-A, 14 of 16). */
+ * the loads of a panel waited on memory (docs/perf-log.md, item 16). */
 INLINE int mx_panel_ps(const uint8_t *row, const uint8_t *sc, int64_t u0, int64_t u1, int nbl, __m512i (*panel)[17],
                        const int R, int emin, int64_t pf, int64_t pfs) {
     if (pf && R) _mm_prefetch((const char *)(sc + u0 * 16 + pfs), _MM_HINT_T1);
@@ -535,9 +525,8 @@ _Static_assert(MXTB == 4, "mx_tn_tile's sums (red4x4) take 4 rows x 4 tokens");
 /* The prescaled tile's unit u (nw = 16 W, or 8 paired and folded): for each k the 4 rows' W_k
  * and the 4 tokens' X_k feed all 16 partial P (each the dots of mx_unit_p in the same order),
  * 8 loads per 16 dots and 16 independent dot chains; the accumulators are a local array
- * (acc), one add per (row, token) and unit. Taking the tokens in pairs instead (8 chains, the
- * accumulators in registers) ran the bench model's prefill 1.6 % slower (4 of 5 interleaved
- * pairs; `bench --kernels` +1.5-2 %): 8 chains do not cover vdpbf16ps's latency. */
+ * (acc), one add per (row, token) and unit; 8 chains (tokens in pairs) would not cover
+ * vdpbf16ps's latency (docs/perf-log.md, item 37). */
 INLINE void mx_tn_ps(__m512i (*const *panel)[17], const uint16_t *const *x, int64_t u, __m512 *acc, const int nw) {
     __m512 P[4][MXTB];
     UNROLL for (int r = 0; r < 4; r++)
@@ -586,10 +575,9 @@ INLINE void mxr_scale_rows(const dsf_wmat *w, const uint8_t *const *wr, const ui
  * T > 1: per token chunk and K chunk, the activations are permuted once; per 4 adjacent rows
  * the weights are decoded once into a panel (4 x 4 x 17 x 64 bytes = 17 KiB, L1) and the tile
  * runs over it for every MXTB (4) tokens of the chunk. Adjacent rows let a whole tile's 16
- * sums go to y as one 4-float access per token (tile_put4x4): the prefill ran 4.1 % faster
- * than with far-apart rows and per-element stores (in-process A-B-B-A, 7 of 8). (The BF16
- * tiles read their weights in the hot loop, where 4 adjacent rows were 16-25 % slower than 4
- * far-apart ones in a harness; they take 2 pairs, above.) */
+ * sums go to y as one 4-float access per token (tile_put4x4; docs/perf-log.md, item 15). (The
+ * BF16 tiles read their weights in the hot loop, where far-apart rows read faster; they take
+ * 2 pairs, matmul_avx512.c.) */
 INLINE void xmm_mx(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, int64_t ldy, int64_t r0, int64_t r1,
                    const int R) {
     if (r1 <= r0 || T <= 0) return;

@@ -15,11 +15,8 @@
 #include "kernels/matmul.h"
 
 #ifndef PF_DIST
-/* Software prefetch distance in bytes along each weight row (decode tiles). Measured in the
- * model with interleaved A-B-B-A cycles of `bench --prompt 2 --gen 16`: 1024 against 2048 for
- * the fp32-activation tile, decode fraction 0.942 against 0.918 (8 of 12 cycles); then 1024
- * against 2048 for the BF16-activation and MXFP4 tiles too, 0.953 against 0.916 (6 of 6,
- * probes 60-69 GB/s); 768 was even with 1024, 512 lower (0.881 against 0.932, 4 of 4). */
+/* Software prefetch distance in bytes along each weight row (decode tiles): the distance that
+ * read memory fastest (docs/perf-log.md, item 7). */
 #define PF_DIST 1024
 #endif
 
@@ -58,8 +55,8 @@ INLINE void red4(const __m512 *a, float *out) {
  * A decode tile takes RB x pw rows: pw adjacent rows from each of RB far-apart streams (the
  * row range [r0, r1) is cut into RB contiguous streams of `len` steps of pw rows; tile k
  * takes step k of each). Each thread then reads RB long sequential streams, which the memory
- * system serves much better than RB adjacent rows (short streams the hardware prefetchers
- * keep re-learning: about 0.75 of the read probe against 0.95). Rows past r1 (the tail of
+ * system serves much better than RB adjacent rows, short streams the hardware prefetchers
+ * keep re-learning (docs/perf-log.md, item 2). Rows past r1 (the tail of
  * the last stream) repeat row r1 - 1 and their results are dropped. The order of rows does
  * not change any value. */
 INLINE int64_t t1_stream_len(int64_t r0, int64_t r1, int ns, int pw) { return (r1 - r0 + ns * pw - 1) / (ns * pw); }
