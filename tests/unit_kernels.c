@@ -15,6 +15,8 @@
 #include "test.h"
 #include "io/gguf.h"
 #include "kernels/matmul.h"
+#include "kernels/mxfp4r.h"
+#include "kernels/select.h"
 #include "kernels/quant.h"
 
 #include <limits.h>

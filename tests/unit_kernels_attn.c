@@ -19,6 +19,7 @@
 #include "tmodel.h"
 #include "kernels/matmul.h"
 #include "kernels/vec.h"
+#include "kernels/select.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
 

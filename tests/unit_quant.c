@@ -5,7 +5,7 @@
  * block-loop structure of quant.c. */
 #include "test.h"
 #include "kernels/quant.h"
-#include "io/gguf.h"
+#include "kernels/dtype.h"
 
 #include <math.h>
 #include <stdint.h>

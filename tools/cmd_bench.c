@@ -20,6 +20,8 @@
 #include "model/mm.h"
 #include "io/gguf.h"
 #include "kernels/matmul.h"
+#include "kernels/mxfp4r.h"
+#include "kernels/select.h"
 #include "model/model.h"
 #include "kernels/quant.h"
 #include "base/threads.h"

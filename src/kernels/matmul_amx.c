@@ -1,5 +1,5 @@
-/* kernels_amx.c: BF16-activation products on Intel AMX tiles (compiled with the Makefile's
- * AMX_FLAGS only; kernels.c selects the "amx" table only on CPUs with AMX-TILE, AMX-BF16 and
+/* matmul_amx.c: BF16-activation products on Intel AMX tiles (compiled with the Makefile's
+ * AMX_FLAGS only; select.c selects the "amx" table only on CPUs with AMX-TILE, AMX-BF16 and
  * every AVX-512 feature of the avx512 table, once the kernel has granted the process the
  * tile data state).
  *
@@ -367,8 +367,8 @@ static uint64_t amx_peak_probe(int64_t iters, int bf16, float *sink) {
 
 /* The amx tables: kernels_avx512 with the entries above. "amx" keeps MXFP4 on the avx512
  * kernels (repacked experts): the T = 1 tile here decodes each block into BF16 rows first and
- * ran at about half the avx512 repacked decode's rate, so decode would lose more than prefill
- * gains (docs/PERFORMANCE.md, item 31). "amx-mxfp4" (DSF_KERNELS=amx-mxfp4) runs MXFP4 on the
+ * is slower than the avx512 repacked decode, so decode would lose more than prefill gains
+ * (docs/perf-log.md, item 31). "amx-mxfp4" (DSF_KERNELS=amx-mxfp4) runs MXFP4 on the
  * tiles too and has no repacked kernel, so the engine keeps the file's rows. */
 void kernels_amx_init(dsf_kernels *k, int mxfp4) {
     *k = kernels_avx512;

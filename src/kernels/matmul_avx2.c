@@ -1,7 +1,7 @@
-/* kernels_avx2.c: AVX2/FMA/F16C matmul kernels (compiled with the Makefile's AVX2_FLAGS only;
- * kernels.c selects this table only on CPUs with AVX2, FMA and F16C).
+/* matmul_avx2.c: AVX2/FMA/F16C matmul kernels (compiled with the Makefile's AVX2_FLAGS only;
+ * select.c selects this table only on CPUs with AVX2, FMA and F16C).
  *
- * Same method and numerics as kernels_avx512.c, with 8-lane vectors: weights widened exactly
+ * Same method and numerics as matmul_avx512.c, with 8-lane vectors: weights widened exactly
  * to fp32, fp32 FMA against the fp32 activations (never rounded), groups of 32 weights, row x
  * token tiles, K and token chunks, batch-invariant results (every output is computed by the
  * same operations whatever T and the tile). Only the register budget differs (16 ymm): the
@@ -93,7 +93,7 @@ static void widen_bf16(const uint16_t *src, float *dst, int64_t n) {
     }
 }
 
-/* T = 1 row order (as kernels_avx512.c): a tile takes R / NS adjacent rows from each of NS
+/* T = 1 row order (as matmul_avx512.c): a tile takes R / NS adjacent rows from each of NS
  * far-apart streams (the row range cut into NS contiguous pieces), so each thread reads NS
  * long sequential streams; rows past r1 repeat row r1 - 1 and their results are dropped.
  * The order of rows changes no value. */
@@ -243,7 +243,7 @@ GUARDED(mm_mxfp4)
             matmul_xbf16_any_ref(w, x, T, y, ldy, r0, r1);                                     \
             return;                                                                            \
         }                                                                                      \
-        if (T > 1) { /* 512 KiB on the stack, as kernels_avx512.c's MXFP4 activations */       \
+        if (T > 1) { /* 512 KiB on the stack, as mxfp4_avx512.c's MXFP4 activations */       \
             float xw[TC * KC];                                                                 \
             FP32##_tchunks(w, NULL, x, xw, T, y, ldy, r0, r1);                                 \
             return;                                                                            \
@@ -260,7 +260,7 @@ XWIDEN(xw_mxfp4, mm_mxfp4)
 
 /* ---- benchmark probes ---- */
 
-/* Four concurrent streams, as in kernels_avx512.c. */
+/* Four concurrent streams, as in matmul_avx512.c. */
 static double read_probe(const uint8_t *p, uint64_t n) {
     __m256i a[8];
     UNROLL for (int j = 0; j < 8; j++) a[j] = _mm256_setzero_si256();

@@ -1,7 +1,11 @@
-/* kernels_ref.c: the scalar twins of every kernel. Slow and obviously right: each weight
- * row is dequantized to fp32 and dotted with the activation row, accumulating in double
- * so that the twin is at least as exact as any fast kernel it checks. */
+/* matmul_ref.c: the scalar twins of every matmul kernel (matmul.h) and the ref table made of
+ * them. Slow and obviously right: each weight row is dequantized to fp32 and dotted with the
+ * activation row, accumulating in double so that the twin is at least as exact as any fast
+ * kernel it checks.
+ *
+ * Must not: call select.c (a twin is what the dispatch falls back to). */
 #include "kernels/matmul.h"
+#include "kernels/mxfp4r.h"
 #include "kernels/quant.h"
 #include "base/util.h"
 
@@ -92,3 +96,17 @@ const dsf_kernels kernels_ref = {
     .read_probe = read_probe_ref,
     .peak_probe = peak_probe_ref,
 };
+
+bool act_to_bf16_ref(const float *x, uint16_t *xb, int64_t n) {
+    bool exact = true;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        /* round to nearest even; NaN stays a quiet NaN (quant.c's f32_to_bf16 rule) */
+        uint16_t h = (u & 0x7FFFFFFFu) > 0x7F800000u ? (uint16_t)((u >> 16) | 0x40)
+                                                     : (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1)) >> 16);
+        xb[i] = h;
+        exact &= (u & 0xFFFFu) == 0;
+    }
+    return exact;
+}

@@ -8,7 +8,7 @@
  * (little-endian, unaligned-safe). The K-quant decoders follow the format descriptions of
  * gguf-layout.md §1.5 (Q2_K/Q4_K/Q6_K) and the ggml layouts of Q3_K/Q5_K. */
 #include "kernels/quant.h"
-#include "io/gguf.h"
+#include "kernels/dtype.h"
 #include "base/util.h"
 
 #include <math.h>

@@ -11,7 +11,7 @@
  * + i+4, then + i+2, then + i+1 (fp32 addition commutes, so the operand order within a pair
  * does not matter). Every tile uses these, so the T = 1 and T > 1 tiles of a family keep
  * adding in the same order whatever the compiler; red16 takes 45 vector operations for 16
- * sums where 16 reductions take 128 (~10 % of a BF16 or MXFP4 tile's K chunk). */
+ * sums where 16 reductions take 128 (docs/perf-log.md, item 23). */
 /* (the shuffles take immediates, hence macros) quarter pairs; element pairs within quarters */
 #define red_q(a, b, lo, hi) _mm512_add_ps(_mm512_shuffle_f32x4(a, b, lo), _mm512_shuffle_f32x4(a, b, hi))
 #define red_e(a, b, lo, hi) _mm512_add_ps(_mm512_shuffle_ps(a, b, lo), _mm512_shuffle_ps(a, b, hi))

@@ -1,12 +1,18 @@
-/* kernels.c: picks the kernel table once at startup and routes each call to the table entry
- * or, when it has none, to the scalar twin.
+/* select.c: picks the kernel tables (matmul and vec, together) once at startup and routes each
+ * call to the table entry or, when it has none, to the scalar twin.
+ *
+ * Owns: the CPU probe, DSF_KERNELS, the choice, and the kern_* / ka_* calls (select.h).
+ * Must not: compute a value itself; be called from a twin or an ISA file (they sit below it).
  *
  * Selection: the best table whose every compile flag the CPU supports (a table compiled with
  * -mavx512vbmi may contain such instructions anywhere, so all of them are required); amx also
  * needs the OS to grant the tile state. DSF_KERNELS=ref|avx2|avx512|amx|amx-mxfp4 forces one;
  * an unknown name or one the CPU cannot run prints a warning and falls back to the automatic
  * choice. */
-#include "kernels/matmul.h"
+#include "kernels/select.h"
+#include "kernels/mxfp4r.h"
+#include "kernels/ops.h"
+#include "kernels/quant.h"
 #include "base/util.h"
 
 #include <pthread.h>
@@ -111,44 +117,6 @@ const dsf_kernels *kernels_get(void) {
     return cur;
 }
 
-uint64_t mxfp4r_row_bytes(int64_t n_in) { return n_in > 0 && n_in % 32 == 0 ? (uint64_t)n_in / 2 : 0; }
-
-/* Byte offset of code bytes 4h .. 4h+3 of block b in a repacked row of nbk blocks (kernels.h):
- * unit u = b / 16 is 4 lines of 4 nu bytes, nu = its blocks (16, or fewer in the last); the
- * two whole units of a pair (2p, 2p + 1) interleave their lines. */
-static uint64_t mxfp4r_dword(int64_t nbk, int64_t b, int h) {
-    const int64_t u = b / 16, nu = nbk - 16 * u < 16 ? nbk - 16 * u : 16, npair = nbk / 32;
-    if (u < 2 * npair) return (uint64_t)(512 * (u / 2) + 128 * h + 64 * (u % 2) + 4 * (b % 16));
-    return (uint64_t)(256 * u + 4 * nu * h + 4 * (b % 16));
-}
-
-void mxfp4r_repack(const dsf_wmat *src, int64_t r0, int64_t r1, uint8_t *codes, uint8_t *scales) {
-    const int64_t nbk = src->n_in / 32;
-    const uint64_t rb = mxfp4r_row_bytes(src->n_in);
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *in = src->data + (uint64_t)r * src->row_bytes;
-        uint8_t *c = codes + (uint64_t)r * rb, *sc = scales + (uint64_t)r * (uint64_t)nbk;
-        for (int64_t b = 0; b < nbk; b++) {
-            sc[b] = in[b * 17];
-            for (int h = 0; h < 4; h++) memcpy(c + mxfp4r_dword(nbk, b, h), in + b * 17 + 1 + 4 * h, 4);
-        }
-    }
-}
-
-void mxfp4r_block(const uint8_t *codes, const uint8_t *scales, int64_t nbk, int64_t b, uint8_t blk[17]) {
-    blk[0] = scales[b];
-    for (int h = 0; h < 4; h++) memcpy(blk + 1 + 4 * h, codes + mxfp4r_dword(nbk, b, h), 4);
-}
-
-dsf_wmat mxfp4r_view(const dsf_wmat *src, const uint8_t *codes, const uint8_t *scales) {
-    dsf_wmat m = *src;
-    m.type = DSF_TYPE_MXFP4R;
-    m.row_bytes = mxfp4r_row_bytes(src->n_in);
-    m.data = codes;
-    m.scales = scales;
-    return m;
-}
-
 void kern_matmul(const dsf_kernels *k, const dsf_wmat *w, const float *x, int64_t T, float *y,
                  int64_t ldy, int64_t r0, int64_t r1) {
     matmul_fn fn = (k && w->type < GGML_TYPE_COUNT) ? k->matmul[w->type] : NULL;
@@ -180,16 +148,77 @@ bool kern_act_to_bf16(const float *x, uint16_t *xb, int64_t n) {
     return (k->act_to_bf16 ? k->act_to_bf16 : act_to_bf16_ref)(x, xb, n);
 }
 
-bool act_to_bf16_ref(const float *x, uint16_t *xb, int64_t n) {
-    bool exact = true;
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &x[i], 4);
-        /* round to nearest even; NaN stays a quiet NaN (quant.c's f32_to_bf16 rule) */
-        uint16_t h = (u & 0x7FFFFFFFu) > 0x7F800000u ? (uint16_t)((u >> 16) | 0x40)
-                                                     : (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1)) >> 16);
-        xb[i] = h;
-        exact &= (u & 0xFFFFu) == 0;
+/* ---- the vec table: follows the matmul table's choice ----------------------------------- */
+
+static const dsf_akernels *by_matmul_table(const dsf_kernels *k) {
+    if (!k) return &akernels_ref;
+    if (!strcmp(k->name, "avx512") || !strncmp(k->name, "amx", 3)) return &akernels_avx512; /* amx: avx512 + tiles */
+    if (!strcmp(k->name, "avx2")) return &akernels_avx2;
+    return &akernels_ref;
+}
+
+const dsf_akernels *akernels_by_name(const char *name) {
+    const dsf_kernels *k = kernels_by_name(name); /* NULL unless this CPU runs that ISA */
+    return k ? by_matmul_table(k) : NULL;
+}
+
+const dsf_akernels *akernels_get(void) {
+    static const dsf_akernels *_Atomic t;
+    const dsf_akernels *cur = t;
+    if (!cur) {
+        cur = by_matmul_table(kernels_get()); /* idempotent: a race picks the same table */
+        t = cur;
     }
-    return exact;
+    return cur;
+}
+
+/* ---- calls with fallback ---------------------------------------------------------------- */
+
+void ka_attn(const dsf_akernels *k, float *o, const float *q, int64_t nh, int64_t dh, const float *const *keys,
+             int64_t nk, float scale, const float *sinks, float *att) {
+    (k && k->attn ? k->attn : attn_ref)(o, q, nh, dh, keys, nk, scale, sinks, att);
+}
+
+void ka_index(const dsf_akernels *k, float *scores, const float *q, const float *w, const float *ik, int64_t j0,
+              int64_t j1, int64_t ih, int64_t id, const uint8_t *cmask, int64_t B) {
+    (k && k->index ? k->index : index_ref)(scores, q, w, ik, j0, j1, ih, id, cmask, B);
+}
+
+double ka_sumsq(const dsf_akernels *k, const float *x, int64_t n) {
+    return (k && k->sumsq ? k->sumsq : sumsq_ref)(x, n);
+}
+
+void ka_hc_collapse(const dsf_akernels *k, float *out, const float *X, const float *pre, int64_t hc, int64_t D,
+                    int64_t ld) {
+    (k && k->hc_collapse ? k->hc_collapse : hc_collapse_ref)(out, X, pre, hc, D, ld);
+}
+
+void ka_hc_expand(const dsf_akernels *k, float *Y, const float *fo, const float *R, const float *post,
+                  const float *comb, int64_t hc, int64_t D, int64_t ld) {
+    (k && k->hc_expand ? k->hc_expand : hc_expand_ref)(Y, fo, R, post, comb, hc, D, ld);
+}
+
+void ka_swiglu(const dsf_akernels *k, float *z, const float *g, const float *u, int64_t n, float lim, float wt) {
+    (k && k->swiglu ? k->swiglu : swiglu_ref)(z, g, u, n, lim, wt);
+}
+
+void ka_add(const dsf_akernels *k, float *a, const float *y, int64_t n) {
+    (k && k->add ? k->add : add_ref)(a, y, n);
+}
+
+void ka_qdq_fp8(const dsf_akernels *k, float *x, int64_t n) {
+    (k && k->qdq_fp8 ? k->qdq_fp8 : qdq_fp8_e8m0)(x, n);
+}
+
+void ka_qdq_fp4(const dsf_akernels *k, float *x, int64_t n) {
+    (k && k->qdq_fp4 ? k->qdq_fp4 : qdq_fp4_e8m0)(x, n);
+}
+
+void ka_qdq_fp4_e4m3(const dsf_akernels *k, float *x, int64_t n) {
+    (k && k->qdq_fp4_e4m3 ? k->qdq_fp4_e4m3 : qdq_fp4_e4m3)(x, n);
+}
+
+void ka_rmsnorm(const dsf_akernels *k, float *y, const float *x, const float *w, int64_t n, float eps) {
+    (void)k; /* op_rmsnorm rounds exactly as the reference does; no faster order is allowed */
+    op_rmsnorm(y, x, w, n, eps);
 }

@@ -1,22 +1,24 @@
-/* kernels_attn.h: the non-matmul kernels of the forward pass: the attention core (scores, joint
+/* vec.h: the non-matmul kernels of the forward pass: the attention core (scores, joint
  * softmax with a sink, weighted sum), the lightning indexer's scores, and the small vector
  * operations around them (RMS sums, hc collapse/expand, SwiGLU, accumulation, RoPE).
  *
  * Kernels know arrays and sizes only: no allocation, no I/O, no threads, deterministic. Every
- * entry has a scalar twin (the *_ref functions in kernels_attn.c: the model's formulas in their
- * original evaluation order); a fast table (kernels_attn_avx2.c, kernels_attn_avx512.c) may
- * leave an entry NULL, and then the twin runs. The table follows the matmul table's choice
- * (kernels_get(): the best ISA the CPU supports, or DSF_KERNELS=ref|avx2|avx512), so one knob
- * switches every kernel of the process.
+ * entry has a scalar twin (the *_ref functions in vec_ref.c: the model's formulas in their
+ * original evaluation order); a fast table (vec_avx2.c, vec_avx512.c) may leave an entry
+ * NULL, and then the twin runs. The table follows the matmul table's choice (select.h:
+ * akernels_get, the best ISA the CPU supports, or DSF_KERNELS=ref|avx2|avx512), so one knob
+ * switches every kernel of the process; the ka_* calls that fall back to the twins are
+ * select.h's too. Must not: choose or dispatch here, or include anything outside src/kernels
+ * and src/base.
  *
  * Numerics of the fast entries against their twins (checked by tests/unit_kernels_attn.c):
  *   - hc_collapse, hc_expand, add, rope: bit-identical (same operations in the same order,
  *     products and sums rounded separately, never fused);
  *   - sumsq: double accumulation in another order (differences ~1e-16 relative);
  *   - attn, index, swiglu: fp32 sums in another order, fused multiply-adds, and a vector
- *     exp within 2 ulp of expf (see kernels_attn_avx512.c); relative differences ~1e-6. */
-#ifndef DSF_KERNELS_ATTN_H
-#define DSF_KERNELS_ATTN_H
+ *     exp within 2 ulp of expf (see vec_avx512.c); relative differences ~1e-6. */
+#ifndef DSF_VEC_H
+#define DSF_VEC_H
 
 #include <stdint.h>
 
@@ -73,31 +75,8 @@ typedef struct {
 } dsf_akernels;
 
 extern const dsf_akernels akernels_ref;
-extern const dsf_akernels akernels_avx2;   /* kernels_attn_avx2.c */
-extern const dsf_akernels akernels_avx512; /* kernels_attn_avx512.c */
-
-/* The table matching kernels_get()'s choice (same knob, same CPU checks), picked once. */
-const dsf_akernels *akernels_get(void);
-/* The table of that name if this CPU runs it ("ref", "avx2", "avx512"), else NULL (tests). */
-const dsf_akernels *akernels_by_name(const char *name);
-
-/* Calls through a table, falling back to the twin for a NULL entry (k may be NULL: twins). */
-void ka_attn(const dsf_akernels *k, float *o, const float *q, int64_t nh, int64_t dh, const float *const *keys,
-             int64_t nk, float scale, const float *sinks, float *att);
-void ka_index(const dsf_akernels *k, float *scores, const float *q, const float *w, const float *ik, int64_t j0,
-              int64_t j1, int64_t ih, int64_t id, const uint8_t *cmask, int64_t B);
-double ka_sumsq(const dsf_akernels *k, const float *x, int64_t n);
-void ka_hc_collapse(const dsf_akernels *k, float *out, const float *X, const float *pre, int64_t hc, int64_t D,
-                    int64_t ld);
-void ka_hc_expand(const dsf_akernels *k, float *Y, const float *fo, const float *R, const float *post,
-                  const float *comb, int64_t hc, int64_t D, int64_t ld);
-void ka_swiglu(const dsf_akernels *k, float *z, const float *g, const float *u, int64_t n, float lim, float wt);
-void ka_add(const dsf_akernels *k, float *a, const float *y, int64_t n);
-void ka_qdq_fp8(const dsf_akernels *k, float *x, int64_t n);
-void ka_qdq_fp4(const dsf_akernels *k, float *x, int64_t n);
-void ka_qdq_fp4_e4m3(const dsf_akernels *k, float *x, int64_t n);
-/* y = w * x * rsqrt(sumsq(x)/n + eps) with op_rmsnorm's roundings (w may be NULL; y may alias x). */
-void ka_rmsnorm(const dsf_akernels *k, float *y, const float *x, const float *w, int64_t n, float eps);
+extern const dsf_akernels akernels_avx2;   /* vec_avx2.c */
+extern const dsf_akernels akernels_avx512; /* vec_avx512.c */
 
 /* RoPE with a per-position table: cs[2i] = cos, cs[2i+1] = sin of the fp32 angle fp32(pos)*freq[i]
  * (computed in double and rounded, exactly as op_rope does) for i < n_rot/2. ka_rope_apply

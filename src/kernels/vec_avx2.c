@@ -1,5 +1,5 @@
-/* kernels_attn_avx2.c: AVX2 + FMA versions of the attention / indexer / hc kernels
- * (kernels_attn.h). Compiled with the AVX2 flags only; chosen at run time when the matmul
+/* vec_avx2.c: AVX2 + FMA versions of the attention / indexer / hc kernels
+ * (vec.h). Compiled with the AVX2 flags only; chosen at run time when the matmul
  * table is the AVX2 one. Shapes a kernel does not handle fall back to the scalar twin.
  *
  * exp: the same reduction and polynomial as the AVX-512 file (within 2 ulp of expf), with
@@ -327,7 +327,7 @@ static void add_avx2(float *a, const float *y, int64_t n) {
     for (; i < n; i++) a[i] += y[i];
 }
 
-/* QDQ_FP8 (quant.c qdq_fp8_e8m0), bit for bit; the method of kernels_attn_avx512.c's
+/* QDQ_FP8 (quant.c qdq_fp8_e8m0), bit for bit; the method of vec_avx512.c's
  * qdq_fp8_avx512 on 8-wide vectors: pow2 scale, exact v * (1 / s), clamp to +-448, e4m3
  * round-half-even on the fp32 bits (normal range) or by adding and subtracting 2^14 (below
  * 2^-6), times s. Groups with a NaN or an infinity take the scalar twin. */

@@ -1,5 +1,5 @@
-/* kernels_attn_avx512.c: AVX-512 versions of the attention / indexer / hc kernels
- * (kernels_attn.h). Compiled with the AVX-512 flags only; chosen at run time when the matmul
+/* vec_avx512.c: AVX-512 versions of the attention / indexer / hc kernels
+ * (vec.h). Compiled with the AVX-512 flags only; chosen at run time when the matmul
  * table is the AVX-512 one. Shapes a kernel does not handle fall back to the scalar twin.
  *
  * exp: Cody-Waite reduction x = n ln2 + r (|r| <= ln2/2, ln2 split in two so n ln2 is exact),

@@ -1,12 +1,14 @@
-/* kernels_attn.c: the scalar twins of the attention / indexer / hc kernels (kernels_attn.h),
- * the table choice, and the RoPE table helpers.
+/* vec_ref.c: the scalar twins of the attention / indexer / hc kernels (vec.h), the ref table
+ * made of them, and the RoPE table helpers.
+ *
+ * Must not: choose a table or dispatch (select.c); call anything but the twins, quant.c's
+ * QDQ and ops.c's scalar math.
  *
  * The twins are the model's loops as first written (attn.c, forward.c, moe.c): fp32 sums in
  * index order, products and sums rounded separately, libm expf. They stay the definition the
  * fast tables are tested against, and DSF_KERNELS=ref runs them. */
 #include "kernels/vec.h"
 #include "kernels/quant.h"
-#include "kernels/matmul.h"
 #include "kernels/ops.h"
 
 #include <math.h>
@@ -111,81 +113,6 @@ const dsf_akernels akernels_ref = {
     .qdq_fp4 = qdq_fp4_e8m0,
     .qdq_fp4_e4m3 = qdq_fp4_e4m3,
 };
-
-/* ---- table choice ---------------------------------------------------------------------- */
-
-static const dsf_akernels *by_matmul_table(const dsf_kernels *k) {
-    if (!k) return &akernels_ref;
-    if (!strcmp(k->name, "avx512") || !strncmp(k->name, "amx", 3)) return &akernels_avx512; /* amx: avx512 + tiles */
-    if (!strcmp(k->name, "avx2")) return &akernels_avx2;
-    return &akernels_ref;
-}
-
-const dsf_akernels *akernels_by_name(const char *name) {
-    const dsf_kernels *k = kernels_by_name(name); /* NULL unless this CPU runs that ISA */
-    return k ? by_matmul_table(k) : NULL;
-}
-
-const dsf_akernels *akernels_get(void) {
-    static const dsf_akernels *_Atomic t;
-    const dsf_akernels *cur = t;
-    if (!cur) {
-        cur = by_matmul_table(kernels_get()); /* idempotent: a race picks the same table */
-        t = cur;
-    }
-    return cur;
-}
-
-/* ---- calls with fallback ---------------------------------------------------------------- */
-
-void ka_attn(const dsf_akernels *k, float *o, const float *q, int64_t nh, int64_t dh, const float *const *keys,
-             int64_t nk, float scale, const float *sinks, float *att) {
-    (k && k->attn ? k->attn : attn_ref)(o, q, nh, dh, keys, nk, scale, sinks, att);
-}
-
-void ka_index(const dsf_akernels *k, float *scores, const float *q, const float *w, const float *ik, int64_t j0,
-              int64_t j1, int64_t ih, int64_t id, const uint8_t *cmask, int64_t B) {
-    (k && k->index ? k->index : index_ref)(scores, q, w, ik, j0, j1, ih, id, cmask, B);
-}
-
-double ka_sumsq(const dsf_akernels *k, const float *x, int64_t n) {
-    return (k && k->sumsq ? k->sumsq : sumsq_ref)(x, n);
-}
-
-void ka_hc_collapse(const dsf_akernels *k, float *out, const float *X, const float *pre, int64_t hc, int64_t D,
-                    int64_t ld) {
-    (k && k->hc_collapse ? k->hc_collapse : hc_collapse_ref)(out, X, pre, hc, D, ld);
-}
-
-void ka_hc_expand(const dsf_akernels *k, float *Y, const float *fo, const float *R, const float *post,
-                  const float *comb, int64_t hc, int64_t D, int64_t ld) {
-    (k && k->hc_expand ? k->hc_expand : hc_expand_ref)(Y, fo, R, post, comb, hc, D, ld);
-}
-
-void ka_swiglu(const dsf_akernels *k, float *z, const float *g, const float *u, int64_t n, float lim, float wt) {
-    (k && k->swiglu ? k->swiglu : swiglu_ref)(z, g, u, n, lim, wt);
-}
-
-void ka_add(const dsf_akernels *k, float *a, const float *y, int64_t n) {
-    (k && k->add ? k->add : add_ref)(a, y, n);
-}
-
-void ka_qdq_fp8(const dsf_akernels *k, float *x, int64_t n) {
-    (k && k->qdq_fp8 ? k->qdq_fp8 : qdq_fp8_e8m0)(x, n);
-}
-
-void ka_qdq_fp4(const dsf_akernels *k, float *x, int64_t n) {
-    (k && k->qdq_fp4 ? k->qdq_fp4 : qdq_fp4_e8m0)(x, n);
-}
-
-void ka_qdq_fp4_e4m3(const dsf_akernels *k, float *x, int64_t n) {
-    (k && k->qdq_fp4_e4m3 ? k->qdq_fp4_e4m3 : qdq_fp4_e4m3)(x, n);
-}
-
-void ka_rmsnorm(const dsf_akernels *k, float *y, const float *x, const float *w, int64_t n, float eps) {
-    (void)k; /* op_rmsnorm rounds exactly as the reference does; no faster order is allowed */
-    op_rmsnorm(y, x, w, n, eps);
-}
 
 /* ---- RoPE with a per-position table ----------------------------------------------------- */
 

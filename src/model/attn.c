@@ -7,6 +7,7 @@
 #include "model/attn.h"
 #include "model/mm.h"
 #include "kernels/vec.h"
+#include "kernels/select.h"
 #include "kernels/ops.h"
 #include "base/util.h"
 

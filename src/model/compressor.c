@@ -9,6 +9,7 @@
  * the sequence's carry, so chunked prefill and decode emit the same rows. */
 #include "model/attn.h"
 #include "model/mm.h"
+#include "kernels/select.h"
 #include "kernels/vec.h"
 #include "kernels/ops.h"
 #include "base/util.h"

@@ -10,6 +10,8 @@
 #include "model/residency.h"
 #include "model/snapshot.h"
 #include "kernels/ops.h"
+#include "kernels/mxfp4r.h"
+#include "kernels/select.h"
 #include "kernels/quant.h"
 #include "base/util.h"
 

@@ -7,6 +7,7 @@
  * results do not depend on the thread count. */
 #include "model/hc.h"
 #include "model/mm.h"
+#include "kernels/select.h"
 #include "kernels/vec.h"
 #include "kernels/ops.h"
 

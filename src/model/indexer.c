@@ -7,6 +7,7 @@
  * are written per row by exactly one range of a job. */
 #include "model/attn.h"
 #include "model/mm.h"
+#include "kernels/select.h"
 #include "kernels/vec.h"
 #include "kernels/ops.h"
 

@@ -8,6 +8,8 @@
  * Invariant: a product of one projection always takes the same kernel family, so prefill and
  * decode agree bit for bit. */
 #include "model/mm.h"
+#include "kernels/select.h"
+#include "kernels/mxfp4r.h"
 #include "kernels/vec.h"
 #include "kernels/quant.h"
 #include "base/util.h"

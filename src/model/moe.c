@@ -9,6 +9,7 @@
 #include "model/moe.h"
 #include "model/mm.h"
 #include "kernels/vec.h"
+#include "kernels/select.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
 #include "base/util.h"

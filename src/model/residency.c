@@ -10,6 +10,7 @@
  * Invariant: a dsf_wmat points either into the file mapping or into one of the copies;
  * the file bytes a copy replaces are counted in e->copied_orig. */
 #include "model/residency.h"
+#include "kernels/mxfp4r.h"
 #include "kernels/quant.h"
 #include "base/util.h"
 
