@@ -170,7 +170,7 @@ typedef struct {
 int dsf_chat_render_json(const char *request_json, size_t len, dsf_chat_prompt *out, char *err);
 /* OpenAI level: an OpenAI chat request ({"messages", "tools", "tool_choice", "response_format",
  * "reasoning_effort", "thinking"/"enable_thinking"/"thinking_mode", "chat_template_kwargs",
- * "continue_final_message"}) mapped onto the encoder as src/chat.h chat_map_openai documents. */
+ * "continue_final_message"}) mapped onto the encoder as src/text/chat.h chat_map_openai documents. */
 int dsf_chat_render_openai(const char *request_json, size_t len, dsf_chat_prompt *out, char *err);
 void dsf_chat_prompt_free(dsf_chat_prompt *p);
 
@@ -295,7 +295,7 @@ int dsf_stop_matcher_push(dsf_stop_matcher *m, const char *text, size_t len, con
 /* End of generation: returns the held-back tail (nothing if a stop string matched). */
 void dsf_stop_matcher_flush(dsf_stop_matcher *m, const char **out, size_t *out_len);
 
-/* ==== @generate: the generation loop (src/generate.c) ==================================== */
+/* ==== @generate: the generation loop (src/runtime/generate.c) ==================================== */
 
 /* A dsf_gen drives one session: prefill with prefix reuse, then a sampling loop that streams
  * text (never a partial UTF-8 character, never a tail that could still become a stop string)

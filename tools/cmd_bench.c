@@ -360,7 +360,7 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
     for (int c = 0; c < n_cases; c++) {
         const bench_case *bc = &cases[c];
         const int decode = bc->T == 1;
-        /* a repacked matrix: its codes, then its scales (kernels.h) */
+        /* a repacked matrix: its codes, then its scales (kernels/mxfp4r.h) */
         const int rp = bc->type == DSF_TYPE_MXFP4R;
         uint64_t row_bytes = rp ? mxfp4r_row_bytes(bc->n_in)
                                 : (uint64_t)bc->n_in / ggml_blck_size(bc->type) * ggml_type_size(bc->type);

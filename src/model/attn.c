@@ -118,7 +118,7 @@ static void core_range(void *ctx, int64_t i0, int64_t i1, int tid) {
         const int64_t t = i % T, h = i / T * ATT_HEADS, n = H - h < ATT_HEADS ? H - h : ATT_HEADS;
         const int64_t nk = query_keys(f, j->il, t, keys);
         /* one joint softmax over window + selected rows; the sink is a raw logit in the
-         * denominator only (kernels_attn.h) */
+         * denominator only (kernels/vec.h) */
         const float *q = q_tok(f, t) + h * dh;
         ka_attn(j->k, sc->o + (t * H + h) * dh, q, n, dh, keys, nk, j->scale, sinks + h, att);
         rope_rows(f, sc->o + (t * H + h) * dh + dh - nrot, n, dh, t, 1);

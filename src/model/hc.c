@@ -92,7 +92,7 @@ static void expand_range(void *ctx, int64_t i0, int64_t i1, int tid) {
 
 /* Y[j] = post[j] fo + sum_i comb[i][j] R[i]   (i = source copy, j = destination);
  * the reference's order: the residual mix summed over i first, then the sublayer term added
- * (fp32 rounding feeds the FP8 decisions downstream; kernels_attn.h keeps it bit for bit) */
+ * (fp32 rounding feeds the FP8 decisions downstream; kernels/vec.h keeps it bit for bit) */
 void hc_expand(const fwd *f, const float *fo, const float *R, const float *post, const float *comb, float *Y) {
     tok_job j = {.f = f, .k = akernels_get(), .fo = fo, .X = R, .ipost = post, .icomb = comb, .out = Y};
     dsf_parallel_for_guided(f->e->pool, f->T * hc_blocks(f), tok_grain(f->sh->hc * f->sh->hc * HC_BLOCK), expand_range,
