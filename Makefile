@@ -17,7 +17,9 @@ AMX_FLAGS    := $(AVX512_FLAGS) -mamx-tile -mamx-bf16
 
 LIB_SRC   := $(sort $(wildcard src/*/*.c))
 TOOL_SRC  := $(sort $(wildcard tools/*.c))
-TEST_SRC  := $(sort $(wildcard tests/*.c))
+# Tests by tier (tests/{lib,unit,tiny,e2e,fuzz}); the libFuzzer harnesses tests/fuzz/fuzz_*.c are
+# built by `make fuzz` and run in `make test` through tests/fuzz/replay.c.
+TEST_SRC  := $(sort $(filter-out tests/fuzz/fuzz_%.c,$(wildcard tests/*/*.c)))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ  := $(TEST_SRC:%.c=$(BUILD)/%.o)
@@ -53,6 +55,9 @@ $(BUILD)/%_amx.o: %_amx.c
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLCFLAGS) -c $< -o $@
+
+# Test files include the framework and helpers of tests/lib by name ("test.h").
+$(TEST_OBJ): ALLCFLAGS += -Itests/lib
 
 $(BUILD)/libdsflash.a: $(LIB_OBJ)
 	@rm -f $@
