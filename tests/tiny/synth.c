@@ -8,7 +8,7 @@
  * wrong tensor name/shape/dtype or an extra tensor ("no unused tensors"), inconsistent PLE
  * keys (offsets not the running sum, sizes not prime, table too short), a tokenizer that is
  * not GPT-2 byte order or lacks the V4.1 special tokens, constant weights, a file that the
- * engine refuses or that produces non-finite logits, and a CLI that does not fail cleanly. */
+ * engine refuses or that produces non-finite logits. */
 #include "test.h"
 #include "dsflash.h"
 #include "io/gguf.h"
