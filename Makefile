@@ -17,12 +17,14 @@ AMX_FLAGS    := $(AVX512_FLAGS) -mamx-tile -mamx-bf16
 
 LIB_SRC   := $(sort $(wildcard src/*/*.c))
 TOOL_SRC  := $(sort $(wildcard tools/*.c))
-TEST_SRC  := $(sort $(wildcard tests/*.c))
+# Tests by tier (tests/{lib,unit,tiny,e2e,fuzz}); the libFuzzer harnesses tests/fuzz/fuzz_*.c are
+# built by `make fuzz` and run in `make test` through tests/fuzz/replay.c.
+TEST_SRC  := $(sort $(filter-out tests/fuzz/fuzz_%.c,$(wildcard tests/*/*.c)))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ  := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all test asan clang check clean bench fuzz deps demo FORCE
+.PHONY: all test asan clang check layers links clean bench fuzz deps demo FORCE
 all: $(BUILD)/dsflash
 
 # The commit the binary is built from, "-modified" when tracked files differ from it, or
@@ -53,6 +55,9 @@ $(BUILD)/%_amx.o: %_amx.c
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLCFLAGS) -c $< -o $@
+
+# Test files include the framework and helpers of tests/lib by name ("test.h").
+$(TEST_OBJ): ALLCFLAGS += -Itests/lib
 
 $(BUILD)/libdsflash.a: $(LIB_OBJ)
 	@rm -f $@
@@ -85,10 +90,22 @@ asan:
 	$(MAKE) CC=clang BUILD=build-asan OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
 	    LDFLAGS="-fsanitize=address,undefined" test
 
-# Everything CI and a developer should run: gcc, clang (warning-free), sanitizers.
+# The shape of src/: includes only to the own folder or lower layers (base < kernels < io <
+# {model, text} < {runtime, convert} < server), each naming its folder; no include cycle; files
+# <= 900 lines, functions <= 150 lines. One line per problem (file:line), or one summary line.
+layers:
+	python3 scripts/layers.py
+
+# The link-level graph of src/ by folder (nm over $(BUILD)/src/*/*.o); fails on a circle
+# between folders or between mechanisms (an object's folder/name up to its first "_").
+links: $(LIB_OBJ)
+	python3 scripts/links.py $(BUILD)
+
+# Everything CI and a developer should run: the layers, gcc, clang (warning-free), sanitizers.
 # The -Werror builds go to folders of their own: EXTRA_CFLAGS does not trigger a rebuild, so
 # objects reused from build/ or build-clang/ would never be compiled with -Werror.
 check:
+	$(MAKE) layers
 	$(MAKE) BUILD=build-werror EXTRA_CFLAGS=-Werror test
 	$(MAKE) CC=clang BUILD=build-clang-werror EXTRA_CFLAGS=-Werror all build-clang-werror/dsflash-test
 	$(MAKE) asan

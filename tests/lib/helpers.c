@@ -1,0 +1,70 @@
+/* helpers.c: see helpers.h. */
+#include "helpers.h"
+
+#include "test.h"
+#include "base/util.h"
+#include "convert/synth.h"
+#include "text/pyjson.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+json_t *test_load_json(const char *path) {
+    uint8_t *d = NULL;
+    size_t n = 0;
+    char err[DSF_ERR_LEN];
+    if (dsf_read_file(path, &d, &n, err)) return NULL;
+    json_t *v = pyjson_loads((const char *)d, n, err); /* Python semantics: key order, floats */
+    free(d);
+    return v;
+}
+
+unsigned char *test_slurp(const char *path, long *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    *size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *buf = *size > 0 ? malloc((size_t)*size) : NULL;
+    if (buf && fread(buf, 1, (size_t)*size, f) != (size_t)*size) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    return buf;
+}
+
+const char *test_tmpfile(const char *name) {
+    static char p[4][512];
+    static int k;
+    char *s = p[k++ & 3];
+    snprintf(s, 512, "%s/%s", test_tmpdir(), name);
+    return s;
+}
+
+const char *test_synth_tiny(char *path, size_t cap, const char *file, uint64_t seed) {
+    if (!path[0]) {
+        char err[DSF_ERR_LEN];
+        snprintf(path, cap, "%s/%s", test_tmpdir(), file);
+        if (synth_write("tiny", path, seed, err) < 0) {
+            fprintf(stderr, "synth: %s\n", err);
+            path[0] = 0;
+            return NULL;
+        }
+    }
+    return path;
+}
+
+void test_fmt_ids(char *buf, size_t cap, const int32_t *ids, size_t n) {
+    size_t o = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < n && o + 16 < cap; i++)
+        o += (size_t)snprintf(buf + o, cap - o, i ? " %d" : "%d", ids[i]);
+}
+
+bool test_ids_equal_json(const int32_t *ids, size_t n, json_t *arr) {
+    if (!json_is_array(arr) || json_array_size(arr) != n) return false;
+    for (size_t i = 0; i < n; i++)
+        if (json_integer_value(json_array_get(arr, i)) != ids[i]) return false;
+    return true;
+}

@@ -1,0 +1,33 @@
+/* helpers.h: small helpers that test files of more than one tier share (a file split by tier
+ * keeps one copy of what both halves use). No TEST here; the framework is test.h.
+ *
+ * Must not: hold expected values of a test (they stay beside their checks). */
+#ifndef DSF_TEST_HELPERS_H
+#define DSF_TEST_HELPERS_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A whole JSON file read with Python semantics (pyjson: key order, ints vs floats), as the
+ * fixtures of ../shared/fixtures are written; NULL if it cannot be read or parsed. */
+json_t *test_load_json(const char *path);
+
+/* A whole (test-sized) file in a malloc'ed buffer, its length in *size; NULL on failure. */
+unsigned char *test_slurp(const char *path, long *size);
+
+/* "<test_tmpdir()>/<name>" in one of 4 rotating static buffers. */
+const char *test_tmpfile(const char *name);
+
+/* The synth "tiny" preset with the given seed, written to <test_tmpdir()>/<file> on the first
+ * call for this path buffer (path[0] == 0); later calls return path as it is. NULL (the reason
+ * on stderr, path left empty) if synth fails. cap: size of path. */
+const char *test_synth_tiny(char *path, size_t cap, const char *file, uint64_t seed);
+
+/* ids as "1 2 3" (truncated to cap). */
+void test_fmt_ids(char *buf, size_t cap, const int32_t *ids, size_t n);
+/* Whether arr is a JSON array of exactly the n integers ids. */
+bool test_ids_equal_json(const int32_t *ids, size_t n, json_t *arr);
+
+#endif
