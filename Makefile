@@ -101,12 +101,13 @@ layers:
 links: $(LIB_OBJ)
 	python3 scripts/links.py $(BUILD)
 
-# Everything CI and a developer should run: the layers, gcc, clang (warning-free), sanitizers.
+# Everything CI and a developer should run: the layers, gcc, the link graph, clang (warning-free), sanitizers.
 # The -Werror builds go to folders of their own: EXTRA_CFLAGS does not trigger a rebuild, so
 # objects reused from build/ or build-clang/ would never be compiled with -Werror.
 check:
 	$(MAKE) layers
 	$(MAKE) BUILD=build-werror EXTRA_CFLAGS=-Werror test
+	$(MAKE) BUILD=build-werror links
 	$(MAKE) CC=clang BUILD=build-clang-werror EXTRA_CFLAGS=-Werror all build-clang-werror/dsflash-test
 	$(MAKE) asan
 
