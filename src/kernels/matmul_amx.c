@@ -21,7 +21,7 @@
  * activations in B (16 pairs x 1 token); T > 1 puts the activations in A (16 tokens x 32) and
  * the weights, transposed into pairs, in B (a panel). Each element then sees the same pairs of
  * products in the same order, and the instruction's result for an element does not depend on
- * the tile's other rows and columns or its shape (tests/unit_kernels.c checks this bit for
+ * the tile's other rows and columns or its shape (tests/unit/kernels.c checks this bit for
  * bit: kernels_batch_invariant). */
 #include "kernels/matmul.h"
 

@@ -11,7 +11,7 @@
  * select.h's too. Must not: choose or dispatch here, or include anything outside src/kernels
  * and src/base.
  *
- * Numerics of the fast entries against their twins (checked by tests/unit_kernels_attn.c):
+ * Numerics of the fast entries against their twins (checked by tests/unit/kernels_attn.c):
  *   - hc_collapse, hc_expand, add, rope: bit-identical (same operations in the same order,
  *     products and sums rounded separately, never fused);
  *   - sumsq: double accumulation in another order (differences ~1e-16 relative);

@@ -6,7 +6,7 @@
  * the degree-7 Taylor polynomial of e^r in Horner form with FMA (truncation error < 6e-9
  * relative, far below the fp32 half-ulp), and vscalefps for the 2^n factor, which also
  * produces the subnormal, zero and infinite results. Measured against glibc expf over
- * [-104, 89]: at most 2 ulp (tests/unit_kernels_attn.c checks it). NaN propagates. */
+ * [-104, 89]: at most 2 ulp (tests/unit/kernels_attn.c checks it). NaN propagates. */
 #include "kernels/vec.h"
 #include "kernels/quant.h"
 #include "kernels/red512.h"

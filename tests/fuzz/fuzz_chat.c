@@ -1,5 +1,5 @@
-/* fuzz_chat.c: libFuzzer harness for the chat encoder (src/chat.c) and Python-compatible JSON
- * (src/pyjson.c) on arbitrary JSON-ish bytes.
+/* fuzz_chat.c: libFuzzer harness for the chat encoder (src/text/chat.c) and Python-compatible JSON
+ * (src/text/pyjson.c) on arbitrary JSON-ish bytes.
  *
  * Every input goes through:
  *   - dsf_chat_render_json (encoder level) and dsf_chat_render_openai (OpenAI level): either an

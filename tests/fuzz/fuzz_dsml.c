@@ -1,4 +1,4 @@
-/* fuzz_dsml.c: libFuzzer harness for the V4.1 output parser (src/dsml.c): reasoning /
+/* fuzz_dsml.c: libFuzzer harness for the V4.1 output parser (src/text/dsml.c): reasoning /
  * content / DSML tool calls, streaming and one-shot, strict and tolerant.
  *
  * Input: byte 0 = flags (bit 0 thinking, bit 1 append the EOS string, bit 2 parallel tool

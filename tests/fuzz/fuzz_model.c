@@ -1,4 +1,4 @@
-/* fuzz_model.c: libFuzzer harness for model loading (dsf_engine_open: src/engine.c, shape.c,
+/* fuzz_model.c: libFuzzer harness for model loading (dsf_engine_open: src/model/engine.c, shape.c,
  * weights.c) on hostile metadata: tiny41.gguf with byte patches in its header, its
  * non-tokenizer key/values and its tensor table (wrong shapes, dtypes, offsets, layer counts,
  * ratios, missing or renamed keys and tensors).

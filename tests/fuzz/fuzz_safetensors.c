@@ -1,4 +1,4 @@
-/* fuzz_safetensors.c: libFuzzer harness for the safetensors reader (src/safetensors.c).
+/* fuzz_safetensors.c: libFuzzer harness for the safetensors reader (src/io/safetensors.c).
  *
  * Byte 0 picks the mode:
  *   even: the rest is a whole .safetensors file (u64 header length, JSON header, data),

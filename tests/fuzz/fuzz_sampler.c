@@ -1,5 +1,5 @@
 /* fuzz_sampler.c: libFuzzer harness for the sampler and the stop-string matcher
- * (src/sampler.c) on arbitrary logits (NaN, +-inf, denormals, huge values) and parameters.
+ * (src/runtime/sampler.c) on arbitrary logits (NaN, +-inf, denormals, huge values) and parameters.
  *
  * Byte 0 bit 0 picks the part:
  *   0, sampler: bytes 1..16 = parameters (temperature, top_k, top_p, min_p, ignore_eos,

@@ -1,4 +1,4 @@
-/* fuzz_server.c: libFuzzer harness for the HTTP server's request parsing (src/server_api.c:
+/* fuzz_server.c: libFuzzer harness for the HTTP server's request parsing (src/server/server_api.c:
  * srv_parse_request, the pure body -> srv_req mapping; no sockets, no engine).
  *
  * Byte 0: bit 0 picks /v1/completions (else /v1/chat/completions), bit 7 a small context

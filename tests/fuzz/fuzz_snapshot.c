@@ -1,5 +1,5 @@
 /* fuzz_snapshot.c: libFuzzer harness for session snapshots (dsf_session_restore in
- * src/engine.c), a binary format read back from files or clients, on tiny41.gguf.
+ * src/model/snapshot.c), a binary format read back from files or clients, on tiny41.gguf.
  *
  * Input: byte 0 = tokens evaluated before the snapshot (0..15, a fixed sequence), byte 1 =
  * flags (bit 0: keep the checksum as patched instead of recomputing it, bit 1: truncate to

@@ -1,4 +1,4 @@
-/* fuzz_tokenizer.c: libFuzzer harness for the tokenizer (src/tokenizer.c) on arbitrary bytes.
+/* fuzz_tokenizer.c: libFuzzer harness for the tokenizer (src/text/tokenize.c) on arbitrary bytes.
  *
  * The input is used twice:
  *   - as text: tokenized with and without special-token parsing (and with BOS); every id

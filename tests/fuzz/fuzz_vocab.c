@@ -1,5 +1,5 @@
 /* fuzz_vocab.c: libFuzzer harness for hostile vocabularies: the HF tokenizer.json reader
- * (src/vocab.c) and the tokenizer builder's validation (tokenizer_build, src/tokenizer.c).
+ * (src/convert/vocab.c) and the tokenizer builder's validation (tokenizer_build, src/text/tokenizer.c).
  *
  * Byte 0 picks the mode:
  *   even: the rest is tokenizer.json, next to a fixed tokenizer_config.json, converted by

@@ -1,5 +1,5 @@
 /* gen_step.c: the generation loop's step API (dsf_gen_prefill_begin/step, dsf_gen_begin/
- * next/fail/end in src/generate.c), driven the way the server's scheduler drives it: several
+ * next/fail/end in src/runtime/generate.c), driven the way the server's scheduler drives it: several
  * generators whose decode steps share one dsf_batch_eval.
  *
  * Expected ids come from an independent greedy loop written here (dsf_session_eval on a fresh

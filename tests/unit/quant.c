@@ -1,5 +1,5 @@
 /* quant.c: element codecs, block dequantization, QDQ operators and the MXFP4 repack
- * (src/quant.c) against values worked by hand from architecture.md §3 / §11.3 and the
+ * (src/kernels/quant.c) against values worked by hand from architecture.md §3 / §11.3 and the
  * block definitions of gguf-layout.md §1.4-1.5. Expected values are either literal
  * hand-worked numbers or an element-index formula written here independently of the
  * block-loop structure of quant.c. */

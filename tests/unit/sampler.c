@@ -1,4 +1,4 @@
-/* sampler.c: src/sampler.c (dsf_sample, filters, rng, logprobs, stop matcher).
+/* sampler.c: src/runtime/sampler.c (dsf_sample, filters, rng, logprobs, stop matcher).
  *
  * The reference distribution used throughout: logits L = [2.0, 1.0, 0.5, -1.0], whose
  * softmax (by hand: e^2, e^1, e^0.5, e^-1 = 7.389, 2.718, 1.649, 0.368; sum 12.124) is
