@@ -61,13 +61,6 @@ static const preset *find_preset(const char *name) {
     return NULL;
 }
 
-int synth_preset(const char *name, synth_params *p) {
-    const preset *q = find_preset(name);
-    if (!q) return -1;
-    *p = *q;
-    return 0;
-}
-
 static bool listed(const uint32_t *v, int n, uint32_t x) {
     for (int i = 0; i < n; i++)
         if (v[i] == x) return true;

@@ -61,9 +61,6 @@ typedef struct {
     uint32_t n_token_map, n_compressed;
 } synth_params;
 
-/* The parameters of a preset ("tiny", "bench") in *p; -1 for an unknown name. */
-int synth_preset(const char *name, synth_params *p);
-
 /* Writes the preset to path with weights seeded by seed. Returns 0, or -1 with err
  * (DSF_ERR_LEN) naming the problem. The output is a pure function of (preset, seed). */
 int synth_write(const char *preset, const char *path, uint64_t seed, char *err);
@@ -84,11 +81,9 @@ void synth_model_free(synth_model *m);
 int synth_model_write(const synth_model *m, const char *path, char *err);
 
 /* Keys. Setters replace the value (and type) of an existing key in place, or append it. */
-bool synth_has_key(const synth_model *m, const char *key);
 int synth_drop_key(synth_model *m, const char *key); /* 0, or -1 if absent */
 void synth_set_u32(synth_model *m, const char *key, uint32_t v);
 void synth_set_i32(synth_model *m, const char *key, int32_t v);
-void synth_set_u64(synth_model *m, const char *key, uint64_t v);
 void synth_set_f32(synth_model *m, const char *key, float v);
 void synth_set_bool(synth_model *m, const char *key, bool v);
 void synth_set_str(synth_model *m, const char *key, const char *v);
@@ -100,17 +95,14 @@ void synth_set_arr_str(synth_model *m, const char *key, const char *const *strs,
 /* Converts a key's value to another numeric type, keeping the value (e.g. UINT32 -> INT32,
  * FLOAT32 -> FLOAT64; for an array, its element type). -1 if absent or not convertible. */
 int synth_retype_key(synth_model *m, const char *key, uint32_t new_type);
-/* Element i of a numeric array key, as u64 (get) / set from u64 (set). -1 if impossible. */
-int synth_arr_get(const synth_model *m, const char *key, uint64_t i, uint64_t *v);
+/* Sets element i of a numeric array key from a u64. -1 if impossible. */
 int synth_arr_set(synth_model *m, const char *key, uint64_t i, uint64_t v);
-uint64_t synth_arr_len(const synth_model *m, const char *key);
 /* Truncates (or, repeating the last element, extends) a numeric array. */
 int synth_arr_resize(synth_model *m, const char *key, uint64_t n);
 
 /* Tensors (ne in GGUF order, unused dims 1). Data is generated at write time for the final
  * name/type/shape; an added tensor is a dense matrix (std 1/sqrt(ne[0])), and a type other
  * than F32, BF16 and MXFP4 gets random bytes (only a loader looks at those). */
-bool synth_has_tensor(const synth_model *m, const char *name);
 int synth_drop_tensor(synth_model *m, const char *name);
 void synth_add_tensor(synth_model *m, const char *name, uint32_t type, uint32_t n_dims, const int64_t *ne);
 int synth_reshape_tensor(synth_model *m, const char *name, uint32_t n_dims, const int64_t *ne);

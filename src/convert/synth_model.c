@@ -134,8 +134,6 @@ static skv *kv_slot(synth_model *m, const char *key) {
     return k;
 }
 
-bool synth_has_key(const synth_model *m, const char *key) { return find_kv(m, key) != NULL; }
-
 int synth_drop_key(synth_model *m, const char *key) {
     skv *k = find_kv(m, key);
     if (!k) return -1;
@@ -154,7 +152,6 @@ static void set_num(synth_model *m, const char *key, uint32_t type, num v) {
 
 void synth_set_u32(synth_model *m, const char *key, uint32_t v) { set_num(m, key, GGUF_VT_UINT32, num_u(v)); }
 void synth_set_i32(synth_model *m, const char *key, int32_t v) { set_num(m, key, GGUF_VT_INT32, num_i(v)); }
-void synth_set_u64(synth_model *m, const char *key, uint64_t v) { set_num(m, key, GGUF_VT_UINT64, num_u(v)); }
 void synth_set_f32(synth_model *m, const char *key, float v) { set_num(m, key, GGUF_VT_FLOAT32, num_f(v)); }
 void synth_set_bool(synth_model *m, const char *key, bool v) { set_num(m, key, GGUF_VT_BOOL, num_u(v ? 1 : 0)); }
 
@@ -205,18 +202,6 @@ int synth_retype_key(synth_model *m, const char *key, uint32_t new_type) {
     }
     if (!gguf_vtype_size(k->type)) return -1;
     k->type = new_type;
-    return 0;
-}
-
-uint64_t synth_arr_len(const synth_model *m, const char *key) {
-    const skv *k = find_kv(m, key);
-    return k && k->type == GGUF_VT_ARRAY ? k->n : 0;
-}
-
-int synth_arr_get(const synth_model *m, const char *key, uint64_t i, uint64_t *v) {
-    const skv *k = find_kv(m, key);
-    if (!k || k->type != GGUF_VT_ARRAY || i >= k->n || !gguf_vtype_size(k->arr_type)) return -1;
-    *v = get_elem(k->arr_type, k->arr + i * gguf_vtype_size(k->arr_type)).u;
     return 0;
 }
 
@@ -273,8 +258,6 @@ void synth_tensor(synth_model *m, uint32_t type, enum synth_kind kind, int64_t f
     vsnprintf(t->name, sizeof t->name, fmt, ap);
     va_end(ap);
 }
-
-bool synth_has_tensor(const synth_model *m, const char *name) { return find_t(m, name) != NULL; }
 
 int synth_drop_tensor(synth_model *m, const char *name) {
     stensor *t = find_t(m, name);

@@ -68,11 +68,9 @@ typedef void (*tm_edit_fn)(tm_model *m, void *ud);
 const char *tm_k(const char *suffix);
 
 /* The edit operations are synth's (synth.h documents them), under the tests' names. */
-static inline bool tm_has_key(const tm_model *m, const char *key) { return synth_has_key(m, key); }
 static inline int tm_drop_key(tm_model *m, const char *key) { return synth_drop_key(m, key); }
 static inline void tm_set_u32(tm_model *m, const char *key, uint32_t v) { synth_set_u32(m, key, v); }
 static inline void tm_set_i32(tm_model *m, const char *key, int32_t v) { synth_set_i32(m, key, v); }
-static inline void tm_set_u64(tm_model *m, const char *key, uint64_t v) { synth_set_u64(m, key, v); }
 static inline void tm_set_f32(tm_model *m, const char *key, float v) { synth_set_f32(m, key, v); }
 static inline void tm_set_bool(tm_model *m, const char *key, bool v) { synth_set_bool(m, key, v); }
 static inline void tm_set_str(tm_model *m, const char *key, const char *v) { synth_set_str(m, key, v); }
@@ -85,15 +83,10 @@ static inline void tm_set_arr_u32(tm_model *m, const char *key, const uint32_t *
 static inline int tm_retype_key(tm_model *m, const char *key, uint32_t new_type) {
     return synth_retype_key(m, key, new_type);
 }
-static inline int tm_arr_get(const tm_model *m, const char *key, uint64_t i, uint64_t *v) {
-    return synth_arr_get(m, key, i, v);
-}
 static inline int tm_arr_set(tm_model *m, const char *key, uint64_t i, uint64_t v) {
     return synth_arr_set(m, key, i, v);
 }
-static inline uint64_t tm_arr_len(const tm_model *m, const char *key) { return synth_arr_len(m, key); }
 static inline int tm_arr_resize(tm_model *m, const char *key, uint64_t n) { return synth_arr_resize(m, key, n); }
-static inline bool tm_has_tensor(const tm_model *m, const char *name) { return synth_has_tensor(m, name); }
 static inline int tm_drop_tensor(tm_model *m, const char *name) { return synth_drop_tensor(m, name); }
 static inline void tm_add_tensor(tm_model *m, const char *name, uint32_t type, uint32_t n_dims, const int64_t *ne) {
     synth_add_tensor(m, name, type, n_dims, ne);
