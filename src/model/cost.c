@@ -78,7 +78,7 @@ void cost_index_proj(const dsf_engine *e, double *il_bytes, double *il_flops) {
 
 /* v[il] summed over the layers whose projections a chunk ending at position p_last computes,
  * minus v summed over all layers (what cost_token counted). */
-double cost_index_proj_adjust(const dsf_session *ss, const double *v, int64_t p_last) {
+static double index_proj_adjust(const dsf_session *ss, const double *v, int64_t p_last) {
     const dsf_shape *sh = &ss->e->shape;
     double d = 0;
     for (int64_t il = 0; il < sh->n_layer; il++)
@@ -91,11 +91,11 @@ double cost_prefill_flops(const dsf_session *ss, int n_prompt, double tok_flops,
     double prefill_flops = (tok_flops - head_flops) * n_prompt + head_flops;
     for (int64_t i = 0; i < n_prompt; i += ss->sc.max_chunk) {
         int64_t T = n_prompt - i < ss->sc.max_chunk ? n_prompt - i : ss->sc.max_chunk;
-        prefill_flops += (double)T * cost_index_proj_adjust(ss, il_flops, i + T - 1);
+        prefill_flops += (double)T * index_proj_adjust(ss, il_flops, i + T - 1);
     }
     return prefill_flops;
 }
 
 double cost_decode_bytes(const dsf_session *ss, int64_t pos, double tok_bytes, const double *il_bytes) {
-    return tok_bytes + cost_index_proj_adjust(ss, il_bytes, pos);
+    return tok_bytes + index_proj_adjust(ss, il_bytes, pos);
 }

@@ -14,9 +14,6 @@ int cost_token(const char *path, double *bytes, double *flops, double *head_flop
 /* il_bytes[il], il_flops[il] ([n_layer] each): what layer il's indexer query projections add
  * to a token that computes them. */
 void cost_index_proj(const dsf_engine *e, double *il_bytes, double *il_flops);
-/* v[il] summed over the layers whose projections a chunk of ss ending at position p_last
- * computes, minus v summed over all layers (what cost_token counted). */
-double cost_index_proj_adjust(const dsf_session *ss, const double *v, int64_t p_last);
 /* The FLOPs of a prefill of n_prompt tokens in ss's chunks: every matmul for every token, the
  * LM head for the last one only, the indexer projections only in the chunks that compute them. */
 double cost_prefill_flops(const dsf_session *ss, int n_prompt, double tok_flops, double head_flops,
