@@ -5,7 +5,6 @@
  * checkpoints or configs that crash, produce garbage, exit 0, or leave a file (or a .tmp)
  * behind (convert_bad_*). The Engram constants are checked in tests/unit/convert.c and
  * tests/tiny/convert.c. */
-#include "convert/convert.h"
 #include "io/gguf.h"
 #include "kernels/quant.h"
 #include "test.h"

@@ -16,7 +16,6 @@
  * exactly. */
 #include "dsflash.h"
 #include "test.h"
-#include "tmodel.h"
 #include "kernels/matmul.h"
 #include "kernels/vec.h"
 #include "kernels/select.h"
