@@ -80,11 +80,8 @@ static void peak_chunk(void *ctx, int64_t i0, int64_t i1, int tid) {
 }
 
 /* Before each timed probe: a short untimed job on every thread of the probe pool (~1 ms of
- * FMAs). A worker that slept through the preceding step (a decode step, the prefill) starts
- * its part of the next job late, 0.1-1.2 ms under this hypervisor (measured), and a probe
- * timed from a sleeping pool read low: the 0.8 ms dot-peak probe by up to ~40 % (483-531
- * GFLOP/s before the prefill against 762-820 warm), the 1 GiB read probe by up to ~20 % in
- * some rounds (48.7 against 61.4 GB/s). Both made the fractions read high. */
+ * FMAs), because a probe timed from a sleeping pool reads low and makes the fractions read
+ * high (docs/perf-log.md, Method). */
 static void probe_warm(dsf_pool *pool, const dsf_kernels *k) {
     peak_job j = {.k = k, .bf16 = 0, .iters = 500000};
     dsf_parallel_for(pool, dsf_pool_size(pool), 1, peak_chunk, &j);
@@ -93,10 +90,8 @@ static void probe_warm(dsf_pool *pool, const dsf_kernels *k) {
 /* One pass of the read probe over the arena; returns GB/s (1e9 bytes/s). The threads claim
  * 1 MiB pieces guided, as the decode's matmuls claim their rows, so that a core that reads
  * faster than the other does more of the arena and the probe measures what the two cores
- * read together. (With the static halves used until 2026-12-01, the pass took as long as
- * the slower core's half: in a harness that alternated the two on a 1 GiB arena, the static
- * probe's medians read 66-69 GB/s against 72-74 guided, and BF16 products of the decode
- * read more than the probe next to them, which no product can do for long.) */
+ * read together (static halves read low: docs/perf-log.md, Method, "Correction of
+ * 2026-12-01"). */
 static double probe_read(dsf_pool *pool, const dsf_kernels *k, const uint8_t *arena, uint64_t n) {
     probe_job j = {.k = k, .p = arena, .n = n};
     probe_warm(pool, k);
