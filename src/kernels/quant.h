@@ -27,9 +27,11 @@ float pow2ceil_f32(float t);          /* 2^ceil(log2 t) via IEEE bits, t > 0 (§
 uint32_t ggml_blck_size(uint32_t type);
 uint32_t ggml_type_size(uint32_t type);
 const char *ggml_type_name(uint32_t type); /* "?" if unknown */
-/* True if dequant_row() supports the type. */
+/* True if dequant_row() supports the type: every ggml type of the block table (all the types
+ * of ggml 0.25.1's GGUF files) and the F64/I* element types. dequant.c implements both. */
 bool ggml_type_supported(uint32_t type);
-/* Dequantizes n elements (n a multiple of the block size) of a row of the given type. */
+/* Dequantizes n elements (n a multiple of the block size) of a row of the given type, bit for bit
+ * as ggml 0.25.1's to_float (-0.0 and subnormals included). */
 void dequant_row(uint32_t type, const void *src, float *dst, int64_t n);
 
 /* ---- QDQ operators (architecture.md §3.3), in place, fp32 values ----

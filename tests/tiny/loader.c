@@ -3,7 +3,7 @@
  * engine's own shape requirements, each as one invalid variant of a valid random-weight base
  * model (tests/tmodel.h). Each variant must fail dsf_engine_open with an error that names the
  * key, the layer or the tensor, as the rule's message in the spec does. Plus: wrong key types,
- * every required key of B2 missing, extra/missing/mis-shaped tensors, unsupported dtypes;
+ * every required key of B2 missing, extra/missing/mis-shaped tensors;
  * variants the spec says a loader must ACCEPT (scalar get_key_or_arr, 2-D/3-D wo_a, a larger
  * Engram table, the optional exp_probs_b_vl, ...), with the base model's exact logits where
  * only the encoding changed; and edge values no rule forbids (refused cleanly or run).
@@ -371,18 +371,6 @@ static const rcase t_cases[] = {
 };
 
 TEST(loader_rules_s13_s14_tensors) { run_cases(t, t_cases, (int)(sizeof t_cases / sizeof *t_cases)); }
-
-/* Unsupported dtypes (the reader knows them; the engine has no kernel for them). */
-static void tw_ff256(tm_params *p) { p->n_ff = 256; }
-static const rcase dt_cases[] = {
-    {"dtype IQ2_XS routed experts", tw_ff256,
-     {{OP_RETYPE_T, .key = "blk.2.ffn_down_exps.weight", .a = GGML_TYPE_IQ2_XS}},
-     {"blk.2.ffn_down_exps.weight", "not supported"}},
-    {"dtype IQ2_XXS hc matrix", NULL, {{OP_RETYPE_T, .key = "blk.3.hc_ffn_fn.weight", .a = GGML_TYPE_IQ2_XXS}},
-     {"blk.3.hc_ffn_fn.weight", "not supported"}},
-};
-
-TEST(loader_rules_unsupported_dtypes) { run_cases(t, dt_cases, (int)(sizeof dt_cases / sizeof *dt_cases)); }
 
 /* ================================================================ §6.2 B1-B5 and key types */
 

@@ -1,5 +1,5 @@
 /* kernels.c: every fast matmul kernel against its scalar twin (matmul_any_ref, which
- * dequantizes with quant.c and accumulates in double) on random data and edge sizes.
+ * dequantizes with dequant.c and accumulates in double) on random data and edge sizes.
  *
  * Guards against: wrong block decoding (nibble order, e8m0 subnormal scales, f16 scales),
  * dropped or repeated tails (n_in = 32/64/96/4128, n_out not a multiple of the row tile,
