@@ -14,7 +14,10 @@ static int cmd_inspect(int argc, char **argv) {
     if (dsf_cmd_wants_help(argc, argv) || argc != 2) {
         fputs("usage: dsflash inspect MODEL.gguf\n"
               "  Prints the metadata, a table of layer roles (ratio, KV source, top-k source, candidate role,\n"
-              "  Engram) and every tensor with its dtype and bytes. Reads no tensor data.\n",
+              "  Engram), every tensor with its dtype and bytes, the bytes each dtype takes (tensors, bytes,\n"
+              "  share of the file) and the dtypes each tensor class uses (routed and shared experts, dense\n"
+              "  projections, hc mixes, router, LM head, token embedding, Engram table, small vectors).\n"
+              "  Reads no tensor data (but the small vectors of a file that does not store them as F32).\n",
               argc == 2 ? stdout : stderr);
         return argc == 2 ? 0 : 2;
     }

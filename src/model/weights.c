@@ -127,6 +127,31 @@ dsf_wmat wmat_expert(const dsf_wmat *stack, int64_t e) {
     return m;
 }
 
+const char *const tensor_class_names[TC_COUNT] = {
+    "routed experts", "shared experts", "dense projections", "hc mixes", "router", "LM head",
+    "token embedding", "Engram table", "small vectors"};
+
+tensor_class tensor_class_of(const char *name) {
+    static const struct {
+        const char *suffix;
+        tensor_class c;
+    } by_suffix[] = {
+        {"_exps.weight", TC_ROUTED},      {"_shexp.weight", TC_SHARED},    {"hc_attn_fn.weight", TC_HC},
+        {"hc_ffn_fn.weight", TC_HC},      {"ffn_gate_inp.weight", TC_ROUTER}, {"engram_gate.weight", TC_SMALL},
+        {"_norm.weight", TC_SMALL},       {"attn_sinks.weight", TC_SMALL}, {"_base.weight", TC_SMALL},
+        {"_scale.weight", TC_SMALL},      {".bias", TC_SMALL},
+    };
+    if (!strcmp(name, "output.weight")) return TC_HEAD;
+    if (!strcmp(name, "token_embd.weight")) return TC_EMBED;
+    if (!strcmp(name, "per_layer_token_embd.weight")) return TC_ENGRAM;
+    const size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof by_suffix / sizeof by_suffix[0]; i++) {
+        const size_t k = strlen(by_suffix[i].suffix);
+        if (n >= k && !strcmp(name + n - k, by_suffix[i].suffix)) return by_suffix[i].c;
+    }
+    return TC_DENSE;
+}
+
 void weights_free(dsf_weights *w, const dsf_shape *s) {
     (void)s;
     for (int64_t i = 0; i < w->n_owned; i++) free(w->owned[i]);
