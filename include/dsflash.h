@@ -78,12 +78,13 @@ int dsf_session_max_ctx(const dsf_session *s);
 /* Feeds n tokens at positions n_past..n_past+n-1 (one forward, any n >= 1).
  * logits: NULL, or [n][n_vocab] if all_rows, else [n_vocab] for the last token only.
  * Row i holds the logits after consuming token i. Fails (state unchanged) on a token id
- * outside the vocabulary or when the context would exceed max_ctx. */
+ * outside the vocabulary, when the context would exceed max_ctx, or when a logits row it
+ * returns holds a NaN or an infinity (a weight holds one: e.g. a quantized block's scale). */
 int dsf_session_eval(dsf_session *s, const int32_t *tokens, int n, float *logits, bool all_rows,
                      char *err);
 /* One decode step for several sessions of the same engine in a single forward (weights are
  * read once for all): tokens[i] is appended to sessions[i] (distinct sessions). logits:
- * NULL or [n][n_vocab]. Same results as n separate dsf_session_eval calls. */
+ * NULL or [n][n_vocab]. Same results (and refusals) as n separate dsf_session_eval calls. */
 int dsf_batch_eval(dsf_session **sessions, const int32_t *tokens, int n, float *logits, char *err);
 /* Rolls the state back exactly to n tokens (0 <= n <= n_past). */
 int dsf_session_rollback(dsf_session *s, int n, char *err);

@@ -1,9 +1,84 @@
-/* cmd_inspect.c: `dsflash inspect MODEL.gguf`: metadata, layer roles and tensors. */
+/* cmd_inspect.c: `dsflash inspect MODEL.gguf`: metadata, layer roles and tensors; with --plan,
+ * the memory the model needs, from its header alone. */
 #include "cmd.h"
 #include "dsflash.h"
+#include "model/plan.h"
+#include "io/gguf.h"
+#include "base/util.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+static const char *USAGE =
+    "usage: dsflash inspect MODEL.gguf\n"
+    "       dsflash inspect --plan MODEL.gguf [--ram GiB] [--ctx N]\n"
+    "  Prints the metadata, a table of layer roles (ratio, KV source, top-k source, candidate role,\n"
+    "  Engram), every tensor with its dtype and bytes, the bytes each dtype takes (tensors, bytes,\n"
+    "  share of the file) and the dtypes each tensor class uses (routed and shared experts, dense\n"
+    "  projections, hc mixes, router, LM head, token embedding, Engram table, small vectors).\n"
+    "  Reads no tensor data (but the small vectors of a file that does not store them as F32).\n"
+    "  --plan     from the header alone (a header-only file will do): the bytes of each tensor class,\n"
+    "             what decode streams every token (kept resident) and what it reads a row at a time\n"
+    "             (token embedding, Engram table: through the page cache), the KV state per token and\n"
+    "             for a context of N tokens (--ctx, default 4096), and whether that fits in --ram GiB\n"
+    "             (default: this machine's memory); exit status 3 if it does not fit\n";
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+#define PLAN_CHUNK 512 /* the sessions' default prefill chunk (session.c) */
+
+static int plan(const char *path, double ram_gib, long long ctx) {
+    char err[DSF_ERR_LEN];
+    gguf_file *g = gguf_open_header(path, err);
+    if (!g) {
+        dsf_err_oneline(err);
+        fprintf(stderr, "dsflash inspect: %s\n", err);
+        return 1;
+    }
+    model_plan_t p;
+    if (model_plan(g, ctx, PLAN_CHUNK, &p, err) < 0) {
+        dsf_err_oneline(err);
+        fprintf(stderr, "dsflash inspect: %s: %s\n", path, err);
+        gguf_close(g);
+        return 1;
+    }
+    bool header_only = false;
+    for (uint64_t i = 0; i < g->n_tensors; i++) header_only |= !g->tensors[i].data;
+    printf("plan: %s (%s), %lld layers, context_length %lld\n", path, header_only ? "header only" : "whole file",
+           (long long)p.n_layer, (long long)p.n_ctx_train);
+    printf("== tensor bytes by class ==\n");
+    for (int c = 0; c < TC_COUNT; c++)
+        if (p.class_bytes[c])
+            printf("  %-18s %10.3f GiB  %6.2f%%  %s\n", tensor_class_names[c], (double)p.class_bytes[c] / GIB,
+                   100.0 * (double)p.class_bytes[c] / (double)p.total,
+                   c == TC_EMBED || c == TC_ENGRAM ? "read by row" : "resident");
+    printf("  %-18s %10.3f GiB\n", "all", (double)p.total / GIB);
+    printf("== decode ==\n");
+    printf("  resident (streamed every token): %.3f GiB\n", (double)p.resident / GIB);
+    printf("  read by row (page cache, a row per token and Engram head): %.3f GiB\n", (double)p.by_row / GIB);
+    printf("  KV state: %.0f bytes per token of context; %.3f GiB for %lld tokens (chunk %d)\n", p.kv_per_token,
+           (double)p.kv_bytes / GIB, ctx, PLAN_CHUNK);
+    const double need = (double)(p.resident + p.kv_bytes) / GIB;
+    const char *src = "given";
+    if (ram_gib <= 0) {
+        ram_gib = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE) / GIB;
+        src = "this machine's";
+    }
+    printf("== memory ==\n");
+    if (need <= ram_gib)
+        printf("  fits: the resident weights and the KV state take %.3f GiB of the %.3f GiB of %s RAM; %.3f GiB "
+               "are left for the page cache (%.1f%% of the bytes read by row)\n",
+               need, ram_gib, src, ram_gib - need,
+               p.by_row ? 100.0 * fmin((ram_gib - need) * GIB / (double)p.by_row, 1.0) : 100.0);
+    else
+        printf("  does not fit: the resident weights and the KV state take %.3f GiB, %.3f GiB more than the %.3f GiB "
+               "of %s RAM\n",
+               need, need - ram_gib, ram_gib, src);
+    gguf_close(g);
+    return need <= ram_gib ? 0 : 3;
+}
 
 static void emit(void *ud, const char *line) {
     (void)ud;
@@ -11,12 +86,27 @@ static void emit(void *ud, const char *line) {
 }
 
 static int cmd_inspect(int argc, char **argv) {
-    if (dsf_cmd_wants_help(argc, argv) || argc != 2) {
-        fputs("usage: dsflash inspect MODEL.gguf\n"
-              "  Prints the metadata, a table of layer roles (ratio, KV source, top-k source, candidate role,\n"
-              "  Engram) and every tensor with its dtype and bytes. Reads no tensor data.\n",
-              argc == 2 ? stdout : stderr);
-        return argc == 2 ? 0 : 2;
+    if (dsf_cmd_wants_help(argc, argv)) {
+        fputs(USAGE, stdout);
+        return 0;
+    }
+    if (argc >= 3 && !strcmp(argv[1], "--plan")) {
+        double ram = 0;
+        long long ctx = 4096;
+        for (int i = 3; i < argc; i++) {
+            char *end = NULL;
+            if (!strcmp(argv[i], "--ram") && i + 1 < argc) ram = strtod(argv[++i], &end);
+            else if (!strcmp(argv[i], "--ctx") && i + 1 < argc) ctx = strtoll(argv[++i], &end, 10);
+            if (!end || *end || ram < 0 || ctx < 1 || ctx > (1ll << 31)) {
+                fprintf(stderr, "dsflash inspect: bad option %s\n%s", argv[i], USAGE);
+                return 2;
+            }
+        }
+        return plan(argv[2], ram, ctx);
+    }
+    if (argc != 2) {
+        fputs(USAGE, stderr);
+        return 2;
     }
     char err[DSF_ERR_LEN];
     dsf_engine_params p;
@@ -34,4 +124,4 @@ static int cmd_inspect(int argc, char **argv) {
     return 0;
 }
 
-DSF_COMMAND(inspect, "print a model's metadata, layer roles and tensors", cmd_inspect)
+DSF_COMMAND(inspect, "print a model's metadata, layer roles and tensors (--plan: the memory it needs)", cmd_inspect)

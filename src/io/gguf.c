@@ -104,6 +104,7 @@ typedef struct {
     const char *name; /* file name for messages */
     char *err;
     char what[160];   /* the item being parsed, for messages: "key 'x'", "tensor #3", ... */
+    bool header_only; /* gguf_open_header: tensor data may lie past the end (data = NULL) */
 } cursor;
 
 static int fail(cursor *c, const char *fmt, ...) DSF_PRINTF(2, 3);
@@ -412,10 +413,10 @@ static int parse_tensors(cursor *c, gguf_file *f, uint64_t n_tensors) {
     c->what[0] = 0;
     uint64_t a = f->alignment, end = c->pos;
     f->data_offset = end + (a - end % a) % a; /* GGML_PAD(end of infos, alignment) */
-    if (n_tensors && f->data_offset > c->size)
+    if (n_tensors && f->data_offset > c->size && !c->header_only)
         return fail(c, "data section at offset %llu starts past the end of the file (%llu bytes)",
                     (unsigned long long)f->data_offset, (unsigned long long)c->size);
-    uint64_t expect = 0, room = n_tensors ? c->size - f->data_offset : 0;
+    uint64_t expect = 0, room = n_tensors && f->data_offset <= c->size ? c->size - f->data_offset : 0;
     for (uint64_t i = 0; i < n_tensors; i++) {
         gguf_tensor *t = &f->tensors[i];
         char shown[96];
@@ -432,11 +433,16 @@ static int parse_tensors(cursor *c, gguf_file *f, uint64_t n_tensors) {
         if (t->offset != expect)
             return fail(c, "has offset %llu, expected %llu (tensor data must be contiguous, in file order)",
                         (unsigned long long)t->offset, (unsigned long long)expect);
-        if (t->offset > room || t->nbytes > room - t->offset)
-            return fail(c, "data [offset %llu, %llu bytes] runs past the end of the file (%llu bytes)",
-                        (unsigned long long)t->offset, (unsigned long long)t->nbytes, (unsigned long long)c->size);
-        t->data = c->p + f->data_offset + t->offset;
-        /* expect + padded size <= room + a: no overflow since room < 2^64 - a. */
+        if (t->offset > room || t->nbytes > room - t->offset) {
+            if (!c->header_only)
+                return fail(c, "data [offset %llu, %llu bytes] runs past the end of the file (%llu bytes)",
+                            (unsigned long long)t->offset, (unsigned long long)t->nbytes, (unsigned long long)c->size);
+            if (t->offset > UINT64_MAX / 4 || t->nbytes > UINT64_MAX / 4) return fail(c, "data offset overflows");
+            t->data = NULL;
+        } else {
+            t->data = c->p + f->data_offset + t->offset;
+        }
+        /* expect + padded size <= room + a (or < 2^63 + a, header only): no overflow. */
         expect = t->offset + t->nbytes;
         expect += (a - expect % a) % a;
     }
@@ -444,8 +450,8 @@ static int parse_tensors(cursor *c, gguf_file *f, uint64_t n_tensors) {
     return 0;
 }
 
-static gguf_file *parse(const uint8_t *p, uint64_t size, const char *name, char *err) {
-    cursor c = {.p = p, .pos = 0, .size = size, .name = name, .err = err};
+static gguf_file *parse(const uint8_t *p, uint64_t size, const char *name, bool header_only, char *err) {
+    cursor c = {.p = p, .pos = 0, .size = size, .name = name, .err = err, .header_only = header_only};
     gguf_file *f = dsf_xcalloc(1, sizeof *f);
     f->map = p;
     f->size = size;
@@ -507,10 +513,10 @@ gguf_file *gguf_open_mem(const void *data, uint64_t size, const char *name, char
         return NULL;
     }
     static const uint8_t empty[1];
-    return parse(data ? data : empty, size, name, err);
+    return parse(data ? data : empty, size, name, false, err);
 }
 
-gguf_file *gguf_open(const char *path, char *err) {
+static gguf_file *open_file(const char *path, bool header_only, char *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         dsf_seterr(err, "%s: cannot open: %s", path, strerror(errno));
@@ -539,7 +545,7 @@ gguf_file *gguf_open(const char *path, char *err) {
         close(fd);
         return NULL;
     }
-    gguf_file *f = parse(m, size, path, err);
+    gguf_file *f = parse(m, size, path, header_only, err);
     if (!f) {
         munmap(m, (size_t)size);
         close(fd);
@@ -549,6 +555,9 @@ gguf_file *gguf_open(const char *path, char *err) {
     f->fd = fd;
     return f;
 }
+
+gguf_file *gguf_open(const char *path, char *err) { return open_file(path, false, err); }
+gguf_file *gguf_open_header(const char *path, char *err) { return open_file(path, true, err); }
 
 void gguf_close(gguf_file *f) {
     if (!f) return;

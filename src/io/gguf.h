@@ -61,7 +61,7 @@ typedef struct {
     uint64_t offset;      /* relative to the data section */
     uint64_t nbytes;      /* exact size of the data */
     uint64_t row_bytes;   /* bytes of one ne[0] row */
-    const uint8_t *data;  /* into the mapping */
+    const uint8_t *data;  /* into the mapping (NULL: past the end of a file opened by gguf_open_header) */
 } gguf_tensor;
 
 typedef struct gguf_file {
@@ -82,6 +82,11 @@ typedef struct gguf_file {
  * the reason in err (DSF_ERR_LEN), e.g. "model.gguf: tensor 'blk.3.x.weight': data
  * [offset 1024, 4096 bytes] runs past the end of the file (3000 bytes)". */
 gguf_file *gguf_open(const char *path, char *err);
+/* The header alone (the tables of keys and tensors, every check but one): tensor data may lie
+ * past the end of the file, as in a header-only file or a file still being written, and such a
+ * tensor has data == NULL. For the questions a header answers (dsflash inspect --plan); never
+ * for a model that runs. */
+gguf_file *gguf_open_header(const char *path, char *err);
 /* Same, over a caller-owned memory buffer (used by the fuzzer and tests). The buffer must
  * outlive the gguf_file. */
 gguf_file *gguf_open_mem(const void *data, uint64_t size, const char *name, char *err);

@@ -99,6 +99,46 @@ int dsf_engine_n_ctx_train(const dsf_engine *e) { return (int)e->shape.n_ctx_tra
 
 /* ---- describe (dsflash inspect) --------------------------------------------------------- */
 
+/* The bytes each type takes (tensors, bytes, share of the file), then the types each tensor
+ * class uses (model.h's tensor_class): what a quantized file's recipe put where. */
+static void describe_types(const gguf_file *g, void (*emit)(void *ud, const char *line), void *ud) {
+    uint64_t n[TC_COUNT + 1][GGML_TYPE_COUNT] = {{0}}, bytes[TC_COUNT + 1][GGML_TYPE_COUNT] = {{0}}; /* TC_COUNT: all */
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const gguf_tensor *t = &g->tensors[i];
+        const int c = (int)tensor_class_of(t->name);
+        n[c][t->type]++;
+        n[TC_COUNT][t->type]++;
+        bytes[c][t->type] += t->nbytes;
+        bytes[TC_COUNT][t->type] += t->nbytes;
+    }
+    char line[1024];
+#define EMIT(...) (snprintf(line, sizeof line, __VA_ARGS__), emit(ud, line))
+    EMIT("== bytes by type ==");
+    EMIT("  %-8s %8s %16s %7s", "type", "tensors", "bytes", "share");
+    for (int ty = 0; ty < GGML_TYPE_COUNT; ty++)
+        if (n[TC_COUNT][ty])
+            EMIT("  %-8s %8llu %16llu %6.2f%%", ggml_type_name((uint32_t)ty), (unsigned long long)n[TC_COUNT][ty],
+                 (unsigned long long)bytes[TC_COUNT][ty], 100.0 * (double)bytes[TC_COUNT][ty] / (double)g->size);
+    EMIT("== types by tensor class ==");
+    for (int c = 0; c < TC_COUNT; c++) {
+        uint64_t nt = 0, nb = 0;
+        int o = 0;
+        char types[512] = "";
+        for (int ty = 0; ty < GGML_TYPE_COUNT; ty++) {
+            if (!n[c][ty]) continue;
+            nt += n[c][ty];
+            nb += bytes[c][ty];
+            if (o >= 0 && (size_t)o < sizeof types)
+                o += snprintf(types + o, sizeof types - (size_t)o, "%s%s x%llu", o ? ", " : "",
+                              ggml_type_name((uint32_t)ty), (unsigned long long)n[c][ty]);
+        }
+        if (nt)
+            EMIT("  %-18s %5llu tensors %16llu bytes %6.2f%%  %s", tensor_class_names[c], (unsigned long long)nt,
+                 (unsigned long long)nb, 100.0 * (double)nb / (double)g->size, types);
+    }
+#undef EMIT
+}
+
 void dsf_engine_describe(const dsf_engine *e, void (*emit)(void *ud, const char *line), void *ud) {
     const dsf_shape *sh = &e->shape;
     const gguf_file *g = e->gguf;
@@ -169,4 +209,5 @@ void dsf_engine_describe(const dsf_engine *e, void (*emit)(void *ud, const char 
         EMIT("  %-44s %-6s {%s} %llu bytes", t->name, ggml_type_name(t->type), dims, (unsigned long long)t->nbytes);
     }
 #undef EMIT
+    describe_types(g, emit, ud);
 }

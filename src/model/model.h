@@ -130,4 +130,14 @@ void weights_free(dsf_weights *w, const dsf_shape *s);
 /* An expert's matrix inside a stacked expert tensor. */
 dsf_wmat wmat_expert(const dsf_wmat *stack, int64_t e);
 
+/* The classes of deepseek41 tensors a quantization recipe treats alike (dsflash inspect's
+ * summary), by name: the routed and shared experts, the other matrices of the layers (attention,
+ * compressor, indexer, engram_kv), the hc mix matrices, the router, the head, the embeddings
+ * and the vectors the engine uses in fp32 (norms, sinks, biases, hc base/scale, engram_gate). */
+typedef enum {
+    TC_ROUTED, TC_SHARED, TC_DENSE, TC_HC, TC_ROUTER, TC_HEAD, TC_EMBED, TC_ENGRAM, TC_SMALL, TC_COUNT
+} tensor_class;
+extern const char *const tensor_class_names[TC_COUNT];
+tensor_class tensor_class_of(const char *name);
+
 #endif

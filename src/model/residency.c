@@ -177,14 +177,16 @@ void residency_repack_experts(dsf_engine *e, const dsf_engine_params *p) {
 
 /* ---- dense weights in memory ---------------------------------------------------------- */
 
-/* Every matrix a token reads in full: all but the routed experts (repacked above, or read
- * from the file: a token reads top-k of them) and token_embd (a row per token). Returns the
- * count (at most cap). */
+/* Every matrix a token reads in full from the file: all but the routed experts (repacked
+ * above, or read from the file: a token reads top-k of them), token_embd (a row per token)
+ * and the matrices weights.c already widened into memory of its own (the hc mixes of a
+ * quantized file). Returns the count (at most cap). */
 static int dense_mats(dsf_engine *e, dsf_wmat **m, int cap) {
     int n = 0;
+    const uintptr_t lo = (uintptr_t)e->gguf->map, hi = lo + (uintptr_t)e->gguf->size;
 #define DENSE(w)                                                                               \
     do {                                                                                       \
-        if ((w).data && (w).n_out > 0 && n < cap) m[n++] = &(w);                               \
+        if ((uintptr_t)(w).data >= lo && (uintptr_t)(w).data < hi && (w).n_out > 0 && n < cap) m[n++] = &(w); \
     } while (0)
     for (int64_t il = 0; il < e->shape.n_layer; il++) {
         dsf_layer *L = &e->w.layers[il];

@@ -13,6 +13,8 @@
 #include "model/session.h"
 #include "base/util.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -68,6 +70,22 @@ int dsf_session_n_past(const dsf_session *s) { return (int)s->kv.n; }
 int dsf_session_max_ctx(const dsf_session *s) { return (int)s->kv.max_ctx; }
 const int32_t *dsf_session_tokens(const dsf_session *s) { return s->kv.tokens; }
 
+/* Refuses logits rows that hold a NaN or an infinity. A finite model cannot produce one (every
+ * activation is normalized, the softmaxes are max-shifted), but a weight can hold one: a block
+ * of a quantized file with a NaN or Inf scale, which nothing scans at open (500 GB). Where it
+ * lies is found by `dsflash tensor MODEL NAME --check`. rows [n][V]; pos: the first row's
+ * position. */
+static int check_logits(const float *rows, int64_t n, int64_t V, int64_t pos, char *err) {
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t i = 0; i < V; i++)
+            if (!isfinite(rows[r * V + i]))
+                return dsf_seterr(err, "the forward pass produced a non-finite logit (%s for token %lld at position %lld): "
+                                       "a weight of this model holds a NaN or an infinity (a quantized block with a "
+                                       "NaN/Inf scale?); `dsflash tensor MODEL NAME --check` reports the rows and blocks",
+                                  isnan(rows[r * V + i]) ? "NaN" : "Inf", (long long)i, (long long)(pos + r));
+    return 0;
+}
+
 int dsf_session_eval(dsf_session *s, const int32_t *tokens, int n, float *logits, bool all_rows, char *err) {
     const int64_t V = s->e->shape.n_vocab;
     if (n < 1) return dsf_seterr(err, "no tokens to evaluate");
@@ -83,7 +101,14 @@ int dsf_session_eval(dsf_session *s, const int32_t *tokens, int n, float *logits
         float *lg = NULL;
         if (logits && all_rows) lg = logits + i * V;
         else if (logits && i + T == n) lg = logits;
+        const int64_t n0 = s->kv.n;
         forward_chunk(s, tokens + i, T, lg, all_rows);
+        if (lg && check_logits(lg, all_rows ? T : 1, V, all_rows ? n0 : n0 + T - 1, err) < 0) {
+            char keep[DSF_ERR_LEN];
+            snprintf(keep, sizeof keep, "%s", err);
+            dsf_session_rollback(s, (int)(n0 - i), err); /* the call changes no state */
+            return dsf_seterr(err, "%s", keep);
+        }
         i += T;
     }
     return 0;
@@ -109,7 +134,15 @@ int dsf_batch_eval(dsf_session **ss, const int32_t *tokens, int n, float *logits
     for (int i = 0; i < n;) {
         int64_t g = n - i < own->sc.max_chunk ? n - i : own->sc.max_chunk;
         for (int64_t k = 0; k < g; k++) own->sc.tkv[k] = &ss[i + k]->kv;
-        forward_tokens(e, &own->sc, own->sc.tkv, tokens + i, g, logits ? logits + (size_t)i * (size_t)V : NULL, 0);
+        float *lg = logits ? logits + (size_t)i * (size_t)V : NULL;
+        forward_tokens(e, &own->sc, own->sc.tkv, tokens + i, g, lg, 0);
+        for (int64_t k = 0; lg && k < g; k++)
+            if (check_logits(lg + k * V, 1, V, ss[i + k]->kv.n - 1, err) < 0) {
+                char keep[DSF_ERR_LEN];
+                snprintf(keep, sizeof keep, "batch entry %d: %s", (int)(i + k), err);
+                for (int j = 0; j < i + (int)g; j++) dsf_session_rollback(ss[j], ss[j]->kv.n - 1, err);
+                return dsf_seterr(err, "%s", keep);
+            }
         i += (int)g;
     }
     return 0;

@@ -1,7 +1,25 @@
 /* weights.c: binds every deepseek41 tensor by name (gguf-layout.md §3.2), checking dtype and
  * shape, and refuses files with missing or extra tensors (rule S14). Matrices are views into
  * the mapping (never copied); only small vectors (norms, sinks, biases, hc base/scale, Engram
- * gate) are widened to fp32 copies. No tensor data is read except those small vectors. */
+ * gate) and the hc mix matrices are widened to fp32 copies. No tensor data is read except
+ * those.
+ *
+ * Types (issue 33): every tensor may hold any type ggml_type_supported() reports, whatever
+ * the converter or llama-quantize would put there:
+ *   - matrices read by the kernels (routed and shared experts, the attention, compressor,
+ *     indexer and Engram projections, the router, the LM head, the token embedding and the
+ *     Engram table, both read a row at a time through dequant_row) stay in their file type:
+ *     the kernels dequantize a row and dot it in fp32 (the reference numerics of a quantized
+ *     weight);
+ *   - tensors the engine uses as fp32 vectors (norms, sinks, biases, hc base/scale and
+ *     engram_gate: the converter and llama-quantize keep them F32, the seed's graph casts a
+ *     quantized engram_gate to F32) are dequantized once at load (bind_vec);
+ *   - the hc mix matrices (hc_attn_fn, hc_ffn_fn: F32 from the converter, quantized by
+ *     llama-quantize like any 2-D weight) are widened to fp32 at load when they are not F32:
+ *     24 rows, the size the converter's F32 file already has, and rows of hc * n_embd (20480
+ *     on the real model) that are longer than the kernels' scalar twins take in a block type.
+ * The row length of each tensor is a whole number of its type's blocks: gguf.c refuses any
+ * other ne0 naming the tensor, and wo_a's re-viewed rows are checked here. */
 #include "model/model.h"
 #include "kernels/quant.h"
 #include "base/util.h"
@@ -69,6 +87,15 @@ static int bind_mat(binder *b, dsf_wmat *m, const char *name, int64_t n_in, int6
     return 0;
 }
 
+/* n1 rows of n0 elements of a tensor's data as an fp32 copy owned by w (freed by weights_free). */
+static const float *widen(dsf_weights *w, uint32_t type, const uint8_t *data, uint64_t row_bytes, int64_t n0, int64_t n1) {
+    float *c = dsf_xmalloc((size_t)(n0 * n1) * sizeof(float));
+    for (int64_t r = 0; r < n1; r++) dequant_row(type, data + (uint64_t)r * row_bytes, c + r * n0, n0);
+    w->owned = dsf_xrealloc(w->owned, (size_t)(w->n_owned + 1) * sizeof(void *));
+    w->owned[w->n_owned++] = c;
+    return c;
+}
+
 static int bind_vec(binder *b, dsf_weights *w, fvec *v, const char *name, int64_t n0, int64_t n1, bool required) {
     *v = NULL;
     const gguf_tensor *t = find(b, name, required);
@@ -79,11 +106,17 @@ static int bind_vec(binder *b, dsf_weights *w, fvec *v, const char *name, int64_
         *v = (const float *)(const void *)t->data;
         return 0;
     }
-    float *c = dsf_xmalloc((size_t)(n0 * n1) * sizeof(float));
-    for (int64_t r = 0; r < n1; r++) dequant_row(t->type, t->data + (uint64_t)r * t->row_bytes, c + r * n0, n0);
-    w->owned = dsf_xrealloc(w->owned, (size_t)(w->n_owned + 1) * sizeof(void *));
-    w->owned[w->n_owned++] = c;
-    *v = c;
+    *v = widen(w, t->type, t->data, t->row_bytes, n0, n1);
+    return 0;
+}
+
+/* A small matrix the engine reads in fp32 (the hc mixes): bound as bind_mat, then, when its type
+ * is not F32, widened once into an owned fp32 copy (see the file header). */
+static int bind_mat_f32(binder *b, dsf_weights *w, dsf_wmat *m, const char *name, int64_t n_in, int64_t n_out) {
+    if (bind_mat(b, m, name, n_in, n_out, 1, true) < 0) return -1;
+    if (m->type == GGML_TYPE_F32) return 0;
+    const float *c = widen(w, m->type, m->data, m->row_bytes, n_in, n_out);
+    *m = (dsf_wmat){GGML_TYPE_F32, n_in, n_out, (uint64_t)n_in * sizeof(float), (const uint8_t *)c, NULL};
     return 0;
 }
 
@@ -92,6 +125,31 @@ dsf_wmat wmat_expert(const dsf_wmat *stack, int64_t e) {
     m.data = stack->data + (uint64_t)e * (uint64_t)stack->n_out * stack->row_bytes;
     if (stack->scales) m.scales = stack->scales + (uint64_t)e * (uint64_t)stack->n_out * (stack->row_bytes / 16);
     return m;
+}
+
+const char *const tensor_class_names[TC_COUNT] = {
+    "routed experts", "shared experts", "dense projections", "hc mixes", "router", "LM head",
+    "token embedding", "Engram table", "small vectors"};
+
+tensor_class tensor_class_of(const char *name) {
+    static const struct {
+        const char *suffix;
+        tensor_class c;
+    } by_suffix[] = {
+        {"_exps.weight", TC_ROUTED},      {"_shexp.weight", TC_SHARED},    {"hc_attn_fn.weight", TC_HC},
+        {"hc_ffn_fn.weight", TC_HC},      {"ffn_gate_inp.weight", TC_ROUTER}, {"engram_gate.weight", TC_SMALL},
+        {"_norm.weight", TC_SMALL},       {"attn_sinks.weight", TC_SMALL}, {"_base.weight", TC_SMALL},
+        {"_scale.weight", TC_SMALL},      {".bias", TC_SMALL},
+    };
+    if (!strcmp(name, "output.weight")) return TC_HEAD;
+    if (!strcmp(name, "token_embd.weight")) return TC_EMBED;
+    if (!strcmp(name, "per_layer_token_embd.weight")) return TC_ENGRAM;
+    const size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof by_suffix / sizeof by_suffix[0]; i++) {
+        const size_t k = strlen(by_suffix[i].suffix);
+        if (n >= k && !strcmp(name + n - k, by_suffix[i].suffix)) return by_suffix[i].c;
+    }
+    return TC_DENSE;
 }
 
 void weights_free(dsf_weights *w, const dsf_shape *s) {
@@ -145,10 +203,10 @@ int weights_bind(dsf_weights *w, const dsf_shape *s, const gguf_file *f, char *e
             bind_mat(b, &L->wkv, N("blk.%d.attn_kv.weight", i), D, dh, 1, true) < 0 ||
             bind_vec(b, w, &L->kv_norm, N("blk.%d.attn_kv_a_norm.weight", i), dh, 1, true) < 0 ||
             bind_mat(b, &L->wo_b, N("blk.%d.attn_output_b.weight", i), s->o_groups * s->o_lora, D, 1, true) < 0 ||
-            bind_mat(b, &L->hc_attn_fn, N("blk.%d.hc_attn_fn.weight", i), hcd, mix, 1, true) < 0 ||
+            bind_mat_f32(b, w, &L->hc_attn_fn, N("blk.%d.hc_attn_fn.weight", i), hcd, mix) < 0 ||
             bind_vec(b, w, &L->hc_attn_base, N("blk.%d.hc_attn_base.weight", i), mix, 1, true) < 0 ||
             bind_vec(b, w, &L->hc_attn_scale, N("blk.%d.hc_attn_scale.weight", i), 3, 1, true) < 0 ||
-            bind_mat(b, &L->hc_ffn_fn, N("blk.%d.hc_ffn_fn.weight", i), hcd, mix, 1, true) < 0 ||
+            bind_mat_f32(b, w, &L->hc_ffn_fn, N("blk.%d.hc_ffn_fn.weight", i), hcd, mix) < 0 ||
             bind_vec(b, w, &L->hc_ffn_base, N("blk.%d.hc_ffn_base.weight", i), mix, 1, true) < 0 ||
             bind_vec(b, w, &L->hc_ffn_scale, N("blk.%d.hc_ffn_scale.weight", i), 3, 1, true) < 0 ||
             bind_mat(b, &L->router, N("blk.%d.ffn_gate_inp.weight", i), D, s->n_expert, 1, true) < 0 ||
@@ -175,9 +233,14 @@ int weights_bind(dsf_weights *w, const dsf_shape *s, const gguf_file *f, char *e
             /* TENSOR_ALLOW_RESHAPE (gguf-layout §3.2, §7.3): only the element count is
              * checked; the contiguous data is re-viewed as rows of gin elements. */
             int64_t nel = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
-            if (nel != gin * rows || gin % (int64_t)ggml_blck_size(t->type)) {
+            if (nel != gin * rows) {
                 int64_t want[3] = {gin, s->o_lora, s->o_groups};
                 check_shape(b, t, want, 3);
+                goto fail;
+            }
+            if (gin % (int64_t)ggml_blck_size(t->type)) {
+                dsf_seterr(err, "tensor '%s': re-viewed rows of %lld elements are not a whole number of %s blocks (%u)",
+                           t->name, (long long)gin, ggml_type_name(t->type), ggml_blck_size(t->type));
                 goto fail;
             }
             L->wo_a = (dsf_wmat){t->type, gin, rows,

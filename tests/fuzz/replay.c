@@ -298,10 +298,13 @@ TEST(replay_gguf) {
     fi_seeds s = {0};
     uint8_t *buf;
     size_t len;
-    if (dsf_read_file("tests/fuzz/seed-small.gguf", &buf, &len, NULL) == 0) {
-        fi_add(&s, buf, len);
-        free(buf);
-    }
+    static const char *const seeds[] = {"tests/fuzz/seed-small.gguf",
+                                        "tests/fuzz/seed-quant.gguf"}; /* a [256][2] tensor of each fixture type */
+    for (int i = 0; i < 2; i++)
+        if (dsf_read_file(seeds[i], &buf, &len, NULL) == 0) {
+            fi_add(&s, buf, len);
+            free(buf);
+        }
     const char *tiny = test_shared("testdata/tiny41/tiny41.gguf");
     FILE *f = tiny ? fopen(tiny, "rb") : NULL;
     if (f) { /* the header and metadata of a real file, cut short: the tensor table is hostile */

@@ -68,3 +68,13 @@ bool test_ids_equal_json(const int32_t *ids, size_t n, json_t *arr) {
         if (json_integer_value(json_array_get(arr, i)) != ids[i]) return false;
     return true;
 }
+
+int test_copy_head(const char *src, uint64_t n, const char *dst) {
+    long size = 0;
+    unsigned char *buf = test_slurp(src, &size);
+    FILE *fp = buf && (uint64_t)size >= n ? fopen(dst, "wb") : NULL;
+    int ok = fp && fwrite(buf, 1, (size_t)n, fp) == (size_t)n;
+    if (fp && fclose(fp)) ok = 0;
+    free(buf);
+    return ok ? 0 : -1;
+}

@@ -17,6 +17,10 @@ json_t *test_load_json(const char *path);
 /* A whole (test-sized) file in a malloc'ed buffer, its length in *size; NULL on failure. */
 unsigned char *test_slurp(const char *path, long *size);
 
+/* Writes the first n bytes of the file src to dst (e.g. a GGUF's header without its data).
+ * 0, or -1 if src is shorter or a file operation fails. */
+int test_copy_head(const char *src, uint64_t n, const char *dst);
+
 /* "<test_tmpdir()>/<name>" in one of 4 rotating static buffers. */
 const char *test_tmpfile(const char *name);
 

@@ -1,0 +1,65 @@
+/* plan.c: the memory plan of a model from its header (model/plan.h; dsflash inspect --plan).
+ * Guards against: class bytes that do not add up to the file's tensors, the two tables read by
+ * row counted as resident (or the reverse), a KV figure that drifts from what kvcache.c really
+ * allocates, and a header-only file that gguf_open_header refuses or reads differently from
+ * the whole file. */
+#include "test.h"
+#include "helpers.h"
+#include "model/plan.h"
+#include "model/session.h"
+#include "io/gguf.h"
+#include "base/util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+TEST(plan_adds_up_and_matches_kvcache) {
+    NEED_SHARED(model, "testdata/tiny41/tiny41.gguf");
+    char err[DSF_ERR_LEN];
+    gguf_file *g = gguf_open(model, err);
+    CHECKF(g, "%s", err);
+    uint64_t all = 0;
+    for (uint64_t i = 0; i < g->n_tensors; i++) all += g->tensors[i].nbytes;
+    const uint64_t rows = gguf_find_tensor(g, "token_embd.weight")->nbytes +
+                          gguf_find_tensor(g, "per_layer_token_embd.weight")->nbytes;
+    dsf_shape s;
+    CHECKF(shape_load(&s, g, err) == 0, "%s", err);
+    static const int64_t ctxs[][2] = {{100, 512}, {4096, 512}, {10000, 64}, {1, 1}};
+    for (int k = 0; k < 4; k++) {
+        model_plan_t p;
+        CHECKF(model_plan(g, ctxs[k][0], ctxs[k][1], &p, err) == 0, "%s", err);
+        uint64_t sum = 0;
+        for (int c = 0; c < TC_COUNT; c++) sum += p.class_bytes[c];
+        CHECK(sum == all && p.total == all && p.by_row == rows && p.resident == all - rows);
+        CHECK(p.class_bytes[TC_ROUTED] == 24 * gguf_find_tensor(g, "blk.0.ffn_up_exps.weight")->nbytes);
+        dsf_kvstate kv;
+        size_t bytes = 0;
+        CHECKF(kv_init(&kv, &s, ctxs[k][0], ctxs[k][1], &bytes, err) == 0, "%s", err);
+        kv_free(&kv, &s);
+        CHECKF(p.kv_bytes == bytes, "ctx %lld chunk %lld: plan %llu, kv_init %zu", (long long)ctxs[k][0],
+               (long long)ctxs[k][1], (unsigned long long)p.kv_bytes, bytes);
+    }
+    shape_free(&s);
+    gguf_close(g);
+}
+
+TEST(plan_reads_a_header_only_file) {
+    NEED_SHARED(model, "testdata/tiny41/tiny41.gguf");
+    char err[DSF_ERR_LEN], path[512];
+    gguf_file *g = gguf_open(model, err);
+    CHECKF(g, "%s", err);
+    model_plan_t whole, head;
+    CHECKF(model_plan(g, 4096, 512, &whole, err) == 0, "%s", err);
+    snprintf(path, sizeof path, "%s/plan-header.gguf", test_tmpdir());
+    CHECK(test_copy_head(model, g->data_offset, path) == 0);
+    gguf_close(g);
+    g = gguf_open(path, err); /* a model that runs needs its data */
+    CHECKF(!g && strstr(err, "runs past the end of the file"), "%s", g ? "accepted" : err);
+    g = gguf_open_header(path, err);
+    CHECKF(g, "%s", err);
+    for (uint64_t i = 0; i < g->n_tensors; i++) CHECK(g->tensors[i].data == NULL);
+    CHECKF(model_plan(g, 4096, 512, &head, err) == 0, "%s", err);
+    CHECK(memcmp(&whole, &head, sizeof whole) == 0);
+    gguf_close(g);
+}
