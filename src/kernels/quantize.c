@@ -34,6 +34,15 @@ float qz_f16_round(float v) {
 
 uint16_t qz_f16_bits(float v) { return f32_to_f16(qz_f16_round(v)); }
 
+/* The f16 value k steps (of the magnitude's bits) from the f16 value v; NAN when that leaves
+ * the finite range. Used to try the stored scales next to a rounded optimum. */
+static float f16_step(float v, int k) {
+    uint16_t h = f32_to_f16(v);
+    int mag = (h & 0x7FFF) + k;
+    if (mag < 0 || mag > 0x7BFF) return NAN;
+    return f16_to_f32((uint16_t)((h & 0x8000) | mag));
+}
+
 void qz_put16(uint8_t *p, uint16_t v) {
     p[0] = (uint8_t)v;
     p[1] = (uint8_t)(v >> 8);
@@ -71,14 +80,19 @@ static float group_amax(const float *x, int n, float *signed_max) {
 
 /* ================================================================ symmetric grid search */
 
+/* Rounds v to the nearest level in [lo, hi] as a float (halves upward); v is never NaN. */
+static inline float level(float v, float lo, float hi) {
+    float f = floorf(v + 0.5f);
+    return f < lo ? lo : f > hi ? hi : f;
+}
+
 double qz_assign_sym(const float *x, const float *w, int n, float a, int lo, int hi, int8_t *q) {
-    double e = 0;
-    float inv = fabsf(a) < QZ_TINY ? 0.0f : 1.0f / a;
+    float e = 0.0f, inv = fabsf(a) < QZ_TINY ? 0.0f : 1.0f / a;
     for (int i = 0; i < n; i++) {
-        int qi = inv == 0.0f ? 0 : qz_nearest(x[i] * inv, lo, hi);
-        if (q) q[i] = (int8_t)qi;
-        float diff = x[i] - a * (float)qi;
-        e += (double)w[i] * diff * diff;
+        float qf = level(x[i] * inv, (float)lo, (float)hi);
+        if (q) q[i] = (int8_t)qf;
+        float diff = x[i] - a * qf;
+        e += w[i] * diff * diff; /* fp32: at most 256 terms >= 0, only compared */
     }
     return e;
 }
@@ -102,25 +116,28 @@ float qz_fit_sym(const float *x, const float *w, int n, int lo, int hi, int8_t *
         return 0.0f;
     }
     /* Candidates: the largest |x| lands at level l, |l| from |end| + 0.5 (that value is
-     * clipped a little) down to |end| - 1.5 (head room), at either end of the grid. Each is
-     * scored by its least-squares optimum sum(wxq)^2 / sum(wqq) (= sum(wxx) - E). */
+     * clipped a little) down to |end| - 1.5 (head room) in steps of 0.2, at either end of the
+     * grid. Each is scored by its least-squares optimum sum(wxq)^2 / sum(wqq) (= sum(wxx) - E),
+     * summed in fp32 (they only rank the candidates; the alternation below solves with double
+     * sums). */
+    float wx[256];
+    for (int i = 0; i < n; i++) wx[i] = w[i] * x[i];
     double best = -1;
-    float best_s = 0.0f;
+    float best_s = 0.0f, flo = (float)lo, fhi = (float)hi;
     for (int side = 0; side < 2; side++) {
-        float end = side ? (float)hi : (float)lo, dir = side ? 1.0f : -1.0f;
-        for (int k = 0; k <= 20; k++) {
-            float l = end + dir * (0.5f - 0.1f * (float)k);
+        float end = side ? fhi : flo, dir = side ? 1.0f : -1.0f;
+        for (int k = 0; k <= 10; k++) {
+            float l = end + dir * (0.5f - 0.2f * (float)k);
             if (l * dir < 0.75f) continue;
-            float inv = l / xm;
-            double sxq = 0, sqq = 0;
+            float inv = l / xm, sxq = 0.0f, sqq = 0.0f;
             for (int i = 0; i < n; i++) {
-                int qi = qz_nearest(x[i] * inv, lo, hi);
-                sxq += (double)w[i] * x[i] * qi;
-                sqq += (double)w[i] * qi * qi;
+                float qf = level(x[i] * inv, flo, fhi);
+                sxq += wx[i] * qf;
+                sqq += w[i] * qf * qf;
             }
-            if (sqq > 0 && sxq * sxq / sqq > best) {
-                best = sxq * sxq / sqq;
-                best_s = (float)(sxq / sqq);
+            if (sqq > 0.0f && (double)sxq * sxq / sqq > best) {
+                best = (double)sxq * sxq / sqq;
+                best_s = sxq / sqq;
             }
         }
     }
@@ -144,112 +161,137 @@ float qz_fit_sym(const float *x, const float *w, int n, int lo, int hi, int8_t *
 /* ================================================================ affine grid search */
 
 double qz_assign_affine(const float *x, const float *w, int n, float a, float c, int nmax, uint8_t *q) {
-    double e = 0;
-    float inv = a < QZ_TINY ? 0.0f : 1.0f / a;
+    float e = 0.0f, inv = a < QZ_TINY ? 0.0f : 1.0f / a;
     for (int i = 0; i < n; i++) {
-        int qi = inv == 0.0f ? 0 : qz_nearest((x[i] + c) * inv, 0, nmax);
-        if (q) q[i] = (uint8_t)qi;
-        float diff = x[i] - (a * (float)qi - c);
-        e += (double)w[i] * diff * diff;
+        float qf = level((x[i] + c) * inv, 0.0f, (float)nmax);
+        if (q) q[i] = (uint8_t)qf;
+        float diff = x[i] - (a * qf - c);
+        e += w[i] * diff * diff; /* fp32: at most 256 terms >= 0, only compared */
     }
     return e;
 }
 
-/* Weighted least squares of x ~ s*q + b for a fixed assignment (s >= 0; b <= 0 with neg_b).
- * Returns E of the solution, or -1 when q is constant (s undetermined). */
-static double ls_affine(const float *x, const float *w, int n, const uint8_t *q, bool neg_b, float *s,
-                        float *b) {
-    double sw = 0, sx = 0, sq = 0, sqq = 0, sxq = 0, sxx = 0;
-    for (int i = 0; i < n; i++) {
-        double wi = w[i];
-        sw += wi;
-        sx += wi * x[i];
-        sq += wi * q[i];
-        sqq += wi * q[i] * q[i];
-        sxq += wi * x[i] * q[i];
-        sxx += wi * x[i] * x[i];
-    }
-    double det = sw * sqq - sq * sq, ss, bb;
-    if (det > 0) {
-        ss = (sw * sxq - sq * sx) / det;
-        bb = (sqq * sx - sq * sxq) / det;
-    } else { /* every q equal: the offset is free; put the value on the scale */
-        if (!(sqq > 0)) return -1;
-        ss = sxq / sqq;
+/* The weighted sums of one group (sw, sx, sxx) and of one assignment (sq, sqq, sxq). */
+typedef struct {
+    double sw, sx, sxx, sq, sqq, sxq;
+} affine_sums;
+
+/* Weighted least squares of x ~ s*q + b from the sums (s >= 0; b <= 0 with neg_b). Returns E of
+ * the solution, or -1 when every q is 0 (s undetermined). */
+static double solve_affine(const affine_sums *m, bool neg_b, float *s, float *b) {
+    double det = m->sw * m->sqq - m->sq * m->sq, ss, bb;
+    if (!(m->sqq > 0)) return -1;
+    if (det > 1e-5 * m->sw * m->sqq) { /* below: q constant up to the fp32 rounding of the sums */
+        ss = (m->sw * m->sxq - m->sq * m->sx) / det;
+        bb = (m->sqq * m->sx - m->sq * m->sxq) / det;
+    } else { /* every q (nearly) equal: the offset is free; put the value on the scale */
+        ss = m->sxq / m->sqq;
         bb = 0;
     }
     if (neg_b && bb > 0) {
         bb = 0;
-        ss = sxq / sqq;
+        ss = m->sxq / m->sqq;
     }
     if (ss < 0) {
         ss = 0;
-        bb = sx / sw;
+        bb = m->sx / m->sw;
         if (neg_b && bb > 0) bb = 0;
     }
     *s = (float)ss;
     *b = (float)bb;
-    double e = sxx - 2 * ss * sxq - 2 * bb * sx + ss * ss * sqq + 2 * ss * bb * sq + bb * bb * sw;
+    double e = m->sxx - 2 * ss * m->sxq - 2 * bb * m->sx + ss * ss * m->sqq + 2 * ss * bb * m->sq + bb * bb * m->sw;
     return e > 0 ? e : 0;
 }
 
-void qz_fit_affine(const float *x, const float *w, int n, int nmax, bool neg_b, uint8_t *q, float *s,
-                   float *b) {
-    float mn = x[0], mx = x[0];
-    for (int i = 1; i < n; i++) {
-        if (x[i] < mn) mn = x[i];
-        if (x[i] > mx) mx = x[i];
+/* From (s, b): nearest assignment, then least squares with exact sums, while E decreases.
+ * m holds the group's sums; writes q and the final (s, b); returns E. */
+static double alternate_affine(const float *x, const float *w, const float *wx, int n, int nmax, bool neg_b,
+                               affine_sums *m, float *s, float *b, uint8_t *q) {
+    double e = qz_assign_affine(x, w, n, *s, -*b, nmax, q);
+    for (int it = 0; it < 16; it++) {
+        uint8_t q2[256];
+        float s2, b2;
+        m->sq = m->sqq = m->sxq = 0;
+        for (int i = 0; i < n; i++) {
+            m->sq += (double)w[i] * q[i];
+            m->sqq += (double)w[i] * q[i] * q[i];
+            m->sxq += (double)wx[i] * q[i];
+        }
+        if (solve_affine(m, neg_b, &s2, &b2) < 0 || (s2 == *s && b2 == *b)) break;
+        double e2 = qz_assign_affine(x, w, n, s2, -b2, nmax, q2);
+        if (!(e2 < e)) break;
+        *s = s2;
+        *b = b2;
+        e = e2;
+        memcpy(q, q2, (size_t)n);
+    }
+    return e;
+}
+
+void qz_fit_affine(const float *x, const float *w, int n, int nmax, bool neg_b, bool both_ends, uint8_t *q,
+                   float *s, float *b) {
+    affine_sums m = {0, 0, 0, 0, 0, 0};
+    float mn = x[0], mx = x[0], wx[256];
+    for (int i = 0; i < n; i++) {
+        mn = x[i] < mn ? x[i] : mn;
+        mx = x[i] > mx ? x[i] : mx;
+        wx[i] = w[i] * x[i];
+        m.sw += w[i];
+        m.sx += wx[i];
+        m.sxx += (double)wx[i] * x[i];
     }
     if (neg_b && mn > 0) mn = 0;
     *s = 0.0f;
     *b = mn;
     memset(q, 0, (size_t)n);
     if (!(mx - mn >= QZ_TINY)) return; /* constant (or all tiny): deq = b everywhere */
-    /* Candidates: the range [mn, mx] split into l levels, l from nmax - 1 to nmax + 1, each
-     * refined once by least squares; the best is then alternated to a fixed point. */
-    double best = -1;
-    float bs = 0.0f, bb = mn;
-    for (int k = 0; k <= 20; k++) {
-        float l = (float)nmax - 1.0f + 0.1f * (float)k;
+    /* Candidates: the range [mn, mx] split into l levels, l from nmax - 1 to nmax + 1 in steps
+     * of 0.2 (assignment sums in fp32: they only rank), each solved once by least squares; the
+     * best two are then alternated to a fixed point with exact sums. */
+    double best[2] = {-1, -1};
+    float bs[2] = {0, 0}, bb[2] = {mn, mn}, fmax_ = (float)nmax;
+    for (int k = 0; k < (both_ends ? 22 : 11); k++) {
+        bool anchor = k >= 11;
+        float l = fmax_ - 1.0f + 0.2f * (float)(k % 11), inv = l / (mx - mn), sq = 0, sqq = 0, sxq = 0;
         if (l < 1.0f) continue;
-        float inv = l / (mx - mn);
-        uint8_t qc[256];
-        for (int i = 0; i < n; i++) qc[i] = (uint8_t)qz_nearest((x[i] - mn) * inv, 0, nmax);
+        for (int i = 0; i < n; i++) {
+            float qf = level(anchor ? (x[i] - mx) * inv + fmax_ : (x[i] - mn) * inv, 0.0f, fmax_);
+            sq += w[i] * qf;
+            sqq += w[i] * qf * qf;
+            sxq += wx[i] * qf;
+        }
+        m.sq = sq;
+        m.sqq = sqq;
+        m.sxq = sxq;
         float cs, cb;
-        double e = ls_affine(x, w, n, qc, neg_b, &cs, &cb);
-        if (e >= 0 && (best < 0 || e < best)) {
-            best = e;
-            bs = cs;
-            bb = cb;
+        double e = solve_affine(&m, neg_b, &cs, &cb);
+        if (e < 0) continue;
+        int slot = best[0] < 0 || e < best[0] ? 0 : best[1] < 0 || e < best[1] ? 1 : 2;
+        if (slot == 0) {
+            best[1] = best[0];
+            bs[1] = bs[0];
+            bb[1] = bb[0];
+        }
+        if (slot < 2) {
+            best[slot] = e;
+            bs[slot] = cs;
+            bb[slot] = cb;
         }
     }
-    if (best < 0) return;
-    double e = qz_assign_affine(x, w, n, bs, -bb, nmax, q);
-    for (int it = 0; it < 16; it++) {
-        uint8_t q2[256];
-        float s2, b2;
-        if (ls_affine(x, w, n, q, neg_b, &s2, &b2) < 0 || (s2 == bs && b2 == bb)) break;
-        double e2 = qz_assign_affine(x, w, n, s2, -b2, nmax, q2);
-        if (!(e2 < e)) break;
-        bs = s2;
-        bb = b2;
-        e = e2;
-        memcpy(q, q2, (size_t)n);
+    double e_best = -1;
+    for (int c = 0; c < 2 && best[c] >= 0; c++) {
+        uint8_t qc[256];
+        double e = alternate_affine(x, w, wx, n, nmax, neg_b, &m, &bs[c], &bb[c], qc);
+        if (e_best < 0 || e < e_best) {
+            e_best = e;
+            *s = bs[c];
+            *b = bb[c];
+            memcpy(q, qc, (size_t)n);
+        }
     }
-    *s = bs;
-    *b = bb;
 }
 
 /* ================================================================ 32-value blocks */
-
-/* The f16 value k steps (of the magnitude's bits) from the f16 value v; NAN when that leaves
- * the finite range. Used to try the stored scales next to the rounded optimum. */
-static float f16_step(float v, int k) {
-    uint16_t h = f32_to_f16(v);
-    int mag = (h & 0x7FFF) + k;
-    if (mag < 0 || mag > 0x7BFF) return NAN;
-    return f16_to_f32((uint16_t)((h & 0x8000) | mag));
-}
 
 /* Q4_0 {f16 d; u8 qs[16]}, Q5_0 {f16 d; u32 qh; u8 qs[16]}, Q8_0 {f16 d; i8 qs[32]}: deq =
  * d * q with q in [lo, hi]; the scale is searched, rounded to f16, then q is reassigned for
@@ -294,11 +336,11 @@ static void block_affine32(uint32_t type, const float *x, const float *w, uint8_
     int nmax = five ? 31 : 15;
     uint8_t q[32];
     float s, b;
-    qz_fit_affine(x, w, 32, nmax, false, q, &s, &b);
+    qz_fit_affine(x, w, 32, nmax, false, true, q, &s, &b);
     float d0 = qz_f16_round(s), m0 = qz_f16_round(b), d = d0, m = m0;
     double best = qz_assign_affine(x, w, 32, d, -m, nmax, q);
-    for (int kd = -2; kd <= 2; kd++) { /* the f16 pairs around the rounded optimum */
-        for (int km = -2; km <= 2; km++) {
+    for (int kd = -1; kd <= 1; kd++) { /* the f16 pairs around the rounded optimum */
+        for (int km = -1; km <= 1; km++) {
             float dk = f16_step(d0, kd), mk = f16_step(m0, km);
             uint8_t qk[32];
             if ((!kd && !km) || isnan(dk) || isnan(mk)) continue;
@@ -330,16 +372,16 @@ static void block_affine32(uint32_t type, const float *x, const float *w, uint8_
 static const float mx_mag[8] = {0, 1, 2, 3, 4, 6, 8, 12};
 
 static double mxfp4_codes(const float *x, const float *w, int e, uint8_t *codes) {
-    float scale = ldexpf(1.0f, e - 128); /* exact: 2^-128 .. 2^126 are fp32 values */
-    double err = 0;
+    /* 2^(e-128) and its inverse as two exact powers of two each (2^128 is not an fp32). */
+    float scale = ldexpf(1.0f, e - 128), i1 = ldexpf(1.0f, (128 - e) / 2), i2 = ldexpf(1.0f, 128 - e - (128 - e) / 2);
+    float err = 0.0f;
     for (int j = 0; j < 32; j++) {
-        float v = fabsf(ldexpf(x[j], 128 - e)); /* exact unless it overflows, which only */
-        int c = 0;                              /* happens far above 12 (clipped anyway) */
-        while (c < 7 && v > 0.5f * (mx_mag[c] + mx_mag[c + 1])) c++;
+        float v = fabsf(x[j]) * i1 * i2; /* exact unless it overflows, far above 12 (clipped) */
+        int c = (v > 0.5f) + (v > 1.5f) + (v > 2.5f) + (v > 3.5f) + (v > 5.0f) + (v > 7.0f) + (v > 10.0f);
         codes[j] = (uint8_t)(c | (x[j] < 0 && c ? 8 : 0));
         float deq = (x[j] < 0 ? -mx_mag[c] : mx_mag[c]) * scale;
         float diff = x[j] - deq;
-        err += (double)w[j] * diff * diff;
+        err += w[j] * diff * diff;
     }
     return err;
 }

@@ -40,10 +40,12 @@ float qz_fit_sym(const float *x, const float *w, int n, int lo, int hi, int8_t *
 
 /* Affine grid: deq = s * q + b, q integer in [0, nmax], s >= 0; with neg_b, b <= 0 (the
  * K-quants store the offset as -dmin * m with m >= 0 and one dmin per super-block). Searches
- * the range's split into levels, then alternates assignment and the weighted least-squares
- * (s, b) (b pinned at 0 when neg_b and the free optimum is positive). Writes q, *s, *b. */
-void qz_fit_affine(const float *x, const float *w, int n, int nmax, bool neg_b, uint8_t *q, float *s,
-                   float *b);
+ * the range's split into about nmax levels anchored at the minimum (and, with both_ends, at
+ * the maximum: clipping the low end instead), then alternates assignment and the weighted
+ * least-squares (s, b) (b pinned at 0 when neg_b and the free optimum is positive) from the
+ * best two. Writes q, *s, *b. */
+void qz_fit_affine(const float *x, const float *w, int n, int nmax, bool neg_b, bool both_ends, uint8_t *q,
+                   float *s, float *b);
 
 /* Squared-error terms of a symmetric group for a fixed effective scale a (deq = a * q,
  * fp32 as decoded): assigns q (NULL: not written) and returns E. */

@@ -116,7 +116,7 @@ static void check_quality(test_ctx *t, const fixture *f, bool use_im, size_t fir
         for (int r = 0; r < NROWS; r++) {
             bool weightlike = r == 0 || r >= 4;
             if (isnan(ratio[r]) || (weightlike && !(ratio[r] <= 1.02))) { /* issue 33's bound */
-                test_fail(t, __FILE__, __LINE__, "%s row %d%s: error %.4f x ggml's (refused or non-finite: nan)",
+                test_fail(t, __FILE__, __LINE__, "%s row %d%s: error %.4f x ggml's (nan: refused or non-finite output)",
                           ggml_type_name(qtypes[it]), r, use_im ? " (imatrix)" : "", ratio[r]);
                 return;
             }
@@ -284,6 +284,14 @@ TEST(quantize_contract) {
     CHECK(quantize_row(999, x, 64, NULL, out) == QUANTIZE_EUNSUPPORTED);
     CHECK(!quantize_type_supported(999) && quantize_max_abs(999) == 0.0f);
     CHECK(quantize_row(GGML_TYPE_F32, x, 3, NULL, out) == 0);
+    /* A block whose importances are all 0 carries no preference: it is weighted uniformly,
+     * the bytes of imatrix = NULL (qz_weights' rule), never a division by a zero sum. */
+    float xs[256], zero_im[256] = {0};
+    uint8_t a[256], b[256];
+    for (int i = 0; i < 256; i++) xs[i] = 0.01f * (float)((i * 37) % 23 - 11);
+    CHECK(quantize_row(GGML_TYPE_Q4_K, xs, 256, zero_im, a) == 0);
+    CHECK(quantize_row(GGML_TYPE_Q4_K, xs, 256, NULL, b) == 0);
+    CHECK(memcmp(a, b, 144) == 0);
     NEED_SHARED(idx, QDIR "index.json");
     json_t *j = test_load_json(idx);
     json_t *types = json_object_get(j, "types");
