@@ -191,6 +191,33 @@ TEST(quantize_f16_bf16_bytes) {
     fixture_free(&f);
 }
 
+/* Guards against bytes the encoder never writes (padding, an unset bit plane: they would keep
+ * whatever the caller's buffer held) and against output that depends on anything but the row:
+ * every type, on rows of three magnitudes, writes the same bytes into a buffer pre-filled with
+ * 0x00 and one pre-filled with 0xFF. */
+TEST(quantize_writes_every_byte) {
+    static float x[512];
+    static uint8_t a[2048], b[2048];
+    uint32_t st = 12345;
+    for (size_t it = 0; it < NQTYPES; it++) {
+        uint32_t type = qtypes[it];
+        size_t bytes = 512 / ggml_blck_size(type) * ggml_type_size(type);
+        for (int mag = 0; mag < 3; mag++) {
+            for (int i = 0; i < 512; i++) {
+                st ^= st << 13;
+                st ^= st >> 17;
+                st ^= st << 5;
+                x[i] = ((float)(st >> 8) / 16777216.0f - 0.5f) * (mag == 0 ? 1e-3f : mag == 1 ? 1.0f : 1e3f);
+            }
+            memset(a, 0x00, sizeof a);
+            memset(b, 0xFF, sizeof b);
+            CHECK(quantize_row(type, x, 512, NULL, a) == 0 && quantize_row(type, x, 512, NULL, b) == 0);
+            CHECKF(memcmp(a, b, bytes) == 0, "%s: output depends on the buffer's previous bytes", ggml_type_name(type));
+            CHECKF(a[bytes] == 0x00 && b[bytes] == 0xFF, "%s: wrote past n / blck * type_size bytes", ggml_type_name(type));
+        }
+    }
+}
+
 /* Guards against NaN/Inf being encoded into garbage or a crash, and against writing part of a
  * row before refusing it: the documented rule is "refuse the row, leave out untouched". */
 TEST(quantize_nonfinite_refused) {
