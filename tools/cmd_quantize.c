@@ -23,7 +23,7 @@ static void usage(FILE *f) {
             "Rewrites a deepseek41 GGUF with quantized weights, streaming row chunks (memory stays at a few\n"
             "chunks). TYPE is a whole-file recipe with llama.cpp's names; general.file_type is set to its\n"
             "llama.cpp ftype. The recipes (types per tensor class):\n\n"
-            "  %-8s %5s  %-8s %-8s %-8s %-8s %-8s %-8s\n", "recipe", "ftype", "experts", "dense", "shexp", "engram",
+            "  %-8s %5s  %-8s %-8s %-8s %-8s %-8s %s\n", "recipe", "ftype", "experts", "dense", "shexp", "engram",
             "embd", "head");
     for (int i = 0; i < quantize_recipe_count(); i++) {
         const quantize_recipe *r = quantize_recipe_at(i);

@@ -18,6 +18,7 @@
 #include "base/threads.h"
 #include "base/util.h"
 
+#include <fcntl.h>
 #include <pcre2.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -292,6 +293,13 @@ static uint8_t *grow(uint8_t **b, uint64_t *cap, uint64_t n) {
     return *b;
 }
 
+/* Bytes [off, off + n) of tensor t were consumed: a source of hundreds of GB (the Engram
+ * table) is read once, so its pages leave the page cache (as the converter's st_release). */
+static void release(const qplan *p, const gguf_tensor *t, uint64_t off, uint64_t n) {
+    if (p->f->fd >= 0)
+        (void)posix_fadvise(p->f->fd, (off_t)(p->f->data_offset + t->offset + off), (off_t)n, POSIX_FADV_DONTNEED);
+}
+
 static int put(qstream *s, const void *d, uint64_t n, char *err) {
     if (gguf_writer_write(s->w, d, n, err)) return -1;
     progress_add(&s->bar, n);
@@ -304,6 +312,7 @@ static int write_copy(qstream *s, const qtensor *q, char *err) {
         uint64_t n = t->nbytes - o < CHUNK_BYTES ? t->nbytes - o : CHUNK_BYTES;
         uint8_t *buf = grow(&s->sbuf, &s->scap, n);
         if (put(s, gguf_read_span(s->p->f, t->data + o, (size_t)n, buf, (size_t)n, false), n, err)) return -1;
+        release(s->p, t, o, n);
     }
     return 0;
 }
@@ -331,6 +340,7 @@ static int write_quant(qstream *s, const qtensor *q, char *err) {
             return dsf_seterr(err, "tensor '%s' row %lld (of %llu): cannot quantize to %s: %s", t->name, (long long)bad,
                               (unsigned long long)rows, ggml_type_name(q->type), quantize_strerror(rc));
         if (put(s, dst, n * drb, err)) return -1;
+        release(s->p, t, r0 * t->row_bytes, n * t->row_bytes);
     }
     return 0;
 }
