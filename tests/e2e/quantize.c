@@ -300,11 +300,40 @@ TEST(quantize_refuses_leave_nothing) {
     unlink(out);
 }
 
+/* A NaN weight: the error names the tensor and the row, and no file is left. */
+TEST(quantize_refuses_nonfinite_weight) {
+    NEED_SHARED(in, TINY41);
+    char err[DSF_ERR_LEN], bad[512], out[512];
+    snprintf(bad, sizeof bad, "%s/nan.gguf", test_tmpdir());
+    snprintf(out, sizeof out, "%s/nanq.gguf", test_tmpdir());
+    long n = 0;
+    unsigned char *d = test_slurp(in, &n);
+    gguf_file *f = d ? gguf_open(in, err) : NULL;
+    CHECKF(f, "%s", err);
+    const gguf_tensor *x = gguf_find_tensor(f, "blk.2.attn_q_a.weight");
+    CHECK(x && x->type == GGML_TYPE_BF16);
+    size_t off = (size_t)(x->data - f->map) + 3 * x->row_bytes + 2 * 5; /* row 3, element 5 */
+    gguf_close(f);
+    d[off] = 0xC0; /* bf16 0x7FC0: a quiet NaN */
+    d[off + 1] = 0x7F;
+    FILE *o = fopen(bad, "wb");
+    CHECK(o && fwrite(d, 1, (size_t)n, o) == (size_t)n);
+    fclose(o);
+    free(d);
+    check_refused(t, bad, out, "Q8_0", "tensor 'blk.2.attn_q_a.weight' row 3");
+    if (t->failed) return;
+    check_refused(t, bad, out, "Q8_0", "non-finite");
+    if (t->failed) return;
+    CHECK(no_output(out));
+    unlink(bad);
+}
+
 /* ================================================================ imatrix */
 
 /* Writes an imatrix for every 2-D+ tensor of in whose name contains `only` (NULL: all),
- * general.type = gtype, with in_sum2 of n_in + extra columns. */
-static int write_imatrix(const char *in, const char *path, const char *gtype, const char *only, int extra) {
+ * general.type = gtype, with in_sum2 of n_in + extra columns; flaw 1 leaves out the counts
+ * tensors, flaw 2 gives them 2 columns. */
+static int write_imatrix(const char *in, const char *path, const char *gtype, const char *only, int extra, int flaw) {
     char err[DSF_ERR_LEN];
     gguf_file *f = gguf_open(in, err);
     if (!f) return -1;
@@ -317,19 +346,19 @@ static int write_imatrix(const char *in, const char *path, const char *gtype, co
             const gguf_tensor *x = &f->tensors[i];
             if (x->n_dims < 2 || (only && !strstr(x->name, only))) continue;
             char nm[128];
-            int64_t nmat = x->ne[2], ne[2] = {x->ne[0] + extra, nmat}, nc[2] = {1, nmat};
+            int64_t nmat = x->ne[2], ne[2] = {x->ne[0] + extra, nmat}, nc[2] = {flaw == 2 ? 2 : 1, nmat};
             snprintf(nm, sizeof nm, "%s.in_sum2", x->name);
             if (pass == 0) {
                 rc = gguf_writer_tensor(w, nm, GGML_TYPE_F32, 2, ne, err);
                 snprintf(nm, sizeof nm, "%s.counts", x->name);
-                if (!rc) rc = gguf_writer_tensor(w, nm, GGML_TYPE_F32, 2, nc, err);
+                if (!rc && flaw != 1) rc = gguf_writer_tensor(w, nm, GGML_TYPE_F32, 2, nc, err);
                 continue;
             }
             size_t n = (size_t)(ne[0] * nmat);
             if (n > cap) buf = realloc(buf, (cap = n) * sizeof *buf);
             for (size_t j = 0; j < n; j++) buf[j] = 1.0f + (float)(j % 7); /* a non-uniform importance */
             rc = gguf_writer_write(w, buf, n * 4, err);
-            for (int64_t e = 0; e < nmat && !rc; e++) {
+            for (int64_t e = 0; e < nmat * nc[0] && flaw != 1 && !rc; e++) {
                 float c = e == 1 ? 0.0f : 8.0f; /* one matrix that no token reached */
                 rc = gguf_writer_write(w, &c, 4, err);
             }
@@ -349,18 +378,35 @@ TEST(quantize_imatrix_used_and_checked) {
     snprintf(im, sizeof im, "%s/im.gguf", test_tmpdir());
     snprintf(out, sizeof out, "%s/imq.gguf", test_tmpdir());
     /* a good imatrix is taken, and changes the bytes of the types that use it (Q4_0) */
-    CHECK(write_imatrix(in, im, "imatrix", NULL, 0) == 0);
+    CHECK(write_imatrix(in, im, "imatrix", NULL, 0, 0) == 0);
     snprintf(args, sizeof args, "Q2_K --imatrix %s", im);
     CHECKF(quantize(in, out, args, log, sizeof log) == 0, "%s", log);
-    CHECK(file_exists(out));
+    char plain[512];
+    snprintf(plain, sizeof plain, "%s/imq0.gguf", test_tmpdir());
+    CHECKF(quantize(in, plain, "Q2_K", log, sizeof log) == 0, "%s", log);
+    long na = 0, nb = 0;
+    unsigned char *x = test_slurp(out, &na), *y = test_slurp(plain, &nb);
+    CHECK(x && y && na == nb);
+    CHECKF(memcmp(x, y, (size_t)na) != 0, "the imatrix changed no byte");
+    free(x);
+    free(y);
     unlink(out);
+    unlink(plain);
     /* wrong length: the message names the weight */
-    CHECK(write_imatrix(in, im, "imatrix", NULL, 32) == 0);
+    CHECK(write_imatrix(in, im, "imatrix", NULL, 32, 0) == 0);
     check_refused(t, in, out, args, "columns");
     if (t->failed) return;
     CHECK(no_output(out));
+    /* a weight's counts missing, or of the wrong shape: named */
+    CHECK(write_imatrix(in, im, "imatrix", NULL, 0, 1) == 0);
+    check_refused(t, in, out, args, "has no partner 'blk.0.ffn_gate_exps.weight.counts'");
+    if (t->failed) return;
+    CHECK(write_imatrix(in, im, "imatrix", NULL, 0, 2) == 0);
+    check_refused(t, in, out, args, "'blk.0.ffn_gate_exps.weight.in_sum2' ne {128, 8}");
+    if (t->failed) return;
+    CHECK(no_output(out));
     /* not an imatrix */
-    CHECK(write_imatrix(in, im, "model", NULL, 0) == 0);
+    CHECK(write_imatrix(in, im, "model", NULL, 0, 0) == 0);
     check_refused(t, in, out, args, "general.type");
     if (t->failed) return;
     CHECK(no_output(out));
@@ -368,7 +414,7 @@ TEST(quantize_imatrix_used_and_checked) {
      * IQ2_XXS row (ne0 <= 192), so no entry is needed, and the recipe is refused only while
      * the quantizer cannot write the type (a missing entry for a tensor that does get
      * IQ2_XXS is refused naming it: quantize_model.c check_imatrix) */
-    CHECK(write_imatrix(in, im, "imatrix", "attn", 0) == 0);
+    CHECK(write_imatrix(in, im, "imatrix", "attn", 0, 0) == 0);
     snprintf(args, sizeof args, "IQ2_XXS --imatrix %s", im);
     if (quantize_type_supported(GGML_TYPE_IQ2_XXS)) {
         CHECKF(quantize(in, out, args, log, sizeof log) == 0, "%s", log);
