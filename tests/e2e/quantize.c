@@ -392,24 +392,19 @@ TEST(quantize_imatrix_used_and_checked) {
     free(y);
     unlink(out);
     unlink(plain);
-    /* wrong length: the message names the weight */
-    CHECK(write_imatrix(in, im, "imatrix", NULL, 32, 0) == 0);
-    check_refused(t, in, out, args, "columns");
-    if (t->failed) return;
-    CHECK(no_output(out));
-    /* a weight's counts missing, or of the wrong shape: named */
-    CHECK(write_imatrix(in, im, "imatrix", NULL, 0, 1) == 0);
-    check_refused(t, in, out, args, "has no partner 'blk.0.ffn_gate_exps.weight.counts'");
-    if (t->failed) return;
-    CHECK(write_imatrix(in, im, "imatrix", NULL, 0, 2) == 0);
-    check_refused(t, in, out, args, "'blk.0.ffn_gate_exps.weight.in_sum2' ne {128, 8}");
-    if (t->failed) return;
-    CHECK(no_output(out));
-    /* not an imatrix */
-    CHECK(write_imatrix(in, im, "model", NULL, 0, 0) == 0);
-    check_refused(t, in, out, args, "general.type");
-    if (t->failed) return;
-    CHECK(no_output(out));
+    /* malformed or mismatched files: refused, naming the weight or the key, leaving nothing */
+    const struct { const char *gtype; int extra, flaw; const char *want; } bad[] = {
+        {"imatrix", 32, 0, "columns"}, /* wrong length */
+        {"imatrix", 0, 1, "has no partner 'blk.0.ffn_gate_exps.weight.counts'"},
+        {"imatrix", 0, 2, "'blk.0.ffn_gate_exps.weight.in_sum2' ne {128, 8}"},
+        {"model", 0, 0, "general.type"}, /* not an imatrix */
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        CHECK(write_imatrix(in, im, bad[k].gtype, NULL, bad[k].extra, bad[k].flaw) == 0);
+        check_refused(t, in, out, args, bad[k].want);
+        if (t->failed) return;
+        CHECK(no_output(out));
+    }
     /* IQ2_XXS with an imatrix gets past the imatrix rule; on tiny41 no tensor can hold an
      * IQ2_XXS row (ne0 <= 192), so no entry is needed, and the recipe is refused only while
      * the quantizer cannot write the type (a missing entry for a tensor that does get
