@@ -32,8 +32,6 @@ float qz_f16_round(float v) {
     return f16_to_f32(f32_to_f16(v));
 }
 
-uint16_t qz_f16_bits(float v) { return f32_to_f16(qz_f16_round(v)); }
-
 /* The f16 value k steps (of the magnitude's bits) from the f16 value v; NAN when that leaves
  * the finite range. Used to try the stored scales next to a rounded optimum. */
 static float f16_step(float v, int k) {
@@ -372,7 +370,7 @@ static void block_affine32(uint32_t type, const float *x, const float *w, uint8_
 static const float mx_mag[8] = {0, 1, 2, 3, 4, 6, 8, 12};
 
 static double mxfp4_codes(const float *x, const float *w, int e, uint8_t *codes) {
-    /* 2^(e-128) and its inverse as two exact powers of two each (2^128 is not an fp32). */
+    /* The scale 2^(e-128), and its inverse as two powers of two (2^128 is not an fp32). */
     float scale = ldexpf(1.0f, e - 128), i1 = ldexpf(1.0f, (128 - e) / 2), i2 = ldexpf(1.0f, 128 - e - (128 - e) / 2);
     float err = 0.0f;
     for (int j = 0; j < 32; j++) {

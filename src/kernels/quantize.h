@@ -10,7 +10,8 @@
  * Quality: the block types search their scales (candidate scales, then alternating
  * assignment and weighted least squares; the K-quants also refine the super-block scales
  * and the integer sub-block scales), minimizing sum_i w_i (x_i - deq_i)^2 with w_i = the
- * importance vector when one is given, else 1. */
+ * importance vector when one is given, else 1. Cost: roughly 30 (MXFP4) to 200 (Q5_K) ns per
+ * weight on one core, so a caller quantizing a large model splits rows over threads. */
 #ifndef DSF_QUANTIZE_H
 #define DSF_QUANTIZE_H
 

@@ -5,8 +5,8 @@
  * Every search minimizes E = sum_i w_i (x_i - deq_i)^2 for one group of values, where deq_i is
  * computed exactly as the decoder computes it (fp32, products in the decoder's order).
  * Invariants: the inputs are finite (quantize_row checks first), w_i >= 0 with a positive sum
- * (qz_weights guarantees it), and a group whose largest |x| is below QZ_TINY is encoded as all
- * zeros (no f16-scaled format can represent it, and 1/scale would overflow). */
+ * (qz_weights guarantees it), and a group whose largest |x| (or range, for an affine grid) is
+ * below QZ_TINY gets scale 0 (no f16 scale can represent it, and 1/scale would overflow). */
 #ifndef DSF_QUANTIZE_IMPL_H
 #define DSF_QUANTIZE_IMPL_H
 
@@ -15,14 +15,11 @@
 
 #define QZ_TINY 1e-30f
 
-/* Nearest integer (halves away from zero's upper side: floor(v + 0.5)), clamped to [lo, hi];
- * independent of the rounding mode. */
+/* The integer nearest to v, halves upward (floor(v + 0.5)), clamped to [lo, hi]. */
 int qz_nearest(float v, int lo, int hi);
 
 /* The f16 value nearest to v, saturated to +-65504 instead of inf: what a scale field can hold. */
 float qz_f16_round(float v);
-/* f16 bits of qz_f16_round(v). */
-uint16_t qz_f16_bits(float v);
 
 /* Writes 16-bit/32-bit little-endian values. */
 void qz_put16(uint8_t *p, uint16_t v);

@@ -18,6 +18,7 @@
 #define QDIR "testdata/quants/"
 #define NROWS 6
 #define NVALS 11520
+#define MAXROW 5120 /* the longest row (row 5) */
 
 /* The types quantize_row writes (besides F32), in the order. */
 static const uint32_t qtypes[] = {
@@ -50,7 +51,7 @@ static bool fixture_load(test_ctx *t, fixture *f, const char *in, const char *im
         json_t *row = json_array_get(rows, (size_t)r);
         f->off[r] = json_integer_value(json_object_get(row, "offset_values"));
         f->len[r] = json_integer_value(json_object_get(row, "len"));
-        ok = f->off[r] >= 0 && f->len[r] > 0 && f->off[r] + f->len[r] <= NVALS;
+        ok = f->off[r] >= 0 && f->len[r] > 0 && f->len[r] <= MAXROW && f->off[r] + f->len[r] <= NVALS;
     }
     json_decref(j);
     if (!ok) {
@@ -77,8 +78,8 @@ static bool type_ratios(const fixture *f, uint32_t type, bool use_im, double rat
     const char *p = test_shared(rel);
     json_t *tj = p ? test_load_json(p) : NULL;
     if (!tj) return false;
-    static uint8_t buf[5120 * 4];
-    static float deq[5120];
+    static uint8_t buf[MAXROW * 4];
+    static float deq[MAXROW];
     for (int r = 0; r < NROWS; r++) {
         int64_t n = f->len[r];
         const float *x = f->x + f->off[r], *im = f->im + f->off[r];
@@ -189,6 +190,33 @@ TEST(quantize_f16_bf16_bytes) {
         if (rc || diff >= 0) { fixture_free(&f); CHECKF(0, "%s: rc %d, first differing byte %d", rel, rc, diff); }
     }
     fixture_free(&f);
+}
+
+/* Guards against bytes the encoder never writes (padding, an unset bit plane: they would keep
+ * whatever the caller's buffer held) and against output that depends on anything but the row:
+ * every type, on rows of three magnitudes, writes the same bytes into a buffer pre-filled with
+ * 0x00 and one pre-filled with 0xFF. */
+TEST(quantize_writes_every_byte) {
+    static float x[512];
+    static uint8_t a[2048], b[2048];
+    uint32_t st = 12345;
+    for (size_t it = 0; it < NQTYPES; it++) {
+        uint32_t type = qtypes[it];
+        size_t bytes = 512 / ggml_blck_size(type) * ggml_type_size(type);
+        for (int mag = 0; mag < 3; mag++) {
+            for (int i = 0; i < 512; i++) {
+                st ^= st << 13;
+                st ^= st >> 17;
+                st ^= st << 5;
+                x[i] = ((float)(st >> 8) / 16777216.0f - 0.5f) * (mag == 0 ? 1e-3f : mag == 1 ? 1.0f : 1e3f);
+            }
+            memset(a, 0x00, sizeof a);
+            memset(b, 0xFF, sizeof b);
+            CHECK(quantize_row(type, x, 512, NULL, a) == 0 && quantize_row(type, x, 512, NULL, b) == 0);
+            CHECKF(memcmp(a, b, bytes) == 0, "%s: output depends on the buffer's previous bytes", ggml_type_name(type));
+            CHECKF(a[bytes] == 0x00 && b[bytes] == 0xFF, "%s: wrote past n / blck * type_size bytes", ggml_type_name(type));
+        }
+    }
 }
 
 /* Guards against NaN/Inf being encoded into garbage or a crash, and against writing part of a
