@@ -5,22 +5,14 @@
  * SIGINT/SIGTERM, the .tmp file is removed, so no file ever appears under the target name
  * unless it is complete. */
 #include "cmd.h"
+#include "outfile.h"
 #include "convert/convert.h"
 #include "base/util.h"
 
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static char g_tmp[4096]; /* the .tmp path, removed by the signal handler */
-
-static void on_signal(int sig) {
-    if (g_tmp[0]) unlink(g_tmp); /* async-signal-safe */
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -79,32 +71,18 @@ static int cmd_convert(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    if (snprintf(g_tmp, sizeof g_tmp, "%s.tmp", pos[1]) >= (int)sizeof g_tmp) {
+    const char *tmp = outfile_begin(pos[1]);
+    if (!tmp) {
         fprintf(stderr, "dsflash convert: output path too long\n");
         return 2;
     }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-
     o.progress = isatty(STDERR_FILENO);
     char err[DSF_ERR_LEN] = "";
-    int rc = vocab_only ? convert_vocab_only(pos[0], g_tmp, err) : convert_checkpoint(pos[0], g_tmp, &o, err);
-    if (rc == 0 && rename(g_tmp, pos[1]) != 0) {
-        snprintf(err, sizeof err, "cannot rename %s to %s", g_tmp, pos[1]);
-        rc = -1;
-    }
-    if (rc) {
-        unlink(g_tmp);
-        g_tmp[0] = 0;
+    int rc = vocab_only ? convert_vocab_only(pos[0], tmp, err) : convert_checkpoint(pos[0], tmp, &o, err);
+    if (outfile_end(rc, err)) {
         fprintf(stderr, "dsflash convert: %s\n", err[0] ? err : "failed");
         return 1;
     }
-    g_tmp[0] = 0;
     return 0;
 }
 

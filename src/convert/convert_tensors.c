@@ -7,6 +7,7 @@
  * Invariant: every output value equals the checkpoint's mathematical value (FP8 x E8M0 and
  * BF16 are exact in BF16; the E8M0 range check guarantees it). */
 #include "convert/convert_impl.h"
+#include "convert/progress.h"
 #include "base/threads.h"
 #include "base/util.h"
 #include "kernels/quant.h"
@@ -323,37 +324,16 @@ static int cmp_order(const void *a, const void *b) {
 typedef struct {
     gguf_writer *w;
     dsf_pool *pool;
-    uint64_t done, total;
-    double t0, last;
-    bool progress;
+    dsf_progress bar;
     int64_t bo, bi;              /* FP8 weight block */
     float lut[256];              /* e4m3 byte -> f32 */
     uint8_t *src, *src2, *dst;   /* chunk buffers */
     uint64_t src_cap, src2_cap, dst_cap;
 } stream;
 
-static void progress(stream *s, bool final) {
-    if (!s->progress) return;
-    double now = dsf_now();
-    if (!final && now - s->last < 0.2) return;
-    s->last = now;
-    double frac = s->total ? (double)s->done / (double)s->total : 1.0;
-    double el = now - s->t0, eta = frac > 0 ? el / frac - el : 0;
-    char bar[31];
-    int nb = (int)(frac * 30);
-    for (int i = 0; i < 30; i++) bar[i] = i < nb ? '#' : ' ';
-    bar[30] = 0;
-    double unit = s->total >= 1e9 ? 1e9 : 1e6;
-    fprintf(stderr, "\r[%s] %5.1f%% %.2f/%.2f %s  ETA %02d:%02d:%02d ", bar, 100 * frac, (double)s->done / unit,
-            (double)s->total / unit, unit == 1e9 ? "GB" : "MB", (int)(eta / 3600), (int)fmod(eta / 60, 60),
-            (int)fmod(eta, 60));
-    if (final) fprintf(stderr, "\n");
-}
-
 static int out(stream *s, const void *p, uint64_t n, char *err) {
     if (gguf_writer_write(s->w, p, n, err)) return -1;
-    s->done += n;
-    progress(s, false);
+    progress_add(&s->bar, n);
     return 0;
 }
 
@@ -574,14 +554,12 @@ int tensor_plan_write(const tensor_plan *p, gguf_writer *w, uint64_t total, int 
     stream s;
     memset(&s, 0, sizeof s);
     int rc = -1;
-    s.total = total;
     s.w = w;
     s.pool = dsf_pool_new(threads);
     s.bo = p->c->bo;
     s.bi = p->c->bi;
-    s.progress = progress_bar;
     for (int i = 0; i < 256; i++) s.lut[i] = e4m3_to_f32((uint8_t)i);
-    s.t0 = s.last = dsf_now();
+    progress_start(&s.bar, total, progress_bar);
     for (int i = 0; i < p->n; i++) {
         const otensor *t = &p->t[i];
         int r;
@@ -598,10 +576,9 @@ int tensor_plan_write(const tensor_plan *p, gguf_writer *w, uint64_t total, int 
         }
     }
     if (gguf_writer_finish(w, err)) goto done;
-    progress(&s, true);
     rc = 0;
 done:
-    if (s.progress && rc && s.total) fprintf(stderr, "\n");
+    progress_end(&s.bar, rc == 0);
     dsf_pool_free(s.pool);
     free(s.src);
     free(s.src2);

@@ -1,0 +1,73 @@
+/* quantize_model.h: `dsflash quantize`, the streaming GGUF -> quantized GGUF rewriter
+ * (issue 33): whole-file recipes with llama.cpp's names (quantize_recipe.c) and the
+ * streamed requantization of every weight, row chunk by row chunk (quantize_model.c).
+ *
+ * The rules every recipe follows (quantize_tensor_class, quantize_plan_type):
+ * - never quantized, copied as they are (F32 in files from `dsflash convert`): 1-D tensors,
+ *   the norms, the router (ffn_gate_inp), engram_gate, attn_sinks, exp_probs_b, the hc_*
+ *   fn/base/scale tensors, and integer tensors;
+ * - routed experts already in MXFP4 stay MXFP4 when the recipe's expert type has at least
+ *   MXFP4's 4.25 bits per weight (requantizing them could only lose precision and grow);
+ * - --tensor-type PATTERN=TYPE overrides the recipe for the quantized tensors whose name
+ *   the PCRE2 regex matches (searched, not anchored; the first matching pattern wins);
+ * - a row (ne0) that is not a multiple of the type's block size falls back
+ *   (quantize_fallback_type): Q2_K, Q3_K and the IQ1/IQ2/IQ3 types -> Q4_0; Q4_K, IQ4_XS ->
+ *   Q5_0; Q5_K -> Q5_1; Q6_K -> Q8_0; anything that still does not fit -> BF16;
+ * - a tensor already in its target type is copied byte for byte. */
+#ifndef DSF_QUANTIZE_MODEL_H
+#define DSF_QUANTIZE_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* The tensor classes a recipe gives a type to, and QC_KEEP (never quantized). */
+enum { QC_EXPERTS, QC_DENSE, QC_SHEXP, QC_ENGRAM, QC_EMBD, QC_HEAD, QC_COUNT, QC_KEEP = QC_COUNT };
+
+typedef struct {
+    const char *name;          /* llama.cpp's name, e.g. "Q4_K_M" */
+    uint32_t ftype;            /* llama.cpp's general.file_type number */
+    uint32_t type[QC_COUNT];   /* enum ggml_type per class */
+} quantize_recipe;
+
+int quantize_recipe_count(void);
+const quantize_recipe *quantize_recipe_at(int i);
+/* The recipe of that name (case-insensitive), or NULL. */
+const quantize_recipe *quantize_recipe_find(const char *name);
+/* "routed experts", "dense", ... (for --help and logs). */
+const char *quantize_class_name(int qc);
+/* A ggml type id from its name (case-insensitive, "q4_k" or "Q4_K"); -1 if unknown. */
+int quantize_type_from_name(const char *name);
+
+/* The class of a tensor by its deepseek41 name, its dims and its type (QC_KEEP for the
+ * never-quantized ones listed above). */
+int quantize_tensor_class(const char *name, uint32_t n_dims, uint32_t src_type);
+/* The type a row of ne0 values gets when `type` does not fit it (ne0 % block != 0); type
+ * itself when it fits. */
+uint32_t quantize_fallback_type(uint32_t type, int64_t ne0);
+
+typedef struct {
+    const char *pattern;       /* PCRE2 regex on the tensor name */
+    uint32_t type;             /* enum ggml_type */
+} quantize_override;
+
+typedef struct {
+    const char *recipe;              /* a quantize_recipe name */
+    const quantize_override *tt;     /* --tensor-type, in the order given */
+    int n_tt;
+    const char *imatrix;             /* --imatrix FILE or NULL */
+    int threads;                     /* >= 1 */
+    bool progress;                   /* progress bar on stderr */
+} quantize_opts;
+
+/* Rewrites the GGUF at in_path into out_path (the caller handles OUT.tmp and the rename):
+ * every KV copied (general.file_type set to the recipe's ftype, general.quantization_version
+ * to 2), tensors in the input's order, each weight quantized row by row with quantize_row
+ * (kernels/quantize.h) in bounded chunks on `threads` workers; the bytes do not depend on
+ * the thread count. Everything is checked before out_path is created: the recipe, the
+ * patterns, the decodability of every source and the writability of every target type, the
+ * imatrix (required for quantize_requires_imatrix types; every entry's shape). Returns 0, or
+ * -1 with a message naming the problem (and the tensor, its row, for a weight that cannot be
+ * quantized). */
+int quantize_model(const char *in_path, const char *out_path, const quantize_opts *o, char *err);
+
+#endif
