@@ -32,9 +32,7 @@ float qz_f16_round(float v) {
     return f16_to_f32(f32_to_f16(v));
 }
 
-/* The f16 value k steps (of the magnitude's bits) from the f16 value v; NAN when that leaves
- * the finite range. Used to try the stored scales next to a rounded optimum. */
-static float f16_step(float v, int k) {
+float qz_f16_step(float v, int k) {
     uint16_t h = f32_to_f16(v);
     int mag = (h & 0x7FFF) + k;
     if (mag < 0 || mag > 0x7BFF) return NAN;
@@ -295,22 +293,32 @@ void qz_fit_affine(const float *x, const float *w, int n, int nmax, bool neg_b, 
  * d * q with q in [lo, hi]; the scale is searched, rounded to f16, then q is reassigned for
  * the stored scale. Q4_0/Q5_0 element j sits in the low nibble of qs[j % 16] for j < 16, the
  * high nibble for j >= 16; Q5_0's fifth bit of element j is bit j of qh. */
+float qz_f16_refine(qz_assign_fn assign, const float *x, const float *w, int n, int lo, int hi, float d0,
+                    int8_t *q) {
+    float d = d0;
+    double best = assign(x, w, n, d, lo, hi, q);
+    for (int k = -2; k <= 2; k++) { /* the f16 scales around the rounded optimum */
+        float dk = qz_f16_step(d0, k);
+        int8_t qk[256];
+        double e = k && !isnan(dk) ? assign(x, w, n, dk, lo, hi, qk) : best;
+        if (e < best) {
+            best = e;
+            d = dk;
+            memcpy(q, qk, (size_t)n);
+        }
+    }
+    return d;
+}
+
+float qz_fit_sym_f16(const float *x, const float *w, int n, int lo, int hi, int8_t *q) {
+    return qz_f16_refine(qz_assign_sym, x, w, n, lo, hi, qz_f16_round(qz_fit_sym(x, w, n, lo, hi, q)), q);
+}
+
 static void block_sym32(uint32_t type, const float *x, const float *w, uint8_t *out) {
     int lo = type == GGML_TYPE_Q8_0 ? -127 : type == GGML_TYPE_Q5_0 ? -16 : -8;
     int hi = type == GGML_TYPE_Q8_0 ? 127 : -lo - 1;
     int8_t q[32];
-    float d0 = qz_f16_round(qz_fit_sym(x, w, 32, lo, hi, q)), d = d0;
-    double best = qz_assign_sym(x, w, 32, d, lo, hi, q);
-    for (int k = -2; k <= 2; k++) { /* the f16 scales around the rounded optimum */
-        float dk = f16_step(d0, k);
-        int8_t qk[32];
-        double e = k && !isnan(dk) ? qz_assign_sym(x, w, 32, dk, lo, hi, qk) : best;
-        if (e < best) {
-            best = e;
-            d = dk;
-            memcpy(q, qk, 32);
-        }
-    }
+    float d = qz_fit_sym_f16(x, w, 32, lo, hi, q);
     qz_put16(out, f32_to_f16(d));
     if (type == GGML_TYPE_Q8_0) {
         for (int j = 0; j < 32; j++) out[2 + j] = (uint8_t)q[j];
@@ -339,7 +347,7 @@ static void block_affine32(uint32_t type, const float *x, const float *w, uint8_
     double best = qz_assign_affine(x, w, 32, d, -m, nmax, q);
     for (int kd = -1; kd <= 1; kd++) { /* the f16 pairs around the rounded optimum */
         for (int km = -1; km <= 1; km++) {
-            float dk = f16_step(d0, kd), mk = f16_step(m0, km);
+            float dk = qz_f16_step(d0, kd), mk = qz_f16_step(m0, km);
             uint8_t qk[32];
             if ((!kd && !km) || isnan(dk) || isnan(mk)) continue;
             double e = qz_assign_affine(x, w, 32, dk, -mk, nmax, qk);
@@ -369,11 +377,9 @@ static void block_affine32(uint32_t type, const float *x, const float *w, uint8_
  * 255 is NaN in OCP E8M0, though ggml decodes it as 2^127), each code is the nearest value. */
 static const float mx_mag[8] = {0, 1, 2, 3, 4, 6, 8, 12};
 
-static double mxfp4_codes(const float *x, const float *w, int e, uint8_t *codes) {
-    /* The scale 2^(e-128), and its inverse as two powers of two (2^128 is not an fp32). */
-    float scale = ldexpf(1.0f, e - 128), i1 = ldexpf(1.0f, (128 - e) / 2), i2 = ldexpf(1.0f, 128 - e - (128 - e) / 2);
+double qz_fp4_codes(const float *x, const float *w, int n, float scale, float i1, float i2, uint8_t *codes) {
     float err = 0.0f;
-    for (int j = 0; j < 32; j++) {
+    for (int j = 0; j < n; j++) {
         float v = fabsf(x[j]) * i1 * i2; /* exact unless it overflows, far above 12 (clipped) */
         int c = (v > 0.5f) + (v > 1.5f) + (v > 2.5f) + (v > 3.5f) + (v > 5.0f) + (v > 7.0f) + (v > 10.0f);
         codes[j] = (uint8_t)(c | (x[j] < 0 && c ? 8 : 0));
@@ -392,7 +398,9 @@ static void block_mxfp4(const float *x, const float *w, uint8_t *out) {
     uint8_t codes[32], bc[32];
     for (int k = ex - 5; k <= ex - 2; k++) {
         int e = k + 128 < 0 ? 0 : k + 128 > 254 ? 254 : k + 128;
-        double err = mxfp4_codes(x, w, e, codes);
+        /* The scale 2^(e-128), and its inverse as two powers of two (2^128 is not an fp32). */
+        float i1 = ldexpf(1.0f, (128 - e) / 2), i2 = ldexpf(1.0f, 128 - e - (128 - e) / 2);
+        double err = qz_fp4_codes(x, w, 32, ldexpf(1.0f, e - 128), i1, i2, codes);
         if (best < 0 || err < best) {
             best = err;
             be = e;
@@ -412,6 +420,8 @@ bool quantize_type_supported(uint32_t type) {
     case GGML_TYPE_Q8_0:
     case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
     case GGML_TYPE_Q6_K: case GGML_TYPE_MXFP4:
+    case GGML_TYPE_IQ4_NL: case GGML_TYPE_IQ4_XS: case GGML_TYPE_NVFP4: case GGML_TYPE_Q2_0:
+    case GGML_TYPE_Q1_0: case GGML_TYPE_TQ2_0: case GGML_TYPE_TQ1_0:
         return true;
     default:
         return false;
@@ -426,6 +436,7 @@ float quantize_max_abs(uint32_t type) {
     const float h = 65504.0f; /* the largest f16, every scale field's limit */
     switch (type) {
     case GGML_TYPE_F32: case GGML_TYPE_MXFP4: return INFINITY;
+    case GGML_TYPE_NVFP4: return INFINITY; /* saturates beyond 2688 (quantize.h) */
     case GGML_TYPE_F16: return nextafterf(65520.0f, 0.0f); /* 65520 rounds (to even) to inf */
     case GGML_TYPE_BF16: {
         uint32_t u = 0x7F7F7FFFu; /* 0x7F7F8000 is the tie that rounds up to inf */
@@ -441,6 +452,10 @@ float quantize_max_abs(uint32_t type) {
     case GGML_TYPE_Q3_K: return h * 32.0f * 4.0f;
     case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: return h * 63.0f;
     case GGML_TYPE_Q6_K: return h * 128.0f * 32.0f;
+    case GGML_TYPE_IQ4_NL: return h * 127.0f;
+    case GGML_TYPE_IQ4_XS: return h * 32.0f * 127.0f;
+    case GGML_TYPE_Q2_0: return h * 2.0f;
+    case GGML_TYPE_Q1_0: case GGML_TYPE_TQ1_0: case GGML_TYPE_TQ2_0: return h;
     default: return 0.0f;
     }
 }
@@ -500,6 +515,13 @@ int quantize_row(uint32_t type, const float *x, int64_t n, const float *imatrix,
         case GGML_TYPE_Q4_K: qz_block_q4_k(xb, w, ob); break;
         case GGML_TYPE_Q5_K: qz_block_q5_k(xb, w, ob); break;
         case GGML_TYPE_Q6_K: qz_block_q6_k(xb, w, ob); break;
+        case GGML_TYPE_IQ4_NL: qz_block_iq4_nl(xb, w, ob); break;
+        case GGML_TYPE_IQ4_XS: qz_block_iq4_xs(xb, w, ob); break;
+        case GGML_TYPE_NVFP4: qz_block_nvfp4(xb, w, ob); break;
+        case GGML_TYPE_Q2_0: qz_block_q2_0(xb, w, ob); break;
+        case GGML_TYPE_Q1_0: qz_block_q1_0(xb, w, ob); break;
+        case GGML_TYPE_TQ2_0: qz_block_tq2_0(xb, w, ob); break;
+        case GGML_TYPE_TQ1_0: qz_block_tq1_0(xb, w, ob); break;
         default: DSF_ASSERT(!"quantize_type_supported and the dispatch disagree");
         }
     }

@@ -24,7 +24,7 @@
 #define QUANTIZE_ERANGE (-3)       /* a finite |x| above quantize_max_abs(type) */
 
 /* True for the types quantize_row can write: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
- * Q2_K..Q6_K, MXFP4. */
+ * Q2_K..Q6_K, MXFP4, IQ4_NL, IQ4_XS, NVFP4, Q2_0, Q1_0, TQ2_0, TQ1_0. */
 bool quantize_type_supported(uint32_t type);
 
 /* True exactly for the types ggml refuses to quantize without an importance matrix
@@ -35,7 +35,8 @@ bool quantize_requires_imatrix(uint32_t type);
 /* The largest |x| quantize_row accepts for the type: what the format can represent (F16:
  * below 65520, which would round to inf; BF16: below the bf16 rounding-to-inf point; a block
  * type: its largest f16 block scale times its largest level). +inf when any finite fp32 fits
- * (F32, MXFP4); 0 for an unsupported type. */
+ * (F32, MXFP4) and for NVFP4, which has no per-tensor scale and saturates |x| beyond 2688
+ * (12 x UE4M3 448 / 2) to 2688, as ggml's quantizer does; 0 for an unsupported type. */
 float quantize_max_abs(uint32_t type);
 
 /* Quantizes one row of n values (n a positive multiple of the type's block size) into

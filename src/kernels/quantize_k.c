@@ -15,6 +15,7 @@
  *     the integer scales (and mins) next to its float optimum, reassigning its quants. */
 #include "kernels/quantize_impl.h"
 #include "kernels/quant.h"
+#include "kernels/grids.h"
 
 #include <math.h>
 #include <string.h>
@@ -183,11 +184,13 @@ void qz_block_q2_k(const float *x, const float *w, uint8_t *out) {
 }
 
 /* ================================================================ signed scales
- * deq = (d * sc_j) * q, 16 sub-blocks of 16, q in [lo, hi], sc_j in [sclo, schi]: Q3_K
- * (q in [-4, 3], sc in [-32, 31]) and Q6_K (q in [-32, 31], sc an int8). */
+ * deq = (d * sc_j) * v(q), nsub sub-blocks of len, sc_j in [sclo, schi]: Q3_K (16 x 16, v = q in
+ * [-4, 3], sc in [-32, 31]), Q6_K (16 x 16, v = q in [-32, 31], sc an int8) and IQ4_XS (8 x 32,
+ * v = grid_iq4nl[q], sc in [-32, 31]). */
 
 typedef struct {
-    int lo, hi, sclo, schi;
+    int nsub, len, lo, hi, sclo, schi;
+    bool nl; /* v = grid_iq4nl[q] (q in [0, 15]) instead of q in [lo, hi] */
 } ksym_fmt;
 
 typedef struct {
@@ -196,19 +199,23 @@ typedef struct {
     int8_t q[256];
 } ksym_blk;
 
+static int ksym_value(const ksym_fmt *f, int q) { return f->nl ? grid_iq4nl[q] : q; }
+
 static double ksym_pick_all(const float *x, const float *w, const ksym_fmt *f, ksym_blk *k, const float *s) {
+    qz_assign_fn assign = f->nl ? qz_assign_nl : qz_assign_sym;
+    int len = f->len;
     double e = 0;
-    for (int j = 0; j < 16; j++) {
+    for (int j = 0; j < f->nsub; j++) {
         int c0 = k->d != 0.0f ? qz_nearest(s[j] / k->d, f->sclo, f->schi) : 0;
         double best = -1;
         for (int c = c0 - 1; c <= c0 + 1; c++) {
             if (c < f->sclo || c > f->schi) continue;
-            int8_t q[16];
-            double ej = qz_assign_sym(x + 16 * j, w + 16 * j, 16, k->d * (float)c, f->lo, f->hi, q);
+            int8_t q[32];
+            double ej = assign(x + len * j, w + len * j, len, k->d * (float)c, f->lo, f->hi, q);
             if (best < 0 || ej < best) {
                 best = ej;
                 k->sc[j] = (int8_t)c;
-                memcpy(k->q + 16 * j, q, 16);
+                memcpy(k->q + len * j, q, (size_t)len);
             }
         }
         e += best;
@@ -223,8 +230,8 @@ static double ksym_refine(const float *x, const float *w, const ksym_fmt *f, con
     double e = ksym_pick_all(x, w, f, k, s);
     for (int it = 0; it < 8; it++) {
         double xa = 0, aa = 0;
-        for (int i = 0; i < 256; i++) {
-            double a = (double)k->sc[i / 16] * k->q[i];
+        for (int i = 0; i < f->nsub * f->len; i++) {
+            double a = (double)k->sc[i / f->len] * ksym_value(f, k->q[i]);
             xa += (double)w[i] * x[i] * a;
             aa += (double)w[i] * a * a;
         }
@@ -243,8 +250,10 @@ static double ksym_refine(const float *x, const float *w, const ksym_fmt *f, con
 /* The better of the two starts that put the largest sub-scale at either end of [sclo, schi]. */
 static void ksym_solve(const float *x, const float *w, const ksym_fmt *f, ksym_blk *k) {
     float s[16], smax = 0.0f;
-    for (int j = 0; j < 16; j++) {
-        s[j] = qz_fit_sym(x + 16 * j, w + 16 * j, 16, f->lo, f->hi, k->q + 16 * j);
+    for (int j = 0; j < f->nsub; j++) {
+        int8_t *q = k->q + f->len * j;
+        s[j] = f->nl ? qz_fit_nl(x + f->len * j, w + f->len * j, f->len, q)
+                     : qz_fit_sym(x + f->len * j, w + f->len * j, f->len, f->lo, f->hi, q);
         if (fabsf(s[j]) > fabsf(smax)) smax = s[j];
     }
     double e0 = ksym_refine(x, w, f, s, smax / (float)f->sclo, k);
@@ -258,7 +267,7 @@ static void ksym_solve(const float *x, const float *w, const ksym_fmt *f, ksym_b
  * Scale u_j = sc_j + 32 (6 bits): low nibble in scales[j] (j < 8) or the high nibble of
  * scales[j - 8]; top 2 bits at bits 2 * (j / 4) of scales[8 + j % 4]. */
 void qz_block_q3_k(const float *x, const float *w, uint8_t *out) {
-    const ksym_fmt f = {-4, 3, -32, 31};
+    const ksym_fmt f = {16, 16, -4, 3, -32, 31, false};
     ksym_blk k;
     ksym_solve(x, w, &f, &k);
     memset(out, 0, 108);
@@ -280,7 +289,7 @@ void qz_block_q3_k(const float *x, const float *w, uint8_t *out) {
  * its low 4 bits in ql[64h + 32(p % 2) + l] (low nibble for p < 2, high for p >= 2), its top 2
  * bits at bits 2p of qh[32h + l]; sub-block j = e / 16 has scales[j]. */
 void qz_block_q6_k(const float *x, const float *w, uint8_t *out) {
-    const ksym_fmt f = {-32, 31, -128, 127};
+    const ksym_fmt f = {16, 16, -32, 31, -128, 127, false};
     ksym_blk k;
     ksym_solve(x, w, &f, &k);
     memset(out, 0, 192);
@@ -292,4 +301,23 @@ void qz_block_q6_k(const float *x, const float *w, uint8_t *out) {
     }
     for (int j = 0; j < 16; j++) out[192 + j] = (uint8_t)k.sc[j];
     qz_put16(out + 208, f32_to_f16(k.d));
+}
+
+/* IQ4_XS {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}: group g (32 values) has 6-bit
+ * u = sc_g + 32, its low nibble as nibble g % 2 of scales_l[g / 2], its top 2 bits at bits 2g
+ * of scales_h; its 16 bytes qs[16g..] hold element j in the low nibble, j + 16 in the high. */
+void qz_block_iq4_xs(const float *x, const float *w, uint8_t *out) {
+    const ksym_fmt f = {8, 32, 0, 15, -32, 31, true};
+    ksym_blk k;
+    ksym_solve(x, w, &f, &k);
+    uint16_t sh = 0;
+    memset(out + 4, 0, 4);
+    for (int g = 0; g < 8; g++) {
+        int u = k.sc[g] + 32;
+        out[4 + g / 2] |= (uint8_t)((u & 15) << (4 * (g % 2)));
+        sh |= (uint16_t)((u >> 4) << (2 * g));
+        for (int j = 0; j < 16; j++) out[8 + 16 * g + j] = (uint8_t)(k.q[32 * g + j] | (k.q[32 * g + j + 16] << 4));
+    }
+    qz_put16(out, f32_to_f16(k.d));
+    qz_put16(out + 2, sh);
 }

@@ -24,7 +24,8 @@
 static const uint32_t qtypes[] = {
     GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1,
     GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K,
-    GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_MXFP4,
+    GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_MXFP4, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS,
+    GGML_TYPE_NVFP4, GGML_TYPE_Q2_0, GGML_TYPE_Q1_0, GGML_TYPE_TQ2_0, GGML_TYPE_TQ1_0,
 };
 #define NQTYPES (sizeof qtypes / sizeof qtypes[0])
 
@@ -272,6 +273,29 @@ TEST(quantize_range_limits) {
     CHECK(quantize_row(GGML_TYPE_MXFP4, big, 32, NULL, out) == 0);
     dequant_row(GGML_TYPE_MXFP4, out, deq, 32);
     for (int i = 0; i < 32; i++) CHECKF(isfinite(deq[i]), "MXFP4 element %d of +-3e38 decodes to %g", i, deq[i]);
+    /* NVFP4 has no per-tensor scale: its largest value is 12 x 224 (UE4M3 448 x 0.5, README
+     * "Format facts"); beyond, values saturate there (exact: 2688 is an fp32). */
+    float big64[64];
+    for (int i = 0; i < 64; i++) big64[i] = 3e38f * (i & 1 ? 1.0f : -1.0f);
+    CHECK(quantize_row(GGML_TYPE_NVFP4, big64, 64, NULL, out) == 0);
+    dequant_row(GGML_TYPE_NVFP4, out, deq, 64);
+    for (int i = 0; i < 64; i++)
+        CHECKF(deq[i] == (i & 1 ? 2688.0f : -2688.0f), "NVFP4 element %d of +-3e38 decodes to %g", i, deq[i]);
+}
+
+/* Guards against TQ1_0 bytes that decode right but that ggml never writes (README: every byte
+ * ggml writes is ceil(v * 256 / 243) for a base-3 number v < 243): another rounding of the
+ * same digits would still decode, so the quality tests would not see it. */
+TEST(quantize_tq1_0_byte_form) {
+    static float x[512];
+    static uint8_t out[512 / 256 * 54];
+    bool form[256] = {false};
+    for (int v = 0; v < 243; v++) form[(v * 256 + 242) / 243] = true;
+    for (int i = 0; i < 512; i++) x[i] = 0.1f * (float)((i * 7919) % 61 - 30) / 30.0f;
+    CHECK(quantize_row(GGML_TYPE_TQ1_0, x, 512, NULL, out) == 0);
+    for (int b = 0; b < 2; b++)
+        for (int j = 0; j < 52; j++)
+            CHECKF(form[out[54 * b + j]], "block %d byte %d = %u is not ceil(v * 256 / 243)", b, j, out[54 * b + j]);
 }
 
 /* Guards against division by a zero scale (NaN output) and sign errors on edge blocks: an
