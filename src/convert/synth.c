@@ -1,6 +1,6 @@
 /* synth.c: the layout of synthetic deepseek41 GGUF files (see synth.h).
  *
- * Owns: the two presets' parameters, which layers own compressor / indexer / Engram tensors
+ * Owns: the three presets' parameters, which layers own compressor / indexer / Engram tensors
  * (gguf-layout §3.2: membership in the source lists; the derived roles are model/roles.c's),
  * the tensor set of §3.2 with its dtypes (dense BF16 or F32, F32 norms/router/hc/sinks/biases/engram_gate,
  * MXFP4 or F32 experts, the Engram table as dense), the keys of §2.3/§2.4 with the Engram/PLE
