@@ -1,23 +1,43 @@
-/* cmd_synth.c: `dsflash synth --preset tiny|bench OUT.gguf [--seed S]`: writes a random-weight
- * deepseek41 GGUF in the exact layout (src/convert/synth.c). */
+/* cmd_synth.c: `dsflash synth --preset tiny|bench|real OUT.gguf [--seed S] [--header-only]
+ * [--type T] [--expert-type T]`: writes a random-weight deepseek41 GGUF in the exact layout
+ * (src/convert/synth.c), or its header alone. */
 #include "cmd.h"
 #include "convert/synth.h"
 #include "base/util.h"
+#include "kernels/dtype.h"
+#include "kernels/quant.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: dsflash synth --preset tiny|bench OUT.gguf [--seed S]\n"
+    fprintf(f, "usage: dsflash synth --preset tiny|bench|real OUT.gguf [--seed S] [--header-only]\n"
+               "                     [--type TYPE] [--expert-type TYPE]\n"
                "\n"
                "Writes a random-weight deepseek41 GGUF in the exact layout of a converted V4.1-Flash.\n"
                "  tiny    tiny41's topology (hidden 128, 8 layers, every layer role) with a usable\n"
                "          1024-token byte-level BPE tokenizer and the V4.1 special tokens (~4 MB)\n"
                "  bench   every real per-layer shape and dtype of V4.1-Flash, 8 layers, 32 experts,\n"
                "          vocab 129280 (~11 GB; ~4.5 GB of weights read per decoded token)\n"
-               "  --seed S  any unsigned integer (default 1); the file is a pure function of preset and seed\n");
+               "  real    the released V4.1-Flash: 40 layers, 384 experts, the Engram table (~699 GB):\n"
+               "          use it with --header-only (for `dsflash inspect --plan`)\n"
+               "  --seed S          any unsigned integer (default 1); the file is a pure function of its arguments\n"
+               "  --header-only     the keys and tensor infos with their offsets, no tensor data (a small file)\n"
+               "  --type T          ggml type (Q8_0, Q4_K, ...) of every quantizable matrix; 1-D tensors, norms,\n"
+               "                    biases, the router, engram_gate and hc_* stay F32. A tensor whose ne0 is not\n"
+               "                    a whole number of T's blocks falls back to Q8_0 (else F16), with a note\n"
+               "  --expert-type T   ggml type of the routed experts (default: --type's if given, like\n"
+               "                    llama-quantize, else the preset's MXFP4)\n");
+}
+
+/* A ggml type by name (case-insensitive), -1 if none has a block size. */
+static int type_by_name(const char *s) {
+    for (int t = 0; t < GGML_TYPE_COUNT; t++)
+        if (ggml_blck_size((uint32_t)t) && !strcasecmp(ggml_type_name((uint32_t)t), s)) return t;
+    return -1;
 }
 
 static int cmd_synth(int argc, char **argv) {
@@ -27,9 +47,20 @@ static int cmd_synth(int argc, char **argv) {
     }
     const char *preset = NULL, *out = NULL;
     uint64_t seed = 1;
+    synth_write_opts o = {false, SYNTH_TYPE_KEEP, SYNTH_TYPE_KEEP};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--preset") && i + 1 < argc) {
             preset = argv[++i];
+        } else if (!strcmp(argv[i], "--header-only")) {
+            o.header_only = true;
+        } else if ((!strcmp(argv[i], "--type") || !strcmp(argv[i], "--expert-type")) && i + 1 < argc) {
+            int t = type_by_name(argv[i + 1]);
+            if (t < 0) {
+                fprintf(stderr, "dsflash synth: %s: unknown ggml type '%s'\n", argv[i], argv[i + 1]);
+                return 2;
+            }
+            *(argv[i][2] == 't' ? &o.type : &o.expert_type) = t;
+            i++;
         } else if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
             char *end;
             errno = 0;
@@ -49,23 +80,27 @@ static int cmd_synth(int argc, char **argv) {
             return 2;
         }
     }
+    if (o.expert_type == SYNTH_TYPE_KEEP) o.expert_type = o.type; /* --type alone: everything, like llama-quantize */
     if (!preset || !out) {
         fprintf(stderr, "dsflash synth: need --preset NAME and an output file (try --help)\n");
         return 2;
     }
     if (!synth_data_bytes(preset)) {
-        fprintf(stderr, "dsflash synth: unknown preset '%s' (tiny, bench)\n", preset);
+        fprintf(stderr, "dsflash synth: unknown preset '%s' (tiny, bench, real)\n", preset);
         return 2;
     }
-    char err[DSF_ERR_LEN] = "";
+    char err[DSF_ERR_LEN] = "", note[DSF_ERR_LEN] = "";
+    uint64_t bytes = 0;
     double t0 = dsf_now();
-    if (synth_write(preset, out, seed, err) < 0) {
+    if (synth_write_ex(preset, out, seed, &o, note, sizeof note, &bytes, err) < 0) {
         fprintf(stderr, "dsflash synth: %s\n", err);
         return 1;
     }
-    dsf_log(1, "dsflash synth: wrote %s (preset %s, seed %llu, %.1f MB of tensor data) in %.1f s", out, preset,
-            (unsigned long long)seed, (double)synth_data_bytes(preset) / 1e6, dsf_now() - t0);
+    if (note[0]) fprintf(stderr, "dsflash synth: note: %s\n", note);
+    dsf_log(1, "dsflash synth: wrote %s (preset %s, seed %llu, %.1f MB of tensor data%s) in %.1f s", out, preset,
+            (unsigned long long)seed, (double)bytes / 1e6, o.header_only ? " described, header only" : "",
+            dsf_now() - t0);
     return 0;
 }
 
-DSF_COMMAND(synth, "write a random-weight deepseek41 GGUF (--preset tiny|bench)", cmd_synth)
+DSF_COMMAND(synth, "write a random-weight deepseek41 GGUF (--preset tiny|bench|real)", cmd_synth)

@@ -1,6 +1,6 @@
 /* synth.c: the layout of synthetic deepseek41 GGUF files (see synth.h).
  *
- * Owns: the two presets' parameters, which layers own compressor / indexer / Engram tensors
+ * Owns: the three presets' parameters, which layers own compressor / indexer / Engram tensors
  * (gguf-layout §3.2: membership in the source lists; the derived roles are model/roles.c's),
  * the tensor set of §3.2 with its dtypes (dense BF16 or F32, F32 norms/router/hc/sinks/biases/engram_gate,
  * MXFP4 or F32 experts, the Engram table as dense), the keys of §2.3/§2.4 with the Engram/PLE
@@ -53,6 +53,19 @@ static const struct {
       .n_ratio = 9, .ratios = {0, 0, 2, 2, 2, 1, 1, 1, 0},
       .n_kvsrc = 3, .kvsrc = {2, 4, 5}, .n_idxsrc = 4, .idxsrc = {2, 4, 5, 7}, .n_engram = 2, .engram = {1, 4},
       PRESET_COMMON}},
+    /* architecture.md §1.1 / §1.3 and gguf-layout §3.2 (with the optional VL router bias the
+     * released checkpoint has on every layer): 40 layers, 43 ratios (2 window-only layers, 18
+     * of ratio 2, 20 of ratio 1, the 3 DSpark stages), Engram tables of 24 primes >= 16000000. */
+    {"real",
+     {.name = "dsflash-synth-real", .n_embd = 5120, .n_layer = 40, .n_head = 64, .head_dim = 512, .n_rot = 64,
+      .q_lora = 1280, .o_groups = 8, .o_lora = 1024, .window = 128, .n_expert = 384, .n_used = 6, .ff = 2304,
+      .n_shared = 1, .idx_heads = 32, .idx_dim = 128, .idx_topk = 512, .cand_layer = 20, .cand_blocks = 2048,
+      .cand_bsize = 8, .hc = 4, .sinkhorn = 20, .ngram = 4, .heads_per_ngram = 8, .engram_dim = 256,
+      .engram_vocab = 16000000, .vocab = 129280, .ctx = 1048576, .orig_ctx = 65536, .yarn_factor = 16.0f,
+      .n_ratio = 43, .ratios = {0, 0, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1,
+                                1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0},
+      .n_kvsrc = 4, .kvsrc = {2, 8, 14, 20}, .n_idxsrc = 8, .idxsrc = {2, 8, 14, 20, 24, 28, 32, 36},
+      .n_engram = 2, .engram = {1, 14}, .vl_bias = true, PRESET_COMMON}},
 };
 
 static const preset *find_preset(const char *name) {
@@ -374,6 +387,7 @@ static void build_tensors(const preset *p, synth_model *m, uint64_t engram_rows)
         }
         synth_tensor(m, F32, K_DENSE, D, 2, D, E, 1, "blk.%u.ffn_gate_inp.weight", il);
         synth_tensor(m, F32, K_BIAS, 0, 1, E, 1, 1, "blk.%u.exp_probs_b.bias", il);
+        if (p->vl_bias) synth_tensor(m, F32, K_BIAS, 0, 1, E, 1, 1, "blk.%u.exp_probs_b_vl.bias", il);
         synth_tensor(m, DT, K_DENSE, D, 2, D, fsh, 1, "blk.%u.ffn_gate_shexp.weight", il);
         synth_tensor(m, DT, K_DENSE, fsh, 2, fsh, D, 1, "blk.%u.ffn_down_shexp.weight", il);
         synth_tensor(m, DT, K_DENSE, D, 2, D, fsh, 1, "blk.%u.ffn_up_shexp.weight", il);
@@ -565,25 +579,40 @@ synth_model *synth_model_new(const synth_params *p, uint64_t seed, char *err) {
 }
 
 uint64_t synth_data_bytes(const char *name) {
-    const preset *p = find_preset(name);
-    if (!p) return 0;
-    engram_tables e;
-    memset(&e, 0, sizeof e);
-    engram_consts(p, p->vocab, 0, &e);
-    synth_model *m = synth_model_alloc(0);
-    build_tensors(p, m, e.rows);
-    uint64_t n = synth_model_data_bytes(m);
-    synth_model_free(m);
-    engram_free(&e);
-    return n;
+    uint64_t n = 0;
+    return synth_write_ex(name, NULL, 0, NULL, NULL, 0, &n, NULL) < 0 ? 0 : n;
 }
 
 int synth_write(const char *name, const char *path, uint64_t seed, char *err) {
+    return synth_write_ex(name, path, seed, NULL, NULL, 0, NULL, err);
+}
+
+/* path NULL: lays out the tensors only (no keys, no tokenizer) to count their bytes. */
+int synth_write_ex(const char *name, const char *path, uint64_t seed, const synth_write_opts *o, char *note,
+                   size_t cap, uint64_t *data_bytes, char *err) {
+    static const synth_write_opts defaults = {false, SYNTH_TYPE_KEEP, SYNTH_TYPE_KEEP};
     const preset *p = find_preset(name);
-    if (!p) return dsf_seterr(err, "unknown preset '%s' (tiny, bench)", name ? name : "(null)");
-    synth_model *m = synth_model_new(p, seed, err);
-    if (!m) return -1;
-    int rc = synth_model_write(m, path, err);
+    if (!o) o = &defaults;
+    if (note && cap) note[0] = 0;
+    if (!p) return dsf_seterr(err, "unknown preset '%s' (tiny, bench, real)", name ? name : "(null)");
+    synth_model *m;
+    if (path) {
+        m = synth_model_new(p, seed, err);
+        if (!m) return -1;
+    } else {
+        engram_tables e;
+        memset(&e, 0, sizeof e);
+        engram_consts(p, p->vocab, 0, &e);
+        m = synth_model_alloc(0);
+        build_tensors(p, m, e.rows);
+        engram_free(&e);
+    }
+    int rc = synth_quantize(m, o->type, o->expert_type, note, cap, err);
+    if (!rc && data_bytes) {
+        *data_bytes = synth_model_data_bytes(m);
+        if (!*data_bytes) rc = dsf_seterr(err, "synth: a tensor's size is unknown");
+    }
+    if (!rc && path) rc = o->header_only ? synth_model_write_header(m, path, err) : synth_model_write(m, path, err);
     synth_model_free(m);
     return rc;
 }

@@ -6,7 +6,16 @@
  *   "tiny":  the topology of testdata/tiny41 (hidden 128, 8 layers, every layer role) with a
  *            usable byte-level BPE tokenizer (vocab 1024) for demos and server tests;
  *   "bench": every real per-layer shape and dtype of V4.1-Flash, 8 layers with every layer
- *            role, 32 routed experts, vocab 129280 (about 11 GB on disk) for benchmarks.
+ *            role, 32 routed experts, vocab 129280 (about 11 GB on disk) for benchmarks;
+ *   "real":  the released V4.1-Flash as architecture.md §1.1-1.3 gives it (40 layers, 43
+ *            compress_ratios, 384 experts, the 768,022,850-row Engram table; about 699 GB),
+ *            meant to be written header-only (synth_write_opts) for memory plans.
+ *
+ * Types: synth_write_opts.type retypes every quantizable matrix (the 2-D BF16 ones, Engram
+ * table and embeddings included) and .expert_type the routed experts; what llama-quantize keeps
+ * F32 stays F32 (1-D tensors, norms, biases, the router ffn_gate_inp, engram_gate, hc_*). A
+ * tensor whose ne0 is not a whole number of the type's blocks falls back to Q8_0, else F16,
+ * and the fallback is reported. Quantized blocks are random codes with finite, small scales.
  *
  * A model is built in two steps: synth_model_new() lays out the keys (§2.3/§2.4, and the
  * tokenizer's) and the tensor list (§3.2, in the converter's order §3.4) of a parameter set;
@@ -24,9 +33,10 @@
 #define DSF_SYNTH_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
-#define SYNTH_MAX_LAYERS 16
+#define SYNTH_MAX_LAYERS 48
 
 /* Everything a model is built from. Layer lists are layer ids, ascending. */
 typedef struct {
@@ -54,6 +64,7 @@ typedef struct {
     uint32_t kvsrc[SYNTH_MAX_LAYERS], idxsrc[SYNTH_MAX_LAYERS], engram[SYNTH_MAX_LAYERS];
     uint32_t dense_type;                   /* GGML_TYPE_BF16 or _F32: 2-D weights and tables */
     uint32_t expert_type;                  /* GGML_TYPE_MXFP4 or _F32: routed experts */
+    bool vl_bias;                          /* the optional blk.*.exp_probs_b_vl.bias on every layer */
     /* true: the built-in byte-level BPE tokenizer (tokenizer.ggml.*), and the Engram token map
      * derived from it; false: no tokenizer keys and a random token map of n_token_map entries
      * (0: vocab; fewer makes the ids past it DEAD) with values in [0, n_compressed). */
@@ -67,6 +78,20 @@ int synth_write(const char *preset, const char *path, uint64_t seed, char *err);
 /* Bytes the file will have (approximately: tensor data only); 0 for an unknown preset. */
 uint64_t synth_data_bytes(const char *preset);
 
+/* How a preset is written. SYNTH_TYPE_KEEP: the preset's own type. */
+#define SYNTH_TYPE_KEEP (-1)
+typedef struct {
+    bool header_only;   /* the keys and tensor infos (with their offsets), no tensor data */
+    int type;           /* ggml type of the quantizable matrices, or SYNTH_TYPE_KEEP */
+    int expert_type;    /* ggml type of the routed experts, or SYNTH_TYPE_KEEP */
+} synth_write_opts;
+
+/* synth_write with options (o NULL: the defaults, which synth_write uses). note (cap bytes,
+ * may be NULL) receives a line about type fallbacks, or "". data_bytes, when not NULL,
+ * receives the tensor data bytes described (written or not). */
+int synth_write_ex(const char *preset, const char *path, uint64_t seed, const synth_write_opts *o, char *note,
+                   size_t cap, uint64_t *data_bytes, char *err);
+
 /* ---- the model before it is written ---- */
 
 typedef struct synth_model synth_model;
@@ -79,6 +104,12 @@ void synth_model_free(synth_model *m);
 /* Writes the keys in order, then every tensor's data. 0, or -1 with err (a type or shape
  * the builder cannot size, or a writer refusal). */
 int synth_model_write(const synth_model *m, const char *path, char *err);
+/* Writes the keys and tensor infos only (a header-only file; nothing is generated). */
+int synth_model_write_header(const synth_model *m, const char *path, char *err);
+
+/* Retypes as synth_write_opts describes (type / expert_type may be SYNTH_TYPE_KEEP). 0, or -1
+ * with err for a type with no known block size; note as in synth_write_ex. */
+int synth_quantize(synth_model *m, int type, int expert_type, char *note, size_t cap, char *err);
 
 /* Keys. Setters replace the value (and type) of an existing key in place, or append it. */
 int synth_drop_key(synth_model *m, const char *key); /* 0, or -1 if absent */
@@ -101,8 +132,9 @@ int synth_arr_set(synth_model *m, const char *key, uint64_t i, uint64_t v);
 int synth_arr_resize(synth_model *m, const char *key, uint64_t n);
 
 /* Tensors (ne in GGUF order, unused dims 1). Data is generated at write time for the final
- * name/type/shape; an added tensor is a dense matrix (std 1/sqrt(ne[0])), and a type other
- * than F32, BF16 and MXFP4 gets random bytes (only a loader looks at those). */
+ * name/type/shape; an added tensor is a dense matrix (std 1/sqrt(ne[0])). A quantized type
+ * gets random codes with finite scales (synth_model.c: block_scales); a type the builder has
+ * no scale layout for gets random bytes (only a loader looks at those). */
 int synth_drop_tensor(synth_model *m, const char *name);
 void synth_add_tensor(synth_model *m, const char *name, uint32_t type, uint32_t n_dims, const int64_t *ne);
 int synth_reshape_tensor(synth_model *m, const char *name, uint32_t n_dims, const int64_t *ne);

@@ -288,6 +288,40 @@ int synth_retype_tensor(synth_model *m, const char *name, uint32_t type) {
     return 0;
 }
 
+/* What llama-quantize keeps F32: 1-D tensors, norms, biases, the router, the Engram gate and
+ * the hyper-connection tensors. */
+static bool keeps_f32(const stensor *t) {
+    const char *n = t->name;
+    size_t len = strlen(n);
+    return t->n_dims < 2 || (len >= 12 && !strcmp(n + len - 12, "_norm.weight")) || strstr(n, ".bias") ||
+           strstr(n, "ffn_gate_inp.") || strstr(n, "engram_gate.") || strstr(n, ".hc_");
+}
+
+int synth_quantize(synth_model *m, int type, int expert_type, char *note, size_t cap, char *err) {
+    const int want[2] = {type, expert_type};
+    for (int k = 0; k < 2; k++)
+        if (want[k] != SYNTH_TYPE_KEEP && (want[k] < 0 || !ggml_blck_size((uint32_t)want[k])))
+            return dsf_seterr(err, "synth: no block size known for type %d", want[k]);
+    int n_fallback = 0;
+    const char *first = NULL;
+    uint32_t first_to = 0;
+    for (int i = 0; i < m->n_t; i++) {
+        stensor *t = &m->t[i];
+        int to = strstr(t->name, "_exps.") ? expert_type : keeps_f32(t) ? SYNTH_TYPE_KEEP : type;
+        if (to == SYNTH_TYPE_KEEP) continue;
+        uint32_t ty = (uint32_t)to;
+        if (t->ne[0] % ggml_blck_size(ty)) { /* a partial block: the nearest type that fits */
+            ty = t->ne[0] % ggml_blck_size(GGML_TYPE_Q8_0) ? GGML_TYPE_F16 : GGML_TYPE_Q8_0;
+            if (!n_fallback++) first = t->name, first_to = ty;
+        }
+        t->type = ty;
+    }
+    if (n_fallback && note && cap)
+        snprintf(note, cap, "%d tensor(s) have an ne0 that is not a whole number of blocks and fell back "
+                 "(first: '%s' to %s)", n_fallback, first, ggml_type_name(first_to));
+    return 0;
+}
+
 void synth_model_free(synth_model *m) {
     if (!m) return;
     for (int i = 0; i < m->n_kv; i++) kv_clear(&m->kv[i]);
@@ -350,6 +384,33 @@ static void mxfp4_blocks(const stensor *t, rng *r, uint8_t *dst, uint64_t n_bloc
     }
 }
 
+/* Where each block type keeps its f16 scales (byte offsets; testdata/quants/TYPE.json, and
+ * Q8_1 {f16 d; f16 s; int8 qs[32]}). */
+static const struct { uint32_t type; int n; uint8_t off[2]; } f16_scales[] = {
+    {GGML_TYPE_Q4_0, 1, {0}}, {GGML_TYPE_Q4_1, 2, {0, 2}}, {GGML_TYPE_Q5_0, 1, {0}}, {GGML_TYPE_Q5_1, 2, {0, 2}},
+    {GGML_TYPE_Q8_0, 1, {0}}, {GGML_TYPE_Q8_1, 2, {0, 2}}, {GGML_TYPE_Q2_K, 2, {80, 82}}, {GGML_TYPE_Q3_K, 1, {108}},
+    {GGML_TYPE_Q4_K, 2, {0, 2}}, {GGML_TYPE_Q5_K, 2, {0, 2}}, {GGML_TYPE_Q6_K, 1, {208}},
+    {GGML_TYPE_IQ1_S, 1, {0}}, {GGML_TYPE_IQ2_XXS, 1, {0}}, {GGML_TYPE_IQ2_XS, 1, {0}},
+    {GGML_TYPE_IQ2_S, 1, {0}}, {GGML_TYPE_IQ3_XXS, 1, {0}}, {GGML_TYPE_IQ3_S, 1, {0}},
+    {GGML_TYPE_IQ4_NL, 1, {0}}, {GGML_TYPE_IQ4_XS, 1, {0}}, {GGML_TYPE_TQ1_0, 1, {52}},
+    {GGML_TYPE_TQ2_0, 1, {64}}, {GGML_TYPE_Q1_0, 1, {0}}, {GGML_TYPE_Q2_0, 1, {0}},
+};
+
+/* Replaces the scale fields of one block of random bytes with small finite scales (about
+ * 1/(64 sqrt(fan_in)), so that no block decodes to NaN/Inf or to huge values). */
+static void block_scales(const stensor *t, rng *r, uint8_t *blk) {
+    float d = (0.75f + 0.25f * rng_uniform(r)) / (64.0f * sqrtf((float)(t->fan_in > 0 ? t->fan_in : 1)));
+    uint16_t h = f32_to_f16(d);
+    for (size_t i = 0; i < sizeof f16_scales / sizeof *f16_scales; i++)
+        if (f16_scales[i].type == t->type)
+            for (int k = 0; k < f16_scales[i].n; k++) memcpy(blk + f16_scales[i].off[k], &h, 2);
+    if (t->type == GGML_TYPE_Q8_K) memcpy(blk, &d, 4);
+    if (t->type == GGML_TYPE_IQ1_M) /* the f16 lives in the top nibbles of 4 u16 words at 48 */
+        for (int k = 0; k < 4; k++) blk[49 + 2 * k] = (uint8_t)((blk[49 + 2 * k] & 0x0F) | ((h >> (4 * k)) & 0xF) << 4);
+    if (t->type == GGML_TYPE_NVFP4) /* UE4M3 0x20..0x2F: 2^-3 .. 2^-2 x 1.875, never the NaN codes */
+        for (int k = 0; k < 4; k++) blk[k] = (uint8_t)(0x20 | (blk[k] & 0x0F));
+}
+
 /* Generates one chunk of n_max bytes at most (whole elements or blocks); returns its size. */
 static uint64_t fill_chunk(const stensor *t, rng *r, uint8_t *buf, uint64_t n_max) {
     if (t->type == GGML_TYPE_MXFP4) {
@@ -370,8 +431,18 @@ static uint64_t fill_chunk(const stensor *t, rng *r, uint8_t *buf, uint64_t n_ma
         }
         return n_max / 4 * 4;
     }
-    for (uint64_t i = 0; i < n_max; i++) buf[i] = (uint8_t)rng_next(r);
-    return n_max;
+    if (t->type == GGML_TYPE_F16) {
+        for (uint64_t i = 0; i < n_max / 2; i++) {
+            uint16_t h = f32_to_f16(sample(t, r));
+            memcpy(buf + 2 * i, &h, 2);
+        }
+        return n_max / 2 * 2;
+    }
+    uint64_t ts = ggml_type_size(t->type), n = ts > 1 ? n_max / ts * ts : n_max;
+    for (uint64_t i = 0; i < n; i++) buf[i] = (uint8_t)rng_next(r);
+    if (ts > 1)
+        for (uint64_t b = 0; b < n; b += ts) block_scales(t, r, buf + b);
+    return n;
 }
 
 static int write_tensor(gguf_writer *w, const stensor *t, uint64_t seed, uint8_t *buf, size_t cap, char *err) {
@@ -397,14 +468,32 @@ static int write_kv(gguf_writer *w, const skv *k, char *err) {
     return gguf_writer_kv_scalar(w, k->key, k->type, le, err);
 }
 
+/* A writer with every key and tensor info of m added (NULL with err). */
+static gguf_writer *writer_for(const synth_model *m, char *err) {
+    gguf_writer *w = gguf_writer_new();
+    for (int i = 0; i < m->n_kv; i++)
+        if (write_kv(w, &m->kv[i], err) < 0) goto fail;
+    for (int i = 0; i < m->n_t; i++)
+        if (gguf_writer_tensor(w, m->t[i].name, m->t[i].type, m->t[i].n_dims, m->t[i].ne, err) < 0) goto fail;
+    return w;
+fail:
+    gguf_writer_free(w);
+    return NULL;
+}
+
+int synth_model_write_header(const synth_model *m, const char *path, char *err) {
+    gguf_writer *w = writer_for(m, err);
+    if (!w) return -1;
+    int rc = gguf_writer_begin(w, path, err) < 0 || gguf_writer_finish_header(w, err) < 0 ? -1 : 0;
+    gguf_writer_free(w);
+    return rc;
+}
+
 int synth_model_write(const synth_model *m, const char *path, char *err) {
     int rc = -1;
     uint8_t *buf = NULL;
-    gguf_writer *w = gguf_writer_new();
-    for (int i = 0; i < m->n_kv; i++)
-        if (write_kv(w, &m->kv[i], err) < 0) goto done;
-    for (int i = 0; i < m->n_t; i++)
-        if (gguf_writer_tensor(w, m->t[i].name, m->t[i].type, m->t[i].n_dims, m->t[i].ne, err) < 0) goto done;
+    gguf_writer *w = writer_for(m, err);
+    if (!w) return -1;
     if (gguf_writer_begin(w, path, err) < 0) goto done;
     const size_t cap = 1u << 20; /* chunks end on whole elements or blocks */
     buf = dsf_xmalloc(cap);

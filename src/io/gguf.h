@@ -150,5 +150,8 @@ int gguf_writer_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t
 int gguf_writer_begin(gguf_writer *w, const char *path, char *err);
 int gguf_writer_write(gguf_writer *w, const void *data, uint64_t n, char *err);
 int gguf_writer_finish(gguf_writer *w, char *err);
+/* Instead of writing data: flushes the header (with every tensor's offset) and closes, leaving a
+ * header-only file that gguf_open_header reads and gguf_open refuses (synth --header-only). */
+int gguf_writer_finish_header(gguf_writer *w, char *err);
 
 #endif

@@ -323,14 +323,8 @@ int gguf_writer_write(gguf_writer *w, const void *data, uint64_t n, char *err) {
     return advance(w, err);
 }
 
-int gguf_writer_finish(gguf_writer *w, char *err) {
-    if (!w->begun || w->failed) return dsf_seterr(err, "gguf writer: finish before begin or after a failure");
-    if (advance(w, err)) return -1;
-    if (w->cur < w->n_t) {
-        w->failed = true;
-        return dsf_seterr(err, "gguf writer: tensor '%s': %llu of %llu bytes written", w->t[w->cur].name,
-                          (unsigned long long)w->cur_done, (unsigned long long)w->t[w->cur].nbytes);
-    }
+/* Flushes, fsyncs and closes the output. */
+static int close_out(gguf_writer *w, char *err) {
     if (flush_buf(w, err)) return -1;
     if (fsync(w->fd) != 0 && errno != EINVAL && errno != EROFS) {
         w->failed = true;
@@ -343,4 +337,21 @@ int gguf_writer_finish(gguf_writer *w, char *err) {
         return dsf_seterr(err, "%s: close failed: %s", w->path, strerror(errno));
     }
     return 0;
+}
+
+int gguf_writer_finish(gguf_writer *w, char *err) {
+    if (!w->begun || w->failed) return dsf_seterr(err, "gguf writer: finish before begin or after a failure");
+    if (advance(w, err)) return -1;
+    if (w->cur < w->n_t) {
+        w->failed = true;
+        return dsf_seterr(err, "gguf writer: tensor '%s': %llu of %llu bytes written", w->t[w->cur].name,
+                          (unsigned long long)w->cur_done, (unsigned long long)w->t[w->cur].nbytes);
+    }
+    return close_out(w, err);
+}
+
+int gguf_writer_finish_header(gguf_writer *w, char *err) {
+    if (!w->begun || w->failed || w->cur || w->cur_done)
+        return dsf_seterr(err, "gguf writer: header-only finish needs begin and no tensor data");
+    return close_out(w, err);
 }

@@ -12,8 +12,10 @@
 #include "test.h"
 #include "dsflash.h"
 #include "io/gguf.h"
+#include "kernels/dtype.h"
 #include "kernels/quant.h"
 #include "convert/synth.h"
+#include "tmodel.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -272,4 +274,86 @@ TEST(synth_tiny_engine_runs) {
         dsf_session_free(s);
         dsf_engine_close(e);
     }
+}
+
+/* ---- quantized types (synth_write_opts, synth_add_tensor) ---- */
+
+static void add_every_block_type(tm_model *m, void *ud) {
+    (void)ud;
+    for (uint32_t ty = 0; ty < GGML_TYPE_COUNT; ty++) {
+        if (ggml_blck_size(ty) <= 1 || !ggml_type_supported(ty)) continue;
+        char name[64];
+        snprintf(name, sizeof name, "synth_q.%s.weight", ggml_type_name(ty));
+        const int64_t ne[2] = {512, 8}; /* 512: whole blocks of 32, 64, 128 and 256 */
+        synth_add_tensor(m, name, ty, 2, ne);
+    }
+}
+
+/* Guards against: quantized blocks with random f16/e8m0/ue4m3 scale bits (NaN, Inf, or values
+ * like 6e4 that overflow any matmul), which made a "synth --type Q2_K" model unusable. Every
+ * block type the dequantizer knows decodes to finite values below 4, and not all zero. Bound:
+ * the scales are at most 1/(64 sqrt(512)) = 6.9e-4 here, and the largest code x sub-scale of
+ * any layout (TYPE.json) is 127 x 32 = 4064 (Q6_K, IQ4_XS), so |v| <= 2.8. */
+TEST(synth_quant_blocks_finite) {
+    tm_params p;
+    tm_params_default(&p);
+    char err[DSF_ERR_LEN] = "";
+    const char *path = tm_path("synth-blocks");
+    CHECKF(tm_write(&p, path, add_every_block_type, NULL, err) == 0, "%s", err);
+    gguf_file *f = gguf_open(path, err);
+    CHECKF(f, "%s", err);
+    float row[512];
+    int n_types = 0;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *x = &f->tensors[i];
+        if (strncmp(x->name, "synth_q.", 8)) continue;
+        n_types++;
+        float amax = 0;
+        bool finite = true;
+        for (int64_t r = 0; r < x->ne[1]; r++) {
+            dequant_row(x->type, x->data + r * x->row_bytes, row, 512);
+            for (int k = 0; k < 512; k++) {
+                finite &= isfinite(row[k]) != 0;
+                if (fabsf(row[k]) > amax) amax = fabsf(row[k]);
+            }
+        }
+        if (!finite || !(amax > 0 && amax < 4.0f)) {
+            char name[64];
+            snprintf(name, sizeof name, "%s", x->name);
+            gguf_close(f);
+            CHECKF(0, "%s: finite %d, max |v| %g", name, finite, (double)amax);
+        }
+    }
+    gguf_close(f);
+    CHECKF(n_types >= 26, "%d block types", n_types); /* the 26 of testdata/quants less Q8_K, plus Q8_1 */
+}
+
+/* Guards against: a --type whose blocks do not divide a tensor's ne0 written anyway (a file no
+ * reader accepts) or refused, instead of the documented fallback (Q8_0 when 32 divides ne0,
+ * else F16) with a note; and --expert-type not reaching the experts. The tiny preset's widths
+ * are 32..512, so Q4_K (256 per block) fits some and not others. */
+TEST(synth_type_fallback) {
+    char err[DSF_ERR_LEN] = "", note[DSF_ERR_LEN] = "";
+    const char *path = tm_path("synth-fallback");
+    const synth_write_opts o = {false, GGML_TYPE_Q4_K, GGML_TYPE_Q2_K};
+    CHECKF(synth_write_ex("tiny", path, 3, &o, note, sizeof note, NULL, err) == 0, "%s", err);
+    CHECKF(strstr(note, "fell back"), "note '%s'", note);
+    gguf_file *f = gguf_open(path, err);
+    CHECKF(f, "%s", err);
+    int bad = -1;
+    for (uint64_t i = 0; i < f->n_tensors && bad < 0; i++) {
+        const gguf_tensor *x = &f->tensors[i];
+        bool exps = strstr(x->name, "_exps.") != NULL;
+        uint32_t want = exps ? GGML_TYPE_Q2_K : GGML_TYPE_Q4_K;
+        if (!exps && (x->n_dims < 2 || strstr(x->name, "hc_") || strstr(x->name, "ffn_gate_inp") ||
+                      strstr(x->name, "engram_gate")))
+            want = GGML_TYPE_F32;
+        else if (x->ne[0] % 256) /* Q4_K and Q2_K: 256 per block (gguf-layout §1.4) */
+            want = x->ne[0] % 32 ? GGML_TYPE_F16 : GGML_TYPE_Q8_0;
+        if (x->type != want) bad = (int)i;
+    }
+    const char *name = bad >= 0 ? f->tensors[bad].name : "";
+    uint32_t got = bad >= 0 ? f->tensors[bad].type : 0;
+    gguf_close(f);
+    CHECKF(bad < 0, "%s: type %s", name, ggml_type_name(got));
 }
