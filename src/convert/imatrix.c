@@ -103,6 +103,7 @@ imatrix *imatrix_open(const char *path, char *err) {
     return m;
 fail:
     dsf_prefixerr(err, "imatrix %s", path);
+    dsf_err_oneline(err); /* tensor names come from the file */
     imatrix_close(m);
     return NULL;
 }

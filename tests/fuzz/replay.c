@@ -19,6 +19,7 @@
 #include "fuzz_common.h"
 #include "fuzz_chat.c"
 #include "fuzz_dsml.c"
+#include "fuzz_imatrix.c"
 #include "fuzz_model.c"
 #include "fuzz_safetensors.c"
 #include "fuzz_sampler.c"
@@ -265,6 +266,14 @@ TEST(replay_safetensors) {
     static const char t1[] = "\x00\x3c\x00\x00\x00\x00\x00\x00\x00{\"w\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}   \x01\x02\x03\x04";
     fi_add(&s, t1, sizeof t1 - 1);
     int total, acc = fi_run("safetensors", &s, 500, fz_safetensors_one, &total);
+    FI_CHECK_MIX(acc, total);
+}
+
+TEST(replay_imatrix) {
+    fi_seeds s = {0};
+    fi_add_dir(&s, "fuzz_imatrix");
+    CHECKF(s.n > 0, "no seed under tests/fuzz/seeds/fuzz_imatrix");
+    int total, acc = fi_run("imatrix", &s, 400, fz_imatrix_one, &total);
     FI_CHECK_MIX(acc, total);
 }
 
