@@ -1,5 +1,5 @@
 /* cmd_synth.c: `dsflash synth --preset tiny|bench|real OUT.gguf [--seed S] [--header-only]
- * [--type T] [--expert-type T]`: writes a random-weight deepseek41 GGUF in the exact layout
+ * [--type T] [--expert-type T] [--recipe R]`: writes a random-weight deepseek41 GGUF in the exact layout
  * (src/convert/synth.c), or its header alone. */
 #include "cmd.h"
 #include "convert/synth.h"
@@ -15,7 +15,7 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: dsflash synth --preset tiny|bench|real OUT.gguf [--seed S] [--header-only]\n"
-               "                     [--type TYPE] [--expert-type TYPE]\n"
+               "                     [--type TYPE] [--expert-type TYPE] [--recipe R]\n"
                "\n"
                "Writes a random-weight deepseek41 GGUF in the exact layout of a converted V4.1-Flash.\n"
                "  tiny    tiny41's topology (hidden 128, 8 layers, every layer role) with a usable\n"
@@ -28,9 +28,11 @@ static void usage(FILE *f) {
                "  --header-only     the keys and tensor infos with their offsets, no tensor data (a small file)\n"
                "  --type T          ggml type (Q8_0, Q4_K, ...) of every quantizable matrix; 1-D tensors, norms,\n"
                "                    biases, the router, engram_gate and hc_* stay F32. A tensor whose ne0 is not\n"
-               "                    a whole number of T's blocks falls back to Q8_0 (else F16), with a note\n"
+               "                    a whole number of T's blocks falls back as `dsflash quantize` does, with a note\n"
                "  --expert-type T   ggml type of the routed experts (default: --type's if given, like\n"
-               "                    llama-quantize, else the preset's MXFP4)\n");
+               "                    llama-quantize, else the preset's MXFP4)\n"
+               "  --recipe R        every tensor gets the type `dsflash quantize R` would give it (Q4_K_M, Q2_K, ...;\n"
+               "                    see its --help); instead of --type/--expert-type\n");
 }
 
 /* A ggml type by name (case-insensitive), -1 if none has a block size. */
@@ -47,10 +49,12 @@ static int cmd_synth(int argc, char **argv) {
     }
     const char *preset = NULL, *out = NULL;
     uint64_t seed = 1;
-    synth_write_opts o = {false, SYNTH_TYPE_KEEP, SYNTH_TYPE_KEEP};
+    synth_write_opts o = {false, SYNTH_TYPE_KEEP, SYNTH_TYPE_KEEP, NULL};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--preset") && i + 1 < argc) {
             preset = argv[++i];
+        } else if (!strcmp(argv[i], "--recipe") && i + 1 < argc) {
+            o.recipe = argv[++i];
         } else if (!strcmp(argv[i], "--header-only")) {
             o.header_only = true;
         } else if ((!strcmp(argv[i], "--type") || !strcmp(argv[i], "--expert-type")) && i + 1 < argc) {

@@ -44,8 +44,6 @@ typedef struct {
     qtensor *t;            /* [f->n_tensors], in the input's order */
 } qplan;
 
-static double bpw(uint32_t type) { return 8.0 * ggml_type_size(type) / ggml_blck_size(type); }
-
 static uint64_t n_rows(const gguf_tensor *t) { return (uint64_t)(t->ne[1] * t->ne[2] * t->ne[3]); }
 
 /* ================================================================ the plan */
@@ -86,10 +84,9 @@ static void plan_types(qplan *p, const quantize_opts *o, pcre2_code **re) {
         if (q->qc != QC_KEEP) {
             int k = match_override(o, re, t->name);
             type = q->want = k >= 0 ? o->tt[k].type : p->r->type[q->qc];
-            uint32_t fb = quantize_fallback_type(type, t->ne[0]);
-            if (k < 0 && q->qc == QC_EXPERTS && t->type == GGML_TYPE_MXFP4 && bpw(fb) >= bpw(GGML_TYPE_MXFP4))
-                fb = GGML_TYPE_MXFP4; /* requantizing MXFP4 into as many bits or more only loses */
-            else if (fb != type)
+            uint32_t fb = k >= 0 ? quantize_fallback_type(type, t->ne[0])
+                                 : quantize_recipe_type(p->r, t->name, t->n_dims, t->type, t->ne[0]);
+            if (fb != type && fb != GGML_TYPE_MXFP4)
                 dsf_log(1, "quantize: %s: ne0 %lld is not a multiple of %s's block size %u: %s instead", t->name,
                         (long long)t->ne[0], ggml_type_name(type), ggml_blck_size(type), ggml_type_name(fb));
             type = fb;

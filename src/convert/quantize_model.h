@@ -44,6 +44,14 @@ int quantize_tensor_class(const char *name, uint32_t n_dims, uint32_t src_type);
 /* The type a row of ne0 values gets when `type` does not fit it (ne0 % block != 0); type
  * itself when it fits. */
 uint32_t quantize_fallback_type(uint32_t type, int64_t ne0);
+/* The type a recipe gives a tensor (name, dims, its type in the source, its ne0), without
+ * --tensor-type: src_type for QC_KEEP; else the class's type, then the block-size fallback,
+ * except that routed experts already in MXFP4 stay MXFP4 when that type has at least
+ * MXFP4's bits per weight. Shared by `dsflash quantize` and `dsflash synth --recipe`. */
+uint32_t quantize_recipe_type(const quantize_recipe *r, const char *name, uint32_t n_dims, uint32_t src_type,
+                              int64_t ne0);
+/* Bits per weight of a ggml type. */
+double quantize_bpw(uint32_t type);
 
 typedef struct {
     const char *pattern;       /* PCRE2 regex on the tensor name */

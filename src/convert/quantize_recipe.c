@@ -111,3 +111,15 @@ uint32_t quantize_fallback_type(uint32_t type, int64_t ne0) {
     }
     return ne0 % ggml_blck_size(f) == 0 ? f : GGML_TYPE_BF16;
 }
+
+double quantize_bpw(uint32_t type) { return 8.0 * ggml_type_size(type) / ggml_blck_size(type); }
+
+uint32_t quantize_recipe_type(const quantize_recipe *r, const char *name, uint32_t n_dims, uint32_t src_type,
+                              int64_t ne0) {
+    int qc = quantize_tensor_class(name, n_dims, src_type);
+    if (qc == QC_KEEP) return src_type;
+    uint32_t fb = quantize_fallback_type(r->type[qc], ne0);
+    if (qc == QC_EXPERTS && src_type == GGML_TYPE_MXFP4 && quantize_bpw(fb) >= quantize_bpw(GGML_TYPE_MXFP4))
+        return GGML_TYPE_MXFP4; /* requantizing MXFP4 into as many bits or more only loses */
+    return fb;
+}

@@ -590,7 +590,7 @@ int synth_write(const char *name, const char *path, uint64_t seed, char *err) {
 /* path NULL: lays out the tensors only (no keys, no tokenizer) to count their bytes. */
 int synth_write_ex(const char *name, const char *path, uint64_t seed, const synth_write_opts *o, char *note,
                    size_t cap, uint64_t *data_bytes, char *err) {
-    static const synth_write_opts defaults = {false, SYNTH_TYPE_KEEP, SYNTH_TYPE_KEEP};
+    static const synth_write_opts defaults = {false, SYNTH_TYPE_KEEP, SYNTH_TYPE_KEEP, NULL};
     const preset *p = find_preset(name);
     if (!o) o = &defaults;
     if (note && cap) note[0] = 0;
@@ -607,7 +607,7 @@ int synth_write_ex(const char *name, const char *path, uint64_t seed, const synt
         build_tensors(p, m, e.rows);
         engram_free(&e);
     }
-    int rc = synth_quantize(m, o->type, o->expert_type, note, cap, err);
+    int rc = o->recipe ? synth_quantize_recipe(m, o->recipe, err) : synth_quantize(m, o->type, o->expert_type, note, cap, err);
     if (!rc && data_bytes) {
         *data_bytes = synth_model_data_bytes(m);
         if (!*data_bytes) rc = dsf_seterr(err, "synth: a tensor's size is unknown");

@@ -13,9 +13,11 @@
  *
  * Types: synth_write_opts.type retypes every quantizable matrix (the 2-D BF16 ones, Engram
  * table and embeddings included) and .expert_type the routed experts; what llama-quantize keeps
- * F32 stays F32 (1-D tensors, norms, biases, the router ffn_gate_inp, engram_gate, hc_*). A
- * tensor whose ne0 is not a whole number of the type's blocks falls back to Q8_0, else F16,
- * and the fallback is reported. Quantized blocks are random codes with finite, small scales.
+ * F32 stays F32, and a tensor whose ne0 is not a whole number of the type's blocks falls back,
+ * both by `dsflash quantize`'s rules (convert/quantize_model.h: quantize_tensor_class,
+ * quantize_fallback_type); the fallbacks are reported. synth_write_opts.recipe instead gives
+ * every tensor the type a `dsflash quantize` recipe would (quantize_recipe_type). Quantized
+ * blocks are random codes with finite, small scales.
  *
  * A model is built in two steps: synth_model_new() lays out the keys (§2.3/§2.4, and the
  * tokenizer's) and the tensor list (§3.2, in the converter's order §3.4) of a parameter set;
@@ -84,6 +86,7 @@ typedef struct {
     bool header_only;   /* the keys and tensor infos (with their offsets), no tensor data */
     int type;           /* ggml type of the quantizable matrices, or SYNTH_TYPE_KEEP */
     int expert_type;    /* ggml type of the routed experts, or SYNTH_TYPE_KEEP */
+    const char *recipe; /* NULL, or a `dsflash quantize` recipe name (then type/expert_type are unused) */
 } synth_write_opts;
 
 /* synth_write with options (o NULL: the defaults, which synth_write uses). note (cap bytes,
@@ -110,6 +113,9 @@ int synth_model_write_header(const synth_model *m, const char *path, char *err);
 /* Retypes as synth_write_opts describes (type / expert_type may be SYNTH_TYPE_KEEP). 0, or -1
  * with err for a type with no known block size; note as in synth_write_ex. */
 int synth_quantize(synth_model *m, int type, int expert_type, char *note, size_t cap, char *err);
+/* Gives every tensor the type recipe gives it (quantize_recipe_type) and sets general.file_type
+ * to the recipe's. 0, or -1 with err for an unknown recipe. */
+int synth_quantize_recipe(synth_model *m, const char *recipe, char *err);
 
 /* Keys. Setters replace the value (and type) of an existing key in place, or append it. */
 int synth_drop_key(synth_model *m, const char *key); /* 0, or -1 if absent */

@@ -9,6 +9,7 @@
  * Invariant: a tensor's data is a function of (seed, name, type, distribution) only, in
  * element order; keys are written in list order, tensors in list order. */
 #include "convert/synth_impl.h"
+#include "convert/quantize_model.h"
 #include "io/gguf.h"
 #include "kernels/quant.h"
 
@@ -288,15 +289,6 @@ int synth_retype_tensor(synth_model *m, const char *name, uint32_t type) {
     return 0;
 }
 
-/* What llama-quantize keeps F32: 1-D tensors, norms, biases, the router, the Engram gate and
- * the hyper-connection tensors. */
-static bool keeps_f32(const stensor *t) {
-    const char *n = t->name;
-    size_t len = strlen(n);
-    return t->n_dims < 2 || (len >= 12 && !strcmp(n + len - 12, "_norm.weight")) || strstr(n, ".bias") ||
-           strstr(n, "ffn_gate_inp.") || strstr(n, "engram_gate.") || strstr(n, ".hc_");
-}
-
 int synth_quantize(synth_model *m, int type, int expert_type, char *note, size_t cap, char *err) {
     const int want[2] = {type, expert_type};
     for (int k = 0; k < 2; k++)
@@ -307,18 +299,27 @@ int synth_quantize(synth_model *m, int type, int expert_type, char *note, size_t
     uint32_t first_to = 0;
     for (int i = 0; i < m->n_t; i++) {
         stensor *t = &m->t[i];
-        int to = strstr(t->name, "_exps.") ? expert_type : keeps_f32(t) ? SYNTH_TYPE_KEEP : type;
+        int qc = quantize_tensor_class(t->name, t->n_dims, t->type);
+        int to = qc == QC_KEEP ? SYNTH_TYPE_KEEP : qc == QC_EXPERTS ? expert_type : type;
         if (to == SYNTH_TYPE_KEEP) continue;
-        uint32_t ty = (uint32_t)to;
-        if (t->ne[0] % ggml_blck_size(ty)) { /* a partial block: the nearest type that fits */
-            ty = t->ne[0] % ggml_blck_size(GGML_TYPE_Q8_0) ? GGML_TYPE_F16 : GGML_TYPE_Q8_0;
-            if (!n_fallback++) first = t->name, first_to = ty;
-        }
+        uint32_t ty = quantize_fallback_type((uint32_t)to, t->ne[0]);
+        if (ty != (uint32_t)to && !n_fallback++) first = t->name, first_to = ty;
         t->type = ty;
     }
     if (n_fallback && note && cap)
         snprintf(note, cap, "%d tensor(s) have an ne0 that is not a whole number of blocks and fell back "
                  "(first: '%s' to %s)", n_fallback, first, ggml_type_name(first_to));
+    return 0;
+}
+
+int synth_quantize_recipe(synth_model *m, const char *recipe, char *err) {
+    const quantize_recipe *r = quantize_recipe_find(recipe);
+    if (!r) return dsf_seterr(err, "synth: unknown recipe '%s' (see dsflash quantize --help)", recipe);
+    for (int i = 0; i < m->n_t; i++) {
+        stensor *t = &m->t[i];
+        t->type = quantize_recipe_type(r, t->name, t->n_dims, t->type, t->ne[0]);
+    }
+    synth_set_u32(m, "general.file_type", r->ftype);
     return 0;
 }
 

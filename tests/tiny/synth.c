@@ -329,13 +329,14 @@ TEST(synth_quant_blocks_finite) {
 }
 
 /* Guards against: a --type whose blocks do not divide a tensor's ne0 written anyway (a file no
- * reader accepts) or refused, instead of the documented fallback (Q8_0 when 32 divides ne0,
- * else F16) with a note; and --expert-type not reaching the experts. The tiny preset's widths
- * are 32..512, so Q4_K (256 per block) fits some and not others. */
+ * reader accepts) or refused, instead of the documented fallback (`dsflash quantize`'s: Q4_K ->
+ * Q5_0, Q2_K -> Q4_0 when 32 divides ne0, else BF16) with a note; and --expert-type not reaching
+ * the experts. The tiny preset's widths are 32..512, so Q4_K (256 per block) fits some and not
+ * others. */
 TEST(synth_type_fallback) {
     char err[DSF_ERR_LEN] = "", note[DSF_ERR_LEN] = "";
     const char *path = tm_path("synth-fallback");
-    const synth_write_opts o = {false, GGML_TYPE_Q4_K, GGML_TYPE_Q2_K};
+    const synth_write_opts o = {false, GGML_TYPE_Q4_K, GGML_TYPE_Q2_K, NULL};
     CHECKF(synth_write_ex("tiny", path, 3, &o, note, sizeof note, NULL, err) == 0, "%s", err);
     CHECKF(strstr(note, "fell back"), "note '%s'", note);
     gguf_file *f = gguf_open(path, err);
@@ -348,8 +349,10 @@ TEST(synth_type_fallback) {
         if (!exps && (x->n_dims < 2 || strstr(x->name, "hc_") || strstr(x->name, "ffn_gate_inp") ||
                       strstr(x->name, "engram_gate")))
             want = GGML_TYPE_F32;
-        else if (x->ne[0] % 256) /* Q4_K and Q2_K: 256 per block (gguf-layout §1.4) */
-            want = x->ne[0] % 32 ? GGML_TYPE_F16 : GGML_TYPE_Q8_0;
+        else if (x->ne[0] % 256) /* Q4_K and Q2_K: 256 per block (gguf-layout §1.4); the fallbacks that
+                                  * `dsflash quantize --help` states: Q4_K -> Q5_0, Q2_K -> Q4_0 (32 per
+                                  * block), else BF16 */
+            want = x->ne[0] % 32 ? GGML_TYPE_BF16 : exps ? GGML_TYPE_Q4_0 : GGML_TYPE_Q5_0;
         if (x->type != want) bad = (int)i;
     }
     const char *name = bad >= 0 ? f->tensors[bad].name : "";

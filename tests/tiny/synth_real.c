@@ -13,6 +13,7 @@
 #include "test.h"
 #include "base/util.h"
 #include "io/gguf.h"
+#include "kernels/quant.h"
 #include "kernels/dtype.h"
 #include "convert/synth.h"
 
@@ -30,9 +31,9 @@ static const char *real_path(const char *stem) {
 }
 
 /* Writes the real preset header-only with the given types; the file or NULL. */
-static gguf_file *open_real(test_ctx *t, const char *stem, int type, int expert_type) {
+static gguf_file *open_real_ex(test_ctx *t, const char *stem, int type, int expert_type, const char *recipe) {
     char err[DSF_ERR_LEN] = "", note[DSF_ERR_LEN];
-    const synth_write_opts o = {true, type, expert_type};
+    const synth_write_opts o = {true, type, expert_type, recipe};
     const char *path = real_path(stem);
     if (synth_write_ex("real", path, 1, &o, note, sizeof note, NULL, err) < 0) {
         test_fail(t, __FILE__, __LINE__, "synth_write_ex: %s", err);
@@ -41,6 +42,10 @@ static gguf_file *open_real(test_ctx *t, const char *stem, int type, int expert_
     gguf_file *f = gguf_open_header(path, err);
     if (!f) test_fail(t, __FILE__, __LINE__, "gguf_open_header: %s", err);
     return f;
+}
+
+static gguf_file *open_real(test_ctx *t, const char *stem, int type, int expert_type) {
+    return open_real_ex(t, stem, type, expert_type, NULL);
 }
 
 static int is_expert(const char *name) { return strstr(name, "_exps.") != NULL; }
@@ -131,4 +136,37 @@ TEST(synth_real_types_and_bytes) {
     CHECKF(n_q8 == 3 + 8 * 40 + 4 + 3 + 4 + 16 + 2, "%d matrices retyped", n_q8);
     gguf_close(a);
     gguf_close(b);
+}
+
+/* Guards against: --recipe giving a tensor another type than `dsflash quantize` states for the
+ * recipe. Expected, from `dsflash quantize --help`'s table for Q4_K_M (ftype 15): routed experts
+ * Q4_K, but experts already MXFP4 stay MXFP4 (Q4_K has >= its 4.25 bits per weight); dense
+ * projections and shared experts Q5_K; Engram table and token embedding Q4_K; LM head Q6_K;
+ * 1-D tensors, norms, the router, engram_gate and hc_* kept. Every real-model ne0 is a multiple
+ * of 256, so no fallback applies. */
+TEST(synth_real_recipe) {
+    gguf_file *f = open_real_ex(t, "q4km", SYNTH_TYPE_KEEP, SYNTH_TYPE_KEEP, "Q4_K_M");
+    if (!f) return;
+    char err[DSF_ERR_LEN] = "";
+    uint32_t ft = 0;
+    CHECKF(gguf_get_u32(f, "general.file_type", &ft, err) == 0 && ft == 15, "general.file_type %u", ft);
+    int bad = -1;
+    uint32_t want = 0;
+    for (uint64_t i = 0; i < f->n_tensors && bad < 0; i++) {
+        const gguf_tensor *x = &f->tensors[i];
+        const char *n = x->name;
+        if (x->n_dims < 2 || strstr(n, "_norm.") || strstr(n, "ffn_gate_inp") || strstr(n, "engram_gate") ||
+            strstr(n, "hc_"))
+            want = GGML_TYPE_F32;
+        else if (is_expert(n)) want = GGML_TYPE_MXFP4;
+        else if (strstr(n, "_shexp.")) want = GGML_TYPE_Q5_K;
+        else if (!strcmp(n, "per_layer_token_embd.weight") || !strcmp(n, "token_embd.weight")) want = GGML_TYPE_Q4_K;
+        else if (!strcmp(n, "output.weight")) want = GGML_TYPE_Q6_K;
+        else want = GGML_TYPE_Q5_K;
+        if (x->type != want) bad = (int)i;
+    }
+    const char *name = bad >= 0 ? f->tensors[bad].name : "";
+    uint32_t got = bad >= 0 ? f->tensors[bad].type : 0;
+    gguf_close(f);
+    CHECKF(bad < 0, "%s: %s, want %s", name, ggml_type_name(got), ggml_type_name(want));
 }
