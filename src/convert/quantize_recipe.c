@@ -101,10 +101,10 @@ uint32_t quantize_fallback_type(uint32_t type, int64_t ne0) {
     uint32_t f;
     switch (type) {
     case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K: case GGML_TYPE_IQ1_S: case GGML_TYPE_IQ1_M: case GGML_TYPE_IQ2_XXS:
-    case GGML_TYPE_IQ2_XS: case GGML_TYPE_IQ2_S: case GGML_TYPE_IQ3_XXS: case GGML_TYPE_IQ3_S:
-        f = GGML_TYPE_Q4_0;
+    case GGML_TYPE_IQ2_XS: case GGML_TYPE_IQ2_S: case GGML_TYPE_IQ3_XXS: case GGML_TYPE_IQ3_S: case GGML_TYPE_IQ4_XS:
+        f = GGML_TYPE_IQ4_NL;
         break;
-    case GGML_TYPE_Q4_K: case GGML_TYPE_IQ4_XS: f = GGML_TYPE_Q5_0; break;
+    case GGML_TYPE_Q4_K: f = GGML_TYPE_Q5_0; break;
     case GGML_TYPE_Q5_K: f = GGML_TYPE_Q5_1; break;
     case GGML_TYPE_Q6_K: f = GGML_TYPE_Q8_0; break;
     default: f = GGML_TYPE_BF16; break;

@@ -104,7 +104,9 @@ TEST(quantize_k_types_q2_k) {
 
 /* The fallbacks --help states, and the classes of the never-quantized tensors. */
 TEST(quantize_rules_as_stated) {
-    CHECK(quantize_fallback_type(GGML_TYPE_Q2_K, 128) == GGML_TYPE_Q4_0);
+    CHECK(quantize_fallback_type(GGML_TYPE_Q2_K, 128) == GGML_TYPE_IQ4_NL);
+    CHECK(quantize_fallback_type(GGML_TYPE_IQ4_XS, 128) == GGML_TYPE_IQ4_NL);
+    CHECK(quantize_fallback_type(GGML_TYPE_IQ2_XXS, 64) == GGML_TYPE_IQ4_NL);
     CHECK(quantize_fallback_type(GGML_TYPE_Q4_K, 64) == GGML_TYPE_Q5_0);
     CHECK(quantize_fallback_type(GGML_TYPE_Q5_K, 96) == GGML_TYPE_Q5_1);
     CHECK(quantize_fallback_type(GGML_TYPE_Q6_K, 32) == GGML_TYPE_Q8_0);
