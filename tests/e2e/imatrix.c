@@ -2,8 +2,9 @@
  *
  * Guards against: sums of squared activations taken from the wrong activation (another
  * layer's, before the norm, the wrong token rows) or credited to the wrong tensor or expert,
- * token counts per expert that do not follow the routing (imatrix_plain_prefill_matches_dumps,
- * against the official oracle's intermediates); a file that the imatrix reader refuses or that
+ * token counts per expert that do not follow the routing, rows counted per group or compressed
+ * row where the product's rows are those (imatrix_plain_prefill_matches_dumps, against the
+ * official oracle's intermediates and the README's row counts); a file that the imatrix reader refuses or that
  * lacks llama-imatrix's keys (imatrix_round_trip); a file `dsflash quantize` refuses or does not
  * use, or whose quantized model does not run (imatrix_quantize_uses_it); weights missed or
  * mis-mapped when the engine repacks the MXFP4 experts or copies the dense weights into memory
@@ -105,6 +106,17 @@ static int check_pair(const gguf_file *f, const char *w, int k, const float *x, 
     return 0;
 }
 
+/* counts[k] of weight w is want (for the weights whose inputs the oracle does not dump). */
+static int check_count(const gguf_file *f, const char *w, int k, int want, char *msg, size_t cap) {
+    char cn[128];
+    snprintf(cn, sizeof cn, "%s.counts", w);
+    const gguf_tensor *c = gguf_find_tensor(f, cn);
+    if (!c || c->ne[1] <= k) return snprintf(msg, cap, "%s: no counts of matrix %d", w, k), -1;
+    const float got = ((const float *)(const void *)c->data)[k];
+    if (got != (float)want) return snprintf(msg, cap, "%s[%d]: count %g, want %d", w, k, got, want), -1;
+    return 0;
+}
+
 TEST(imatrix_plain_prefill_matches_dumps) {
     NEED_SHARED(model, TINY41);
     golden g;
@@ -160,7 +172,22 @@ TEST(imatrix_plain_prefill_matches_dumps) {
             bad = check_pair(f, w, e, x, sel, T, D, worst, msg, sizeof msg);
             snprintf(w, sizeof w, "blk.%d.ffn_up_exps.weight", L);
             if (!bad) bad = check_pair(f, w, e, x, sel, T, D, worst, msg, sizeof msg);
+            int n = 0;
+            for (int it = 0; it < T; it++) n += sel[it];
+            snprintf(w, sizeof w, "blk.%d.ffn_down_exps.weight", L);
+            if (!bad) bad = check_count(f, w, e, n, msg, sizeof msg);
             checked += 2;
+        }
+        /* inputs not dumped: the counts. Every token once; the 2 output groups each once;
+         * the index keys once per compressed row: the README's 32 rows of ratio 2 (KV sources
+         * 2 and 4) and 64 of ratio 1 (KV source 5) in 64 tokens. */
+        static const struct { const char *name; int count; } once[] = {
+            {"attn_q_b", 64}, {"attn_output_a", 128}, {"attn_output_b", 64}, {"hc_ffn_fn", 64},
+            {"ffn_down_shexp", 64}, {"engram_kv", 64}, {"indexer.attn_q_b", 64}, {"indexer.attn_k", 0}};
+        for (size_t j = 0; j < sizeof once / sizeof once[0] && !bad; j++) {
+            snprintf(w, sizeof w, "blk.%d.%s.weight", L, once[j].name);
+            if (!gguf_find_tensor(m, w)) continue;
+            bad = check_count(f, w, 0, once[j].count ? once[j].count : L == 5 ? 64 : 32, msg, sizeof msg);
         }
         if (L > 0 && !bad) {
             snprintf(w, sizeof w, "blk.%d.hc_attn_fn.weight", L);
