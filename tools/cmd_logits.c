@@ -26,8 +26,7 @@ static int fail(const char *fmt, const char *a, const char *b) {
     return 1;
 }
 
-/* Parses ids separated by commas and/or whitespace. */
-static int parse_tokens(const char *s, int32_t **out, int *n, char *err) {
+int cli_parse_tokens(const char *s, int32_t **out, int *n, char *err) {
     int cap = 64, k = 0;
     int32_t *v = malloc((size_t)cap * sizeof *v);
     if (!v) return snprintf(err, DSF_ERR_LEN, "out of memory"), -1;
@@ -159,7 +158,7 @@ static int cmd_logits(int argc, char **argv) {
     if (tfile && read_text_file(tfile, &text, err) < 0) return fail("%s%s", err, "");
     int32_t *tok = NULL;
     int n = 0;
-    int rc = parse_tokens(tfile ? text : toks, &tok, &n, err);
+    int rc = cli_parse_tokens(tfile ? text : toks, &tok, &n, err);
     free(text);
     if (rc < 0) return fail("%s%s", err, "");
     if (rollback > n || snap > n) {

@@ -108,10 +108,8 @@ fail:
     return NULL;
 }
 
-int imatrix_find(const imatrix *m, const char *weight, int64_t n_in, int64_t n_mat, imatrix_entry *e, char *err) {
-    imatrix_entry key = {.weight = weight};
-    const imatrix_entry *x = bsearch(&key, m->e, (size_t)m->n, sizeof *m->e, cmp_entry);
-    if (!x) return 1;
+/* imatrix_find's checks; its messages quote the weight's name as given. */
+static int check_entry(const imatrix_entry *x, const char *weight, int64_t n_in, int64_t n_mat, char *err) {
     if (x->n_in != n_in || x->n_mat != n_mat)
         return dsf_seterr(err, "imatrix entry '%s' covers %lld columns x %lld matrices, the weight has %lld x %lld",
                           weight, (long long)x->n_in, (long long)x->n_mat, (long long)n_in, (long long)n_mat);
@@ -124,6 +122,17 @@ int imatrix_find(const imatrix *m, const char *weight, int64_t n_in, int64_t n_m
                 return dsf_seterr(err, "imatrix entry '%s': in_sum2[%lld][%lld] is %g (must be finite and >= 0)", weight,
                                   (long long)k, (long long)i, v);
         }
+    }
+    return 0;
+}
+
+int imatrix_find(const imatrix *m, const char *weight, int64_t n_in, int64_t n_mat, imatrix_entry *e, char *err) {
+    imatrix_entry key = {.weight = weight};
+    const imatrix_entry *x = bsearch(&key, m->e, (size_t)m->n, sizeof *m->e, cmp_entry);
+    if (!x) return 1;
+    if (check_entry(x, weight, n_in, n_mat, err)) {
+        dsf_err_oneline(err); /* the name comes from a file (the model's or the imatrix's) */
+        return -1;
     }
     *e = *x;
     return 0;

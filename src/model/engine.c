@@ -26,6 +26,11 @@ void dsf_engine_params_default(dsf_engine_params *p) {
     p->n_threads = 0;
 }
 
+void engine_set_mm_observer(dsf_engine *e, dsf_mm_observer fn, void *user) {
+    e->mm_obs = fn;
+    e->mm_obs_user = fn ? user : NULL;
+}
+
 dsf_engine *dsf_engine_open(const char *path, const dsf_engine_params *p, char *err) {
     dsf_engine_params def;
     if (!p) {

@@ -2,7 +2,8 @@
  * profiler and the DSF_DUMP dumps.
  * Owns: the range jobs and grains of the products (rows or tokens, guided; the decode
  * multi-product jobs claimed from both ends), the activation prep (FP8 QDQ, BF16 copies) and
- * the profile's process-wide counters.
+ * the profile's process-wide counters; calling the engine's product observer (model.h
+ * dsf_mm_observer, unset but for dsflash imatrix) at each product's entry.
  * Must not: call a mechanism (hc, attention, MoE, Engram) or name a tensor; change a value by
  * how it splits work (the kernels give every row and token the same bits whatever the range).
  * Invariant: a product of one projection always takes the same kernel family, so prefill and
@@ -233,6 +234,7 @@ static void run_mm(const fwd *f, const dsf_wmat *w, int64_t T, dsf_range_fn fn, 
 
 void fwd_mm(const fwd *f, const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy) {
     if (T <= 0) return;
+    if (f->e->mm_obs) f->e->mm_obs(f->e->mm_obs_user, w, x, NULL, T);
     mm_job j = {f->e->kern, w, x, T, ldy, y};
     run_mm(f, w, T, mm_range, mm_tok_range, &j, 0);
 }
@@ -292,6 +294,7 @@ bool fwd_to_bf16(const fwd *f, const float *x, int64_t T, int64_t n, uint16_t *x
 
 void fwd_mm_xb(const fwd *f, const dsf_wmat *w, const uint16_t *xb, int64_t T, float *y, int64_t ldy) {
     if (T <= 0) return;
+    if (f->e->mm_obs) f->e->mm_obs(f->e->mm_obs_user, w, NULL, xb, T);
     mmb_job j = {f->e->kern, w, xb, T, ldy, y};
     run_mm(f, w, T, mmb_range, mmb_tok_range, &j, 1);
 }
@@ -362,6 +365,7 @@ static void mm_multi(const fwd *f, int n, const dsf_wmat *const *w, const float 
     double t0 = prof_enabled() ? dsf_now() : 0;
     for (int i = 0; i < n; i++) {
         DSF_ASSERT(w[i]->n_in <= f->sc->xb_cap);
+        if (f->e->mm_obs) f->e->mm_obs(f->e->mm_obs_user, w[i], xq[i], NULL, 1);
         if (act && (i == 0 || xq[i] != xq[i - 1])) { /* a new activation: its BF16 copy, if exact */
             if (used + w[i]->n_in > f->sc->xb_cap) { /* full: run what refers to it first */
                 run_units(f, units, nu);

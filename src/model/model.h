@@ -97,6 +97,15 @@ typedef struct {
     dsf_layer *layers;
 } dsf_weights;
 
+/* An observer of the forward pass's products (dsflash imatrix; engine_set_mm_observer): called
+ * once per product, on the thread that issues it and before the product runs, with the weight
+ * view w (w->data points into the engine's copy of the weight: the file mapping, a repacked or
+ * resident copy, a widened fp32 copy; an expert or a group of a stacked tensor is a slice of
+ * it) and the T activation rows [T][w->n_in] exactly as the product receives them: fp32 in x,
+ * or BF16 bits in xb (the other is NULL). In reference numerics these are the inputs after
+ * the activation prep (FP8 QDQ of FP8/FP4 projections); in plain numerics the raw inputs. */
+typedef void (*dsf_mm_observer)(void *user, const dsf_wmat *w, const float *x, const uint16_t *xb, int64_t T);
+
 /* RoPE cos/sin are computed per position on the fly from these frequencies. */
 typedef struct {
     float *freq_main;     /* [n_rot/2] */
@@ -119,7 +128,13 @@ struct dsf_engine {
     void *dense_map; /* the dense weights copied at open (residency.c), or NULL */
     size_t dense_size;
     uint64_t copied_orig; /* file bytes the two copies replace */
+    dsf_mm_observer mm_obs; /* NULL (the default): no observer, one branch per product */
+    void *mm_obs_user;
 };
+
+/* engine.c: installs (fn != NULL) or removes the products' observer. Not thread-safe: set it
+ * while no forward runs; the observer then sees the products of every session of e. */
+void engine_set_mm_observer(dsf_engine *e, dsf_mm_observer fn, void *user);
 
 /* shape.c */
 int shape_load(dsf_shape *s, const gguf_file *f, char *err);
