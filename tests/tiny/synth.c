@@ -350,12 +350,13 @@ TEST(synth_type_fallback) {
                       strstr(x->name, "engram_gate")))
             want = GGML_TYPE_F32;
         else if (x->ne[0] % 256) /* Q4_K and Q2_K: 256 per block (gguf-layout §1.4); the fallbacks that
-                                  * `dsflash quantize --help` states: Q4_K -> Q5_0, Q2_K -> Q4_0 (32 per
+                                  * `dsflash quantize --help` states: Q4_K -> Q5_0, Q2_K -> IQ4_NL (32 per
                                   * block), else BF16 */
-            want = x->ne[0] % 32 ? GGML_TYPE_BF16 : exps ? GGML_TYPE_Q4_0 : GGML_TYPE_Q5_0;
+            want = x->ne[0] % 32 ? GGML_TYPE_BF16 : exps ? GGML_TYPE_IQ4_NL : GGML_TYPE_Q5_0;
         if (x->type != want) bad = (int)i;
     }
-    const char *name = bad >= 0 ? f->tensors[bad].name : "";
+    char name[GGUF_MAX_NAME];
+    snprintf(name, sizeof name, "%s", bad >= 0 ? f->tensors[bad].name : "");
     uint32_t got = bad >= 0 ? f->tensors[bad].type : 0;
     gguf_close(f);
     CHECKF(bad < 0, "%s: type %s", name, ggml_type_name(got));
