@@ -5,7 +5,7 @@
  *
  * Owns: the grid search, the scale search and the bit packing of the three layouts (TYPE.json of
  * ../shared/testdata/quants), written to be read by dequant.c's decoders.
- * Must not: allocate (a super-block's scratch, about 70 KiB, is on the stack), do I/O, keep state,
+ * Must not: allocate (a super-block's scratch, about 60 KiB, is on the stack), do I/O, keep state,
  * or contract floating-point expressions.
  * Invariant: as quantize_impl.h's: finite inputs, weights >= 0 with a positive sum; every byte
  * of the block is written. IQ2_XXS/IQ2_XS store 7 sign bits per sub-group; the decoder's 8th is
@@ -148,23 +148,41 @@ static void hull_between(const iq2_scratch *s, uint16_t *ids, int cnt, int a, in
     hull_between(s, ids + nl, nr - nl, k, b, h);
 }
 
-/* Sub-group x (8 values, weights w): its hull over t in [0, inf). */
+/* Sub-group x (8 values, weights w): its hull over t in [0, inf). Its ends: the best entry at
+ * t = 0 (the largest P, then the smallest Q) and, as t grows, entry 0 (all values 8, the grids'
+ * first entry: no entry has a smaller Q, as every grid value is >= 8). */
 static void iq2_hull(const iq2_fmt *f, const float *x, const float *w, iq2_scratch *s, iq2_sub *h) {
     iq2_scores(f, x, w, s, &h->c);
     const float *P = s->P, *Q = s->Q;
-    int A = 0, B = 0; /* the best at t = 0 (largest P, then smallest Q) and as t grows (smallest Q) */
-    for (int n = 1; n < f->n; n++) {
+    int A = 0;
+    for (int n = 1; n < f->n; n++)
         if (P[n] > P[A] || (P[n] == P[A] && Q[n] < Q[A])) A = n;
-        if (Q[n] < Q[B] || (Q[n] == Q[B] && P[n] > P[B])) B = n;
-    }
     h->h = 0;
     hull_push(h, s, A);
-    if (A != B) {
-        int cnt = 0;
-        for (int n = 0; n < f->n; n++)
-            if (n != A && n != B) s->ids[cnt++] = (uint16_t)n;
-        hull_between(s, s->ids, cnt, A, B, h);
-        hull_push(h, s, B);
+    if (A != 0) {
+        /* The first step of hull_between over the whole grid, its passes cheap and their branches
+         * predictable: the best entry k at the knot of A and 0, then the few entries above the
+         * chord of A and k (kept from the front of ids) or of k and 0 (from the back). */
+        float tx = (P[A] - P[0]) / (Q[A] - Q[0]), best = P[0] - tx * Q[0];
+        int k = -1, nl = 0, nr = 0, N = f->n;
+        for (int n = 1; n < N; n++)
+            if (P[n] - tx * Q[n] > best && n != A) {
+                best = P[n] - tx * Q[n];
+                k = n;
+            }
+        if (k > 0 && Q[k] < Q[A] && Q[k] > Q[0]) {
+            float t1 = (P[A] - P[k]) / (Q[A] - Q[k]), b1 = P[A] - t1 * Q[A];
+            float t2 = (P[k] - P[0]) / (Q[k] - Q[0]), b2 = P[k] - t2 * Q[k];
+            for (int n = 1; n < N; n++) {
+                if (n == A || n == k) continue;
+                if (P[n] - t1 * Q[n] > b1) s->ids[nl++] = (uint16_t)n;
+                else if (P[n] - t2 * Q[n] > b2) s->ids[N - 1 - nr++] = (uint16_t)n;
+            }
+            hull_between(s, s->ids, nl, A, k, h);
+            if (h->h < IQ2_HMAX - 1) hull_push(h, s, k);
+            hull_between(s, s->ids + N - nr, nr, k, 0, h);
+        }
+        hull_push(h, s, 0);
     }
     for (int i = 0; i + 1 < h->h; i++) h->bp[i] = (h->p[i] - h->p[i + 1]) / (h->q[i] - h->q[i + 1]);
     h->bp[h->h - 1] = INFINITY;
