@@ -11,7 +11,7 @@
  * assignment and weighted least squares; the K-quants also refine the super-block scales
  * and the integer sub-block scales), minimizing sum_i w_i (x_i - deq_i)^2 with w_i = the
  * importance vector when one is given, else 1. Cost: roughly 30 (MXFP4) to 200 (Q5_K) ns per
- * weight on one core, about 300 (IQ2_XXS), 650 (IQ2_XS) and 850 (IQ2_S) for the grid types, so a
+ * weight on one core, about 250 (IQ2_XXS), 550 (IQ2_XS) and 750 (IQ2_S) for the grid types, so a
  * caller quantizing a large model splits rows over threads. */
 #ifndef DSF_QUANTIZE_H
 #define DSF_QUANTIZE_H

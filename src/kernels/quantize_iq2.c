@@ -53,14 +53,15 @@ typedef struct {
  * scores. */
 typedef struct {
     float v[8][IQ2_NMAX];
-    float P[IQ2_NMAX], Q[IQ2_NMAX];
+    float P[IQ2_NMAX], Q[IQ2_NMAX], V[IQ2_NMAX];
+    uint8_t fl[IQ2_NMAX];
     uint16_t ids[IQ2_NMAX];
 } iq2_scratch;
 
 /* ================================================================ sub-group hulls */
 
 /* P_n (parity-adjusted) and Q_n of every entry for values x, weights w. N is a constant in each
- * caller (iq2_scores inlines it three times) so that the loops over n vectorize. */
+ * caller (iq2_hull inlines hull_n three times) so that the loops over n vectorize. */
 static inline __attribute__((always_inline)) void scores_n(int N, bool odd, const float a[8], const float b[8],
                                                            const float (*restrict v)[IQ2_NMAX], float *restrict P,
                                                            float *restrict Q) {
@@ -82,23 +83,6 @@ static inline __attribute__((always_inline)) void scores_n(int N, bool odd, cons
         }
         P[n] -= 2.0f * r;
     }
-}
-
-static void iq2_scores(const iq2_fmt *f, const float *x, const float *w, iq2_scratch *s, double *c) {
-    float a[8], b[8];
-    int neg = 0;
-    double cc = 0;
-    for (int j = 0; j < 8; j++) {
-        a[j] = w[j] * fabsf(x[j]);
-        b[j] = w[j];
-        neg += x[j] < 0.0f;
-        cc += (double)w[j] * x[j] * x[j];
-    }
-    *c = cc;
-    bool odd = f->parity && (neg & 1);
-    if (f->n == 256) scores_n(256, odd, a, b, s->v, s->P, s->Q);
-    else if (f->n == 512) scores_n(512, odd, a, b, s->v, s->P, s->Q);
-    else scores_n(1024, odd, a, b, s->v, s->P, s->Q);
 }
 
 static void hull_push(iq2_sub *h, const iq2_scratch *s, int n) {
@@ -148,59 +132,89 @@ static void hull_between(const iq2_scratch *s, uint16_t *ids, int cnt, int a, in
     hull_between(s, ids + nl, nr - nl, k, b, h);
 }
 
-/* Sub-group x (8 values, weights w): its hull over t in [0, inf). Its ends: the best entry at
- * t = 0 (the largest P, then the smallest Q) and, as t grows, entry 0 (all values 8, the grids'
- * first entry: no entry has a smaller Q, as every grid value is >= 8). */
-static void iq2_hull(const iq2_fmt *f, const float *x, const float *w, iq2_scratch *s, iq2_sub *h) {
-    iq2_scores(f, x, w, s, &h->c);
+/* The last n with v[n] the largest of v[0..N) (N a multiple of 8): lane maxima, then the index,
+ * in loops that vectorize (a scalar running argmax does not). */
+static inline __attribute__((always_inline)) int argmax_n(int N, const float *restrict v) {
+    float lane[8];
+    for (int l = 0; l < 8; l++) lane[l] = v[l];
+    for (int n = 8; n < N; n += 8)
+        for (int l = 0; l < 8; l++) lane[l] = v[n + l] > lane[l] ? v[n + l] : lane[l];
+    float mx = lane[0];
+    for (int l = 1; l < 8; l++) mx = lane[l] > mx ? lane[l] : mx;
+    int k = 0;
+    for (int n = 0; n < N; n++) k = v[n] >= mx ? n : k;
+    return k;
+}
+
+/* The hull's ends and its first split over the whole grid (N entries), in passes that vectorize;
+ * the few entries left go to hull_between. The ends: A, the best entry at t = 0 (the largest P),
+ * and entry 0 (all values 8, the grids' first entry: no entry has a smaller Q, every grid value
+ * being >= 8), the best as t grows. Then k, the best at the knot of A and 0, and the entries
+ * above the chord of A and k (kept from the front of ids) or of k and 0 (from the back). */
+static inline __attribute__((always_inline)) void hull_n(int N, bool odd, const float a[8], const float b[8],
+                                                         iq2_scratch *s, iq2_sub *h) {
+    scores_n(N, odd, a, b, s->v, s->P, s->Q);
     const float *P = s->P, *Q = s->Q;
-    int A = 0;
-    for (int n = 1; n < f->n; n++)
-        if (P[n] > P[A] || (P[n] == P[A] && Q[n] < Q[A])) A = n;
+    float *V = s->V;
+    int A = argmax_n(N, P);
     h->h = 0;
     hull_push(h, s, A);
-    if (A != 0) {
-        /* The first step of hull_between over the whole grid, its passes cheap and their branches
-         * predictable: the best entry k at the knot of A and 0, then the few entries above the
-         * chord of A and k (kept from the front of ids) or of k and 0 (from the back). */
-        float tx = (P[A] - P[0]) / (Q[A] - Q[0]), best = P[0] - tx * Q[0];
-        int k = -1, nl = 0, nr = 0, N = f->n;
-        for (int n = 1; n < N; n++)
-            if (P[n] - tx * Q[n] > best && n != A) {
-                best = P[n] - tx * Q[n];
-                k = n;
+    if (A == 0) return;
+    float tx = (P[A] - P[0]) / (Q[A] - Q[0]), base = P[0] - tx * Q[0];
+    for (int n = 0; n < N; n++) V[n] = P[n] - tx * Q[n];
+    V[A] = V[0] = -INFINITY;
+    int k = argmax_n(N, V);
+    if (V[k] > base && Q[k] < Q[A] && Q[k] > Q[0]) {
+        float t1 = (P[A] - P[k]) / (Q[A] - Q[k]), b1 = P[A] - t1 * Q[A];
+        float t2 = (P[k] - P[0]) / (Q[k] - Q[0]), b2 = P[k] - t2 * Q[k];
+        uint8_t *fl = s->fl;
+        for (int n = 0; n < N; n++) fl[n] = (uint8_t)((P[n] - t1 * Q[n] > b1) | (P[n] - t2 * Q[n] > b2) << 1);
+        fl[A] = fl[k] = fl[0] = 0;
+        int nl = 0, nr = 0;
+        for (int n = 0; n < N; n += 8) {
+            uint64_t any;
+            memcpy(&any, fl + n, 8);
+            if (!any) continue; /* most entries lie below both chords */
+            for (int n2 = n; n2 < n + 8; n2++) {
+                if (fl[n2] & 1) s->ids[nl++] = (uint16_t)n2;
+                else if (fl[n2]) s->ids[N - 1 - nr++] = (uint16_t)n2;
             }
-        if (k > 0 && Q[k] < Q[A] && Q[k] > Q[0]) {
-            float t1 = (P[A] - P[k]) / (Q[A] - Q[k]), b1 = P[A] - t1 * Q[A];
-            float t2 = (P[k] - P[0]) / (Q[k] - Q[0]), b2 = P[k] - t2 * Q[k];
-            for (int n = 1; n < N; n++) {
-                if (n == A || n == k) continue;
-                if (P[n] - t1 * Q[n] > b1) s->ids[nl++] = (uint16_t)n;
-                else if (P[n] - t2 * Q[n] > b2) s->ids[N - 1 - nr++] = (uint16_t)n;
-            }
-            hull_between(s, s->ids, nl, A, k, h);
-            if (h->h < IQ2_HMAX - 1) hull_push(h, s, k);
-            hull_between(s, s->ids + N - nr, nr, k, 0, h);
         }
-        hull_push(h, s, 0);
+        hull_between(s, s->ids, nl, A, k, h);
+        if (h->h < IQ2_HMAX - 1) hull_push(h, s, k);
+        hull_between(s, s->ids + N - nr, nr, k, 0, h);
     }
+    hull_push(h, s, 0);
+}
+
+/* Sub-group x (8 values, weights w): its sum w x^2 and its hull over t in [0, inf). */
+static void iq2_hull(const iq2_fmt *f, const float *x, const float *w, iq2_scratch *s, iq2_sub *h) {
+    float a[8], b[8];
+    int neg = 0;
+    double cc = 0;
+    for (int j = 0; j < 8; j++) {
+        a[j] = w[j] * fabsf(x[j]);
+        b[j] = w[j];
+        neg += x[j] < 0.0f;
+        cc += (double)w[j] * x[j] * x[j];
+    }
+    h->c = cc;
+    bool odd = f->parity && (neg & 1);
+    if (f->n == 256) hull_n(256, odd, a, b, s, h);
+    else if (f->n == 512) hull_n(512, odd, a, b, s, h);
+    else hull_n(1024, odd, a, b, s, h);
     for (int i = 0; i + 1 < h->h; i++) h->bp[i] = (h->p[i] - h->p[i + 1]) / (h->q[i] - h->q[i + 1]);
     h->bp[h->h - 1] = INFINITY;
 }
 
-/* E of the sub-group for multiplier m > 0 (its best entry's vertex in *vi). */
+/* E of the sub-group for multiplier m > 0 (its best entry's vertex in *vi): the vertex whose
+ * stretch of t holds m / 2. */
 static double sub_err(const iq2_sub *h, float m, int *vi) {
-    float t = 0.5f * m, best = h->p[0] - t * h->q[0];
-    int bi = 0;
-    for (int i = 1; i < h->h; i++) {
-        float v = h->p[i] - t * h->q[i];
-        if (v > best) {
-            best = v;
-            bi = i;
-        }
-    }
-    if (vi) *vi = bi;
-    double e = h->c - 2.0 * m * best;
+    float t = 0.5f * m;
+    int i = 0;
+    while (h->bp[i] < t) i++; /* bp[h - 1] is +inf */
+    if (vi) *vi = i;
+    double e = h->c - 2.0 * m * (h->p[i] - t * h->q[i]);
     return e > 0 ? e : 0;
 }
 
