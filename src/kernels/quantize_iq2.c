@@ -5,7 +5,7 @@
  *
  * Owns: the grid search, the scale search and the bit packing of the three layouts (TYPE.json of
  * ../shared/testdata/quants), written to be read by dequant.c's decoders.
- * Must not: allocate (a super-block's scratch, about 60 KiB, is on the stack), do I/O, keep state,
+ * Must not: allocate (a super-block's scratch, about 70 KiB, is on the stack), do I/O, keep state,
  * or contract floating-point expressions.
  * Invariant: as quantize_impl.h's: finite inputs, weights >= 0 with a positive sum; every byte
  * of the block is written. IQ2_XXS/IQ2_XS store 7 sign bits per sub-group; the decoder's 8th is
