@@ -46,6 +46,8 @@ static void usage(FILE *f) {
     }
     fprintf(f,
             "\n  * routed experts already in MXFP4 (as dsflash convert writes them) stay MXFP4.\n"
+            "  IQ2_S puts IQ2_XS on the experts, as llama.cpp's IQ2_S recipe does (it differs from its IQ2_XS\n"
+            "  in upgrades of single tensors that these classes do not make); IQ2_M puts IQ2_S there.\n"
             "  experts: the routed experts (ffn_{gate,up,down}_exps); dense: the attention, compressor,\n"
             "  indexer and engram_kv projections; shexp: the shared expert; engram: per_layer_token_embd;\n"
             "  embd: token_embd; head: output.weight.\n\n"
@@ -63,7 +65,7 @@ static void usage(FILE *f) {
             "  --tensor-type PATTERN=TYPE  type TYPE (a ggml type name, e.g. q8_0) for the quantized tensors whose\n"
             "                 name matches the PCRE2 regex PATTERN (searched); repeatable, the first match wins\n"
             "  --imatrix FILE  importance matrix in llama.cpp's GGUF imatrix format (llama-imatrix); required by\n"
-            "                 IQ2_XXS, IQ2_XS and IQ1_S\n"
+            "                 the types IQ2_XXS, IQ2_XS and IQ1_S, so by the recipes IQ2_XXS, IQ2_XS, IQ2_S and IQ1_S\n"
             "  --threads N    worker threads (default: all cores); the output does not depend on N\n"
             "The file is written as OUT.gguf.tmp and renamed when complete; on failure no file is left.\n");
 }

@@ -39,7 +39,10 @@ static const quantize_recipe recipes[] = {
     R("IQ3_S", 26, IQ3_S, Q4_K, Q4_K, Q4_K, Q4_K, Q6_K),
     R("IQ3_XXS", 23, IQ3_XXS, Q4_K, Q4_K, Q4_K, Q4_K, Q6_K),
     R("Q2_K", 10, Q2_K, Q4_K, Q4_K, Q3_K, Q3_K, Q6_K),
-    R("IQ2_S", 28, IQ2_S, Q4_K, Q4_K, Q4_K, Q4_K, Q6_K),
+    R("IQ2_M", 29, IQ2_S, Q5_K, Q5_K, Q4_K, Q4_K, Q6_K),
+    /* llama.cpp's IQ2_S recipe puts IQ2_XS on most weights, as its IQ2_XS does; the two differ
+     * in upgrades of single tensors that these classes do not make */
+    R("IQ2_S", 28, IQ2_XS, Q4_K, Q4_K, Q4_K, Q4_K, Q6_K),
     R("IQ2_XS", 20, IQ2_XS, Q4_K, Q4_K, Q4_K, Q4_K, Q6_K),
     R("IQ2_XXS", 19, IQ2_XXS, Q4_K, Q4_K, Q4_K, Q4_K, Q6_K),
     R("IQ1_M", 31, IQ1_M, Q4_K, Q4_K, Q4_K, Q4_K, Q6_K),

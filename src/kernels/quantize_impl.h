@@ -93,4 +93,9 @@ void qz_block_q2_0(const float *x, const float *w, uint8_t *out);
 void qz_block_tq1_0(const float *x, const float *w, uint8_t *out);
 void qz_block_tq2_0(const float *x, const float *w, uint8_t *out);
 
+/* quantize_iq2.c: one 256-value block of IQ2_XXS, IQ2_XS, IQ2_S (values x, weights w). */
+void qz_block_iq2_xxs(const float *x, const float *w, uint8_t *out);
+void qz_block_iq2_xs(const float *x, const float *w, uint8_t *out);
+void qz_block_iq2_s(const float *x, const float *w, uint8_t *out);
+
 #endif

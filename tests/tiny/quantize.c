@@ -86,7 +86,7 @@ static void check_k_recipe(test_ctx *t, const char *recipe, uint32_t exps, uint3
     kl /= 8;
     fprintf(stderr, "quantize %s on a 256-wide synthetic model: mean KL against the unquantized file %.5f\n", recipe, kl);
     /* Bounds: the measured value with a margin of about 2 (measured: Q8_0 0.015, Q6_K 0.050,
-     * Q4_K_M 0.093, Q2_K 0.148: this random model amplifies any perturbation, so KL grows
+     * Q4_K_M 0.093, Q2_K 0.148, IQ2_M 0.155: this random model amplifies any perturbation, so KL grows
      * far slower than the squared weight error); a broken block layout decodes to garbage
      * and scores near an unrelated model's ~1.0 (tests/e2e/quantize.c). */
     CHECKF(kl <= max_kl, "%s: mean KL %.4f > %.3f", recipe, kl, max_kl);
@@ -100,6 +100,13 @@ TEST(quantize_k_types_q4_k_m) {
 
 TEST(quantize_k_types_q2_k) {
     check_k_recipe(t, "Q2_K", GGML_TYPE_Q2_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_0, GGML_TYPE_Q6_K, 0.35);
+}
+
+/* IQ2_M: the routed experts in IQ2_S (2.56 bits per weight), written by quantize_iq2.c and run
+ * by the engine; the attention in Q5_K (Q5_1 where 32 wide). Measured KL 0.155 (Q2_K's 0.148:
+ * the dense tensors carry more bits here), bound about 2x as for the others. */
+TEST(quantize_k_types_iq2_m) {
+    check_k_recipe(t, "IQ2_M", GGML_TYPE_IQ2_S, GGML_TYPE_Q5_K, GGML_TYPE_Q5_1, GGML_TYPE_Q6_K, 0.35);
 }
 
 /* The fallbacks --help states, and the classes of the never-quantized tensors. */

@@ -26,6 +26,7 @@ static const uint32_t qtypes[] = {
     GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K,
     GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_MXFP4, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS,
     GGML_TYPE_NVFP4, GGML_TYPE_Q2_0, GGML_TYPE_Q1_0, GGML_TYPE_TQ2_0, GGML_TYPE_TQ1_0,
+    GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S,
 };
 #define NQTYPES (sizeof qtypes / sizeof qtypes[0])
 
@@ -281,6 +282,61 @@ TEST(quantize_range_limits) {
     dequant_row(GGML_TYPE_NVFP4, out, deq, 64);
     for (int i = 0; i < 64; i++)
         CHECKF(deq[i] == (i & 1 ? 2688.0f : -2688.0f), "NVFP4 element %d of +-3e38 decodes to %g", i, deq[i]);
+}
+
+/* Guards against a broken sign rule in the IQ2 types, which the error bounds alone would let
+ * through on a lucky row: IQ2_XXS and IQ2_XS store 7 sign bits per 8 values and the decoder
+ * takes the 8th as their parity (README grids.json "iq2_sign_masks": the count of negated
+ * values is even). So on the weight-like rows, with and without the importances, each 8-value
+ * sub-group decodes with the signs of x except at exactly one value when x has an odd count of
+ * negatives (no x is 0 there), and that value is the cheapest to negate (the least
+ * w |x| |deq|); IQ2_S stores a whole sign byte, so it keeps every sign of x. */
+TEST(quantize_iq2_signs) {
+    static const uint32_t types[3] = {GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S};
+    static const int rows[3] = {0, 4, 5};
+    static uint8_t buf[MAXROW];
+    static float deq[MAXROW];
+    NEED_FIXTURE(f);
+    for (int it = 0; it < 3; it++) {
+        bool parity = types[it] != GGML_TYPE_IQ2_S;
+        for (int use_im = 0; use_im < 2; use_im++) {
+            for (int ri = 0; ri < 3; ri++) {
+                int64_t n = f.len[rows[ri]];
+                const float *x = f.x + f.off[rows[ri]], *im = f.im + f.off[rows[ri]];
+                if (quantize_row(types[it], x, n, use_im ? im : NULL, buf)) {
+                    fixture_free(&f);
+                    CHECKF(0, "%s row %d refused", ggml_type_name(types[it]), rows[ri]);
+                }
+                dequant_row(types[it], buf, deq, n);
+                for (int64_t g = 0; g < n; g += 8) {
+                    int neg = 0, zero = 0, bad = 0, jbad = -1, jmin = 0;
+                    float cmin = INFINITY;
+                    for (int j = 0; j < 8; j++) {
+                        float xv = x[g + j], dv = deq[g + j], wj = use_im ? im[g + j] : 1.0f;
+                        neg += xv < 0.0f;
+                        zero += xv == 0.0f || dv == 0.0f;
+                        if ((xv < 0.0f) != (dv < 0.0f)) {
+                            bad++;
+                            jbad = j;
+                        }
+                        if (wj * fabsf(xv) * fabsf(dv) < cmin) {
+                            cmin = wj * fabsf(xv) * fabsf(dv);
+                            jmin = j;
+                        }
+                    }
+                    if (zero) continue; /* a 0 takes either sign; a zero block has no signs */
+                    int want = parity ? neg & 1 : 0;
+                    if (bad != want || (bad && jbad != jmin)) {
+                        fixture_free(&f);
+                        CHECKF(0, "%s row %d%s values %lld..: %d signs differ from x (want %d; negated value %d, cheapest %d)",
+                               ggml_type_name(types[it]), rows[ri], use_im ? " (imatrix)" : "", (long long)g, bad, want,
+                               jbad, jmin);
+                    }
+                }
+            }
+        }
+    }
+    fixture_free(&f);
 }
 
 /* Guards against TQ1_0 bytes that decode right but that ggml never writes (README: every byte
