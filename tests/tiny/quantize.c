@@ -5,6 +5,7 @@
  * Guards against: K-quantized experts, dense tensors and head that the recipe promises but
  * the file does not hold, that the engine cannot load, or that give non-finite or unrelated
  * logits; and a fallback that is not the one --help states. */
+#include "convert/imatrix_collect.h"
 #include "convert/quantize_model.h"
 #include "dsflash.h"
 #include "io/gguf.h"
@@ -37,8 +38,26 @@ static float *logits(const char *model, const int32_t *tok, int n, int *V, char 
     return lg;
 }
 
-static void check_k_recipe(test_ctx *t, const char *recipe, uint32_t exps, uint32_t dense, uint32_t dense32, uint32_t head,
-                           double max_kl) {
+/* An importance matrix of model, collected by the library of `dsflash imatrix` over one chunk of
+ * n tokens, written to path. 0, or -1 with a message. */
+static int collect_imatrix(const char *model, const int32_t *tok, int n, const char *path, char *err) {
+    dsf_engine_params ep;
+    dsf_engine_params_default(&ep);
+    ep.n_threads = 2;
+    dsf_engine *e = dsf_engine_open(model, &ep, err);
+    imatrix_collector *c = e ? imatrix_collector_new(e, err) : NULL;
+    dsf_session *s = c ? dsf_session_new(e, 64, err) : NULL;
+    int rc = s && dsf_session_eval(s, tok, n, NULL, false, err) >= 0 ? 0 : -1;
+    imatrix_meta m = {NULL, 1, (uint32_t)n};
+    if (rc == 0) rc = imatrix_collector_write(c, path, &m, err);
+    dsf_session_free(s);
+    imatrix_collector_free(c);
+    dsf_engine_close(e);
+    return rc;
+}
+
+static void check_k_recipe_im(test_ctx *t, const char *recipe, uint32_t exps, uint32_t dense, uint32_t dense32,
+                              uint32_t head, double max_kl, bool imatrix) {
     tm_params p;
     tm_params_default(&p);
     p.n_embd = 256;          /* attention inputs, experts' gate/up, head: 256-wide rows */
@@ -47,7 +66,11 @@ static void check_k_recipe(test_ctx *t, const char *recipe, uint32_t exps, uint3
     char err[DSF_ERR_LEN];
     const char *in = tm_path("qin"), *out = tm_path("qout");
     CHECKF(tm_write(&p, in, NULL, NULL, err) == 0, "%s", err);
-    quantize_opts o = {.recipe = recipe, .threads = 2};
+    const char *im = tm_path("qim");
+    /* the imatrix's tokens differ from the evaluated ones below */
+    const int32_t itok[24] = {1, 3, 7, 250, 41, 42, 43, 9, 2, 160, 19, 88, 4, 5, 6, 70, 8, 21, 34, 55, 89, 144, 233, 37};
+    if (imatrix) CHECKF(collect_imatrix(in, itok, 24, im, err) == 0, "%s: imatrix: %s", recipe, err);
+    quantize_opts o = {.recipe = recipe, .threads = 2, .imatrix = imatrix ? im : NULL};
     CHECKF(quantize_model(in, out, &o, err) == 0, "%s: %s", recipe, err);
     gguf_file *f = gguf_open(out, err);
     CHECKF(f, "%s", err);
@@ -86,12 +109,17 @@ static void check_k_recipe(test_ctx *t, const char *recipe, uint32_t exps, uint3
     kl /= 8;
     fprintf(stderr, "quantize %s on a 256-wide synthetic model: mean KL against the unquantized file %.5f\n", recipe, kl);
     /* Bounds: the measured value with a margin of about 2 (measured: Q8_0 0.015, Q6_K 0.050,
-     * Q4_K_M 0.093, Q2_K 0.148, IQ2_M 0.155: this random model amplifies any perturbation, so KL grows
+     * Q4_K_M 0.093, Q2_K 0.148, IQ2_M 0.155, IQ2_XXS with an imatrix 0.173: this random model amplifies any perturbation, so KL grows
      * far slower than the squared weight error); a broken block layout decodes to garbage
      * and scores near an unrelated model's ~1.0 (tests/e2e/quantize.c). */
     CHECKF(kl <= max_kl, "%s: mean KL %.4f > %.3f", recipe, kl, max_kl);
     free(a);
     free(b);
+}
+
+static void check_k_recipe(test_ctx *t, const char *recipe, uint32_t exps, uint32_t dense, uint32_t dense32, uint32_t head,
+                           double max_kl) {
+    check_k_recipe_im(t, recipe, exps, dense, dense32, head, max_kl, false);
 }
 
 TEST(quantize_k_types_q4_k_m) {
@@ -107,6 +135,12 @@ TEST(quantize_k_types_q2_k) {
  * the dense tensors carry more bits here), bound about 2x as for the others. */
 TEST(quantize_k_types_iq2_m) {
     check_k_recipe(t, "IQ2_M", GGML_TYPE_IQ2_S, GGML_TYPE_Q5_K, GGML_TYPE_Q5_1, GGML_TYPE_Q6_K, 0.35);
+}
+
+/* IQ2_XXS needs an importance matrix (ggml_quantize_requires_imatrix): one collected on the
+ * model itself by `dsflash imatrix`'s library; the experts really hold IQ2_XXS blocks here. */
+TEST(quantize_k_types_iq2_xxs_imatrix) {
+    check_k_recipe_im(t, "IQ2_XXS", GGML_TYPE_IQ2_XXS, GGML_TYPE_Q4_K, GGML_TYPE_Q5_0, GGML_TYPE_Q6_K, 0.35, true);
 }
 
 /* The fallbacks --help states, and the classes of the never-quantized tensors. */
