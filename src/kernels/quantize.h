@@ -10,8 +10,10 @@
  * Quality: the block types search their scales (candidate scales, then alternating
  * assignment and weighted least squares; the K-quants also refine the super-block scales
  * and the integer sub-block scales), minimizing sum_i w_i (x_i - deq_i)^2 with w_i = the
- * importance vector when one is given, else 1. Cost: roughly 30 (MXFP4) to 200 (Q5_K) ns per
- * weight on one core, so a caller quantizing a large model splits rows over threads. */
+ * importance vector when one is given, else 1. The IQ grid types also search the grid entry of
+ * each 4 or 8 values (quantize_iq13.c). Cost: roughly 30 (MXFP4) to 200 (Q5_K) ns per weight on
+ * one core, 300 to 800 for the IQ grid types, so a caller quantizing a large model splits rows
+ * over threads. */
 #ifndef DSF_QUANTIZE_H
 #define DSF_QUANTIZE_H
 
@@ -24,7 +26,8 @@
 #define QUANTIZE_ERANGE (-3)       /* a finite |x| above quantize_max_abs(type) */
 
 /* True for the types quantize_row can write: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
- * Q2_K..Q6_K, MXFP4, IQ4_NL, IQ4_XS, NVFP4, Q2_0, Q1_0, TQ2_0, TQ1_0. */
+ * Q2_K..Q6_K, MXFP4, IQ4_NL, IQ4_XS, NVFP4, Q2_0, Q1_0, TQ2_0, TQ1_0, IQ3_XXS, IQ3_S, IQ1_S,
+ * IQ1_M. */
 bool quantize_type_supported(uint32_t type);
 
 /* True exactly for the types ggml refuses to quantize without an importance matrix
