@@ -160,9 +160,10 @@ static int grid_nearest(const qgrid *g, const float *c, int *lv, float *cost) {
         }
     }
     if (bk >= 0) {
-        for (int j = 0; j < w; j++) lv[j] = bk / pw[j] % nl;
+        int e = g->map[bk] - 1;
+        for (int j = 0; j < w; j++) lv[j] = entry_level(g, e, j);
         *cost = base + best;
-        return g->map[bk] - 1;
+        return e;
     }
     /* far from every entry (rare: 1% of the IQ3_XXS searches on the fixtures; the IQ1 grid has one
      * within two steps of every point) */
