@@ -12,8 +12,8 @@
  * and the integer sub-block scales), minimizing sum_i w_i (x_i - deq_i)^2 with w_i = the
  * importance vector when one is given, else 1. The IQ grid types also search the grid entry of
  * each 4 or 8 values (quantize_iq13.c). Cost: roughly 30 (MXFP4) to 200 (Q5_K) ns per weight on
- * one core, 300 to 800 for the IQ grid types, so a caller quantizing a large model splits rows
- * over threads. */
+ * one core, 250 (IQ1_S) to 550 (IQ3_XXS) for the IQ grid types, so a caller quantizing a large
+ * model splits rows over threads. */
 #ifndef DSF_QUANTIZE_H
 #define DSF_QUANTIZE_H
 
