@@ -36,6 +36,7 @@ static const quantize_recipe recipes[] = {
     R("Q3_K_L", 13, Q3_K, Q5_K, Q5_K, Q4_K, Q4_K, Q6_K),
     R("Q3_K_M", 12, Q3_K, Q4_K, Q4_K, Q4_K, Q3_K, Q6_K),
     R("Q3_K_S", 11, Q3_K, Q3_K, Q3_K, Q3_K, Q3_K, Q6_K),
+    R("IQ3_M", 27, IQ3_S, Q5_K, Q5_K, Q4_K, Q4_K, Q6_K),
     R("IQ3_S", 26, IQ3_S, Q4_K, Q4_K, Q4_K, Q4_K, Q6_K),
     R("IQ3_XXS", 23, IQ3_XXS, Q4_K, Q4_K, Q4_K, Q4_K, Q6_K),
     R("Q2_K", 10, Q2_K, Q4_K, Q4_K, Q3_K, Q3_K, Q6_K),

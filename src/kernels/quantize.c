@@ -423,6 +423,7 @@ bool quantize_type_supported(uint32_t type) {
     case GGML_TYPE_IQ4_NL: case GGML_TYPE_IQ4_XS: case GGML_TYPE_NVFP4: case GGML_TYPE_Q2_0:
     case GGML_TYPE_Q1_0: case GGML_TYPE_TQ2_0: case GGML_TYPE_TQ1_0:
     case GGML_TYPE_IQ2_XXS: case GGML_TYPE_IQ2_XS: case GGML_TYPE_IQ2_S:
+    case GGML_TYPE_IQ3_XXS: case GGML_TYPE_IQ3_S: case GGML_TYPE_IQ1_S: case GGML_TYPE_IQ1_M:
         return true;
     default:
         return false;
@@ -458,6 +459,9 @@ float quantize_max_abs(uint32_t type) {
     case GGML_TYPE_Q2_0: return h * 2.0f;
     case GGML_TYPE_Q1_0: case GGML_TYPE_TQ1_0: case GGML_TYPE_TQ2_0: return h;
     case GGML_TYPE_IQ2_XXS: case GGML_TYPE_IQ2_XS: case GGML_TYPE_IQ2_S: return h * 3.875f * 43.0f;
+    case GGML_TYPE_IQ3_XXS: return h * 7.75f * 62.0f; /* (0.5 + 15) * 0.5 x the grid's 62 */
+    case GGML_TYPE_IQ3_S: return h * 31.0f * 15.0f;
+    case GGML_TYPE_IQ1_S: case GGML_TYPE_IQ1_M: return h * 15.0f * 1.125f; /* (2s + 1) x (1 + 1/8) */
     default: return 0.0f;
     }
 }
@@ -527,6 +531,10 @@ int quantize_row(uint32_t type, const float *x, int64_t n, const float *imatrix,
         case GGML_TYPE_IQ2_XXS: qz_block_iq2_xxs(xb, w, ob); break;
         case GGML_TYPE_IQ2_XS: qz_block_iq2_xs(xb, w, ob); break;
         case GGML_TYPE_IQ2_S: qz_block_iq2_s(xb, w, ob); break;
+        case GGML_TYPE_IQ3_XXS: qz_block_iq3_xxs(xb, w, ob); break;
+        case GGML_TYPE_IQ3_S: qz_block_iq3_s(xb, w, ob); break;
+        case GGML_TYPE_IQ1_S: qz_block_iq1_s(xb, w, ob); break;
+        case GGML_TYPE_IQ1_M: qz_block_iq1_m(xb, w, ob); break;
         default: DSF_ASSERT(!"quantize_type_supported and the dispatch disagree");
         }
     }

@@ -10,8 +10,9 @@
  * Quality: the block types search their scales (candidate scales, then alternating
  * assignment and weighted least squares; the K-quants also refine the super-block scales
  * and the integer sub-block scales), minimizing sum_i w_i (x_i - deq_i)^2 with w_i = the
- * importance vector when one is given, else 1. Cost: roughly 30 (MXFP4) to 200 (Q5_K) ns per
- * weight on one core, about 250 (IQ2_XXS), 550 (IQ2_XS) and 750 (IQ2_S) for the grid types, so a
+ * importance vector when one is given, else 1. The IQ grid types also search the grid entry of
+ * each 4 or 8 values (quantize_iq2.c, quantize_iq13.c). Cost: roughly 30 (MXFP4) to 200 (Q5_K)
+ * ns per weight on one core, 250 (IQ2_XXS, IQ1_S) to 750 (IQ2_S) for the IQ grid types, so a
  * caller quantizing a large model splits rows over threads. */
 #ifndef DSF_QUANTIZE_H
 #define DSF_QUANTIZE_H
@@ -25,9 +26,10 @@
 #define QUANTIZE_ERANGE (-3)       /* a finite |x| above quantize_max_abs(type) */
 
 /* True for the types quantize_row can write: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
- * Q2_K..Q6_K, MXFP4, IQ4_NL, IQ4_XS, NVFP4, Q2_0, Q1_0, TQ2_0, TQ1_0, IQ2_XXS, IQ2_XS, IQ2_S.
- * IQ2_XXS and IQ2_XS are written without an importance vector too (weights of 1), though ggml
- * and `dsflash quantize` require one for them (quantize_requires_imatrix). */
+ * Q2_K..Q6_K, MXFP4, IQ4_NL, IQ4_XS, NVFP4, Q2_0, Q1_0, TQ2_0, TQ1_0, IQ2_XXS, IQ2_XS, IQ2_S,
+ * IQ3_XXS, IQ3_S, IQ1_S, IQ1_M. IQ2_XXS, IQ2_XS and IQ1_S are written without an importance
+ * vector too (weights of 1), though ggml and `dsflash quantize` require one for them
+ * (quantize_requires_imatrix). */
 bool quantize_type_supported(uint32_t type);
 
 /* True exactly for the types ggml refuses to quantize without an importance matrix

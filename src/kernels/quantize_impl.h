@@ -97,5 +97,10 @@ void qz_block_tq2_0(const float *x, const float *w, uint8_t *out);
 void qz_block_iq2_xxs(const float *x, const float *w, uint8_t *out);
 void qz_block_iq2_xs(const float *x, const float *w, uint8_t *out);
 void qz_block_iq2_s(const float *x, const float *w, uint8_t *out);
+/* quantize_iq13.c: one 256-value block of the grid types IQ3_XXS, IQ3_S, IQ1_S, IQ1_M. */
+void qz_block_iq3_xxs(const float *x, const float *w, uint8_t *out);
+void qz_block_iq3_s(const float *x, const float *w, uint8_t *out);
+void qz_block_iq1_s(const float *x, const float *w, uint8_t *out);
+void qz_block_iq1_m(const float *x, const float *w, uint8_t *out);
 
 #endif

@@ -300,7 +300,7 @@ TEST(quantize_refuses_leave_nothing) {
         {"IQ2_XXS", "--imatrix"},
         {"Q4_K_M --tensor-type 'x(=q4_0'", "bad regex"},
         {"Q4_K_M --tensor-type x=q9_9", "unknown ggml type"},
-        {"IQ3_XXS", "IQ3_XXS"}, /* not writable yet: the message names the type */
+        {"Q8_0 --tensor-type exps=q8_k", "type Q8_K"}, /* no quantizer (an activation type): named */
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         check_refused(t, in, out, cases[k][0], cases[k][1]);

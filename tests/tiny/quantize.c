@@ -1,8 +1,8 @@
 /* quantize.c: the quantizer library (src/convert/quantize_model.h) on a synthetic topology
- * whose rows hold whole 256-blocks, so that the K types are written and run for real
+ * whose rows hold whole 256-blocks, so that the K and IQ grid types are written and run for real
  * (tiny41's rows are 64 and 128 wide: every K type falls back there; tests/e2e/quantize.c).
  *
- * Guards against: K-quantized experts, dense tensors and head that the recipe promises but
+ * Guards against: K- or IQ-quantized experts, dense tensors and head that the recipe promises but
  * the file does not hold, that the engine cannot load, or that give non-finite or unrelated
  * logits; and a fallback that is not the one --help states. */
 #include "convert/imatrix_collect.h"
@@ -143,6 +143,24 @@ TEST(quantize_k_types_iq2_xxs_imatrix) {
     check_k_recipe_im(t, "IQ2_XXS", GGML_TYPE_IQ2_XXS, GGML_TYPE_Q4_K, GGML_TYPE_Q5_0, GGML_TYPE_Q6_K, 0.35, true);
 }
 
+/* The grid types on the experts, bounds as above (measured: IQ3_XXS 0.089, IQ3_M 0.108, IQ1_M
+ * 0.197, IQ1_S with an imatrix 0.211). */
+TEST(quantize_k_types_iq3_xxs) {
+    check_k_recipe(t, "IQ3_XXS", GGML_TYPE_IQ3_XXS, GGML_TYPE_Q4_K, GGML_TYPE_Q5_0, GGML_TYPE_Q6_K, 0.22);
+}
+
+TEST(quantize_k_types_iq3_m) {
+    check_k_recipe(t, "IQ3_M", GGML_TYPE_IQ3_S, GGML_TYPE_Q5_K, GGML_TYPE_Q5_1, GGML_TYPE_Q6_K, 0.22);
+}
+
+TEST(quantize_k_types_iq1_m) {
+    check_k_recipe(t, "IQ1_M", GGML_TYPE_IQ1_M, GGML_TYPE_Q4_K, GGML_TYPE_Q5_0, GGML_TYPE_Q6_K, 0.4);
+}
+
+TEST(quantize_k_types_iq1_s_imatrix) {
+    check_k_recipe_im(t, "IQ1_S", GGML_TYPE_IQ1_S, GGML_TYPE_Q4_K, GGML_TYPE_Q5_0, GGML_TYPE_Q6_K, 0.4, true);
+}
+
 /* The fallbacks --help states, and the classes of the never-quantized tensors. */
 TEST(quantize_rules_as_stated) {
     CHECK(quantize_fallback_type(GGML_TYPE_Q2_K, 128) == GGML_TYPE_IQ4_NL);
@@ -166,4 +184,5 @@ TEST(quantize_rules_as_stated) {
     CHECK(quantize_tensor_class("output.weight", 2, GGML_TYPE_BF16) == QC_HEAD);
     CHECK(quantize_tensor_class("blk.3.indexer.attn_q_b.weight", 2, GGML_TYPE_BF16) == QC_DENSE);
     CHECK(quantize_recipe_find("q4_k_m") && quantize_recipe_find("Q4_K_M")->ftype == 15);
+    CHECK(quantize_recipe_find("iq3_m") && quantize_recipe_find("IQ3_M")->ftype == 27); /* llama.h */
 }
