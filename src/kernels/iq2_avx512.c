@@ -1,0 +1,451 @@
+/* iq2_avx512.c: AVX-512 matmul kernels for IQ2_XXS, IQ2_XS, IQ2_S and IQ4_XS weights, both
+ * activation families (fp32: mm_*_avx512; BF16: xmm_*_avx512), decode (T = 1) and prefill
+ * (T > 1). Compiled with the Makefile's AVX512_FLAGS only; the entries sit in kernels_avx512
+ * (matmul_avx512.c) and run only where select.c chose that table.
+ *
+ * Owns: the super-block decoders of these four types and their tiles. Must not: allocate (the
+ * panels and the permuted activations are on the stack), call select.c, or round an activation.
+ * Rows whose n_in is not a multiple of 256 or is above 16384 go to the scalar twins.
+ *
+ * Numerics (factoring): a weight is m_h * q_i with q_i a small signed integer (IQ2: +-8, 25 or
+ * 43, a grid value with its sign; IQ4_XS: a kvalues_iq4nl entry) and m_h the multiplier of its
+ * group of 32 (IQ2_XXS, IQ4_XS) or 16 (IQ2_XS, IQ2_S) weights: d * (0.5 + s) * 0.25 or
+ * d * (ls - 32), both exact in fp32 (an f16 times a 5- or 6-bit integer). A super-block decodes
+ * into, per group g of 32 weights, W_g: the 32 q_i as BF16 (exact), and S_g: the multiplier of
+ * each dot lane (lane l holds elements 2l and 2l + 1; lanes 0-7 are elements 0-15). Per group
+ * the BF16 family computes P = vdpbf16ps(0, W_g, X_g) (exact products, fp32 sums) and
+ * acc = fma(P, S_g, acc); the fp32 family splits W_g into its even and odd elements widened to
+ * fp32 (exact) and computes P = even * xe + odd * xo (xe, xo: the activations' even and odd
+ * elements) and the same FMA. So each output differs from the exact sum only by fp32 summation
+ * order, as the other kernels of the table.
+ *
+ * Batch invariance: every output y[t][r] is, for both families, the sum over K chunks of KB
+ * super-blocks (in chunk order) of red4's lane tree over one accumulator that runs the group
+ * operations above in group order, whatever T, the tile and the row range: the T = 1 tiles
+ * decode each super-block on the fly; T > 1 decodes a row tile's K chunk once into a panel
+ * (W_g, S_g) and runs each token tile over it with the same operations. */
+#include "kernels/iq2k.h"
+
+#if defined(__x86_64__) && defined(__AVX512F__)
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/grids.h"
+#include "kernels/tile512.h"
+
+#define QK 256      /* weights per super-block */
+#define KB 4        /* K chunk in super-blocks (1024 weights), every T, both families */
+#define ITC 64      /* tokens per chunk (T > 1): the chunk's activations stay in L2 */
+#define IQ_MAX_IN 16384
+
+/* ---- decoders: one super-block -> W[8] (BF16 q values) and S[8] (lane multipliers) ---- */
+
+/* A 32-entry BF16 table from 32 floats that BF16 holds exactly. */
+INLINE __m512i bf16_table(const float *t) {
+    return (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(t + 16), _mm512_loadu_ps(t));
+}
+
+/* IQ2 grid bytes are 8, 25 or 43: their low 5 bits (8, 25, 11) index the BF16 values. */
+static const float iq2_vals[32] = {[8] = 8.0f, [25] = 25.0f, [11] = 43.0f};
+static const float iq4_vals[32] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+                                   -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/* IQ2_XXS: grid_iq2xxs as 2-bit codes 0, 1, 2 (values 8, 25, 43): [0][i] elements 0-3 of entry i,
+ * [1][i] elements 4-7, element j in bits 2(j % 4). Derived from grids.json's iq2xxs_grid (the
+ * fixture tests decode every entry through it). */
+static const uint8_t iq2xxs_codes[2][256] __attribute__((aligned(64))) = {
+  {
+    0x00, 0x02, 0x05, 0x08, 0x0A, 0x11, 0x14, 0x20, 0x22, 0x28, 0x2A, 0x41, 0x44, 0x50, 0x58, 0x61,
+    0x64, 0x80, 0x82, 0x8A, 0xA2, 0x01, 0x04, 0x10, 0x15, 0x40, 0x84, 0x98, 0x00, 0x02, 0x22, 0x82,
+    0x01, 0x04, 0x10, 0x21, 0x24, 0x40, 0x42, 0x48, 0x60, 0x81, 0x84, 0x90, 0xA4, 0x00, 0x02, 0x08,
+    0x20, 0x46, 0x69, 0x80, 0x91, 0x09, 0x10, 0x40, 0x84, 0xA4, 0x00, 0x05, 0x08, 0x14, 0x28, 0x41,
+    0x44, 0x50, 0x52, 0x88, 0x04, 0x40, 0x02, 0x14, 0x01, 0x04, 0x10, 0x21, 0x40, 0x60, 0x84, 0x90,
+    0x95, 0x00, 0x08, 0x20, 0x50, 0x5A, 0x80, 0x24, 0x45, 0x00, 0x08, 0x20, 0x25, 0x49, 0x80, 0x18,
+    0x62, 0x00, 0x16, 0x01, 0x04, 0x10, 0x40, 0x81, 0x00, 0x05, 0xA0, 0x51, 0x00, 0x02, 0x0A, 0x44,
+    0x61, 0x80, 0x82, 0x29, 0x48, 0x00, 0x02, 0x01, 0x04, 0x10, 0x40, 0x56, 0x00, 0x41, 0x64, 0x90,
+    0x08, 0x20, 0x94, 0x44, 0x01, 0x04, 0x10, 0x18, 0x21, 0x24, 0x40, 0x48, 0x56, 0x60, 0x81, 0x84,
+    0x90, 0x00, 0x20, 0x61, 0x80, 0x85, 0x01, 0x10, 0x48, 0x56, 0x68, 0x00, 0x08, 0x20, 0x80, 0x99,
+    0x12, 0x24, 0x00, 0x01, 0x04, 0x10, 0x40, 0x45, 0x00, 0x58, 0x61, 0x82, 0x45, 0x90, 0x00, 0x08,
+    0x11, 0x19, 0x20, 0x80, 0x88, 0x04, 0x42, 0xA4, 0x91, 0x90, 0x92, 0x0A, 0x01, 0x54, 0x00, 0x11,
+    0x19, 0x64, 0x40, 0x08, 0x04, 0x10, 0x40, 0x68, 0x00, 0x55, 0x18, 0x60, 0x00, 0x05, 0x10, 0x12,
+    0x84, 0x42, 0x00, 0x02, 0x0A, 0x41, 0x82, 0x04, 0x18, 0x40, 0x11, 0x01, 0x04, 0x10, 0x15, 0x40,
+    0x60, 0x00, 0x46, 0x94, 0x09, 0x40, 0x60, 0x02, 0x04, 0x11, 0x04, 0x10, 0x24, 0x40, 0xA1, 0x16,
+    0x80, 0x45, 0x00, 0x22, 0x44, 0x51, 0x81, 0x20, 0x02, 0x50, 0x85, 0x09, 0x00, 0x18, 0x50, 0x04,
+  }, {
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x01, 0x01, 0x01, 0x01, 0x01, 0x01, 0x02, 0x02, 0x02, 0x02,
+    0x04, 0x04, 0x04, 0x04, 0x04, 0x04, 0x04, 0x04, 0x04, 0x04, 0x04, 0x04, 0x04, 0x05, 0x05, 0x05,
+    0x05, 0x05, 0x05, 0x05, 0x05, 0x06, 0x06, 0x06, 0x06, 0x06, 0x08, 0x08, 0x08, 0x08, 0x08, 0x08,
+    0x08, 0x08, 0x08, 0x08, 0x09, 0x09, 0x0A, 0x0A, 0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x10,
+    0x10, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x12, 0x12, 0x14, 0x14, 0x14, 0x14, 0x14, 0x14, 0x15,
+    0x15, 0x16, 0x16, 0x18, 0x18, 0x18, 0x18, 0x18, 0x19, 0x19, 0x19, 0x1A, 0x20, 0x20, 0x20, 0x20,
+    0x20, 0x20, 0x20, 0x21, 0x21, 0x22, 0x22, 0x24, 0x24, 0x24, 0x24, 0x24, 0x25, 0x25, 0x25, 0x26,
+    0x28, 0x28, 0x28, 0x2A, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40,
+    0x40, 0x41, 0x41, 0x41, 0x41, 0x41, 0x42, 0x42, 0x42, 0x42, 0x42, 0x44, 0x44, 0x44, 0x44, 0x44,
+    0x45, 0x45, 0x46, 0x48, 0x48, 0x48, 0x48, 0x48, 0x49, 0x49, 0x49, 0x49, 0x4A, 0x4A, 0x50, 0x50,
+    0x50, 0x50, 0x50, 0x50, 0x50, 0x51, 0x51, 0x51, 0x52, 0x54, 0x54, 0x55, 0x56, 0x56, 0x58, 0x58,
+    0x58, 0x58, 0x59, 0x5A, 0x60, 0x60, 0x60, 0x60, 0x61, 0x61, 0x62, 0x62, 0x64, 0x64, 0x65, 0x65,
+    0x65, 0x68, 0x80, 0x80, 0x80, 0x80, 0x80, 0x81, 0x81, 0x81, 0x82, 0x84, 0x84, 0x84, 0x84, 0x84,
+    0x84, 0x85, 0x85, 0x85, 0x86, 0x86, 0x86, 0x88, 0x89, 0x8A, 0x90, 0x90, 0x90, 0x90, 0x90, 0x91,
+    0x91, 0x92, 0x94, 0x94, 0x94, 0x95, 0x98, 0x99, 0xA0, 0xA0, 0xA0, 0xA1, 0xA2, 0xA4, 0xA8, 0xA9,
+  }};
+
+/* code (low 2 bits of the index) -> BF16 value */
+static const float iq2_code_vals[32] = {8, 25, 43, 0, 8, 25, 43, 0, 8, 25, 43, 0, 8, 25, 43, 0,
+                                        8, 25, 43, 0, 8, 25, 43, 0, 8, 25, 43, 0, 8, 25, 43, 0};
+/* byte i < 32: byte 8(i / 4) + i % 4 of the groups (the index of sub-group i) */
+static const uint8_t iq2xxs_idx_pos[64] __attribute__((aligned(64))) = {
+    0,  1,  2,  3,  8,  9,  10, 11, 16, 17, 18, 19, 24, 25, 26, 27, 32, 33, 34, 35, 40, 41, 42, 43, 48, 49, 50, 51, 56, 57, 58, 59,
+    0,  1,  2,  3,  8,  9,  10, 11, 16, 17, 18, 19, 24, 25, 26, 27, 32, 33, 34, 35, 40, 41, 42, 43, 48, 49, 50, 51, 56, 57, 58, 59};
+
+/* The 256-byte table t at the byte indices of idx. */
+INLINE __m512i lut256(const uint8_t *t, __m512i idx) {
+    __m512i a = _mm512_permutex2var_epi8(_mm512_load_si512((const void *)t), idx, _mm512_load_si512((const void *)(t + 64)));
+    __m512i b = _mm512_permutex2var_epi8(_mm512_load_si512((const void *)(t + 128)), idx,
+                                         _mm512_load_si512((const void *)(t + 192)));
+    return _mm512_mask_blend_epi8(_mm512_movepi8_mask(idx), a, b);
+}
+
+INLINE float f16at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+/* 32 grid bytes (4 sub-groups) -> BF16 words; bit e of m negates element e (adding 0x8000 flips
+ * the BF16 sign bit). */
+INLINE __m512i iq2_expand(__m256i g8, uint32_t m, __m512i tb) {
+    __m512i w = _mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(g8), tb);
+    return _mm512_mask_add_epi16(w, _cvtu32_mask32(m), w, _mm512_set1_epi16((short)0x8000));
+}
+
+/* 8 qword grid indices (zero-extended in iq) -> W of the two groups they cover. */
+INLINE void iq2_pair(__m512i iq, const uint64_t *grid, const uint32_t *m, __m512i tb, __m512i *W) {
+    __m512i q = _mm512_i64gather_epi64(iq, (const void *)grid, 8);
+    W[0] = iq2_expand(_mm512_castsi512_si256(q), m[0], tb);
+    W[1] = iq2_expand(_mm512_extracti64x4_epi64(q, 1), m[1], tb);
+}
+
+/* 7-bit selectors (bytes of sel; bit 7 ignored) -> sign masks (grid_iq2_signs), byte for byte. */
+INLINE __m512i iq2_signs(__m512i sel) {
+    return _mm512_permutex2var_epi8(_mm512_loadu_si512((const void *)grid_iq2_signs), sel,
+                                    _mm512_loadu_si512((const void *)(grid_iq2_signs + 64)));
+}
+
+/* IQ2_XS/IQ2_S: the 16 multipliers d * (0.5 + s) * 0.25 of a super-block's halves of groups
+ * (lane 2g: low nibble of sc[g], elements 0-15; lane 2g + 1: high nibble) -> S[g]. */
+INLINE void iq2_scales16(const uint8_t *sc, float d, __m512 *S) {
+    __m128i v = _mm_loadl_epi64((const __m128i *)(const void *)sc);
+    __m128i lo = _mm_and_si128(v, _mm_set1_epi8(0x0F)), hi = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0F));
+    __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
+    __m512 m = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(d), _mm512_add_ps(f, _mm512_set1_ps(0.5f))), _mm512_set1_ps(0.25f));
+    const __m512i half = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    UNROLL for (int g = 0; g < 8; g++) S[g] = _mm512_permutexvar_ps(_mm512_add_epi32(half, _mm512_set1_epi32(2 * g)), m);
+}
+
+/* IQ2_XXS {f16 d; 8 x (u8 idx[4]; u32 w)}: w bits 7k.. sign selector of sub-group k, 28.. scale. */
+INLINE void sb_iq2_xxs(const uint8_t *b, __m512i *W, __m512 *S) {
+    const __m512i tb = bf16_table(iq2_code_vals);
+    const float d = f16at(b);
+    const __m512i G = _mm512_loadu_si512((const void *)(b + 2)); /* qword g: group g */
+    /* bytes 0-3 of qword g: the selectors at bits 32 + 7k; their masks: dword 2g of m */
+    uint32_t m[16];
+    _mm512_storeu_si512((void *)m, iq2_signs(_mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x352E2720ll), G)));
+    __m256 s = _mm512_cvtepi64_ps(_mm512_srli_epi64(G, 60));
+    __m256 db = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_add_ps(s, _mm256_set1_ps(0.5f))), _mm256_set1_ps(0.25f));
+    float dbs[8];
+    _mm256_storeu_ps(dbs, db);
+    /* the codes of group g as one qword (element e in bits 2e): lo/hi bytes of its 4 sub-groups
+     * interleaved; unpacklo gives groups 0, 1, 4, 5, unpackhi 2, 3, 6, 7 */
+    const __m512i idx = _mm512_permutexvar_epi8(_mm512_load_si512((const void *)iq2xxs_idx_pos), G);
+    const __m512i lo = lut256(iq2xxs_codes[0], idx), hi = lut256(iq2xxs_codes[1], idx);
+    const __m512i cq[2] = {_mm512_unpacklo_epi8(lo, hi), _mm512_unpackhi_epi8(lo, hi)};
+    /* word e: bits 2e.. of the qword (vpermw reads the low 5 bits: the code, then 3 bits ignored) */
+    const __m512i ctl = _mm512_setr_epi32(0x00020000, 0x00060004, 0x000A0008, 0x000E000C, 0x00120010, 0x00160014,
+                                          0x001A0018, 0x001E001C, 0x00220020, 0x00260024, 0x002A0028, 0x002E002C,
+                                          0x00320030, 0x00360034, 0x003A0038, 0x003E003C);
+    UNROLL for (int g = 0; g < 8; g++) {
+        __m512i c = _mm512_multishift_epi64_epi8(
+            ctl, _mm512_permutexvar_epi64(_mm512_set1_epi64((g & 1) + ((g >> 2) << 1)), cq[(g >> 1) & 1]));
+        __m512i w = _mm512_permutexvar_epi16(c, tb);
+        W[g] = _mm512_mask_add_epi16(w, _cvtu32_mask32(m[2 * g]), w, _mm512_set1_epi16((short)0x8000));
+        S[g] = _mm512_set1_ps(dbs[g]);
+    }
+}
+
+/* The 8 grid entries ix[0..7] as qwords (plain loads: a gather is much slower here). */
+INLINE __m512i grid8q(const uint64_t *grid, const uint16_t *ix) {
+    return _mm512_set_epi64((long long)grid[ix[7]], (long long)grid[ix[6]], (long long)grid[ix[5]], (long long)grid[ix[4]],
+                            (long long)grid[ix[3]], (long long)grid[ix[2]], (long long)grid[ix[1]], (long long)grid[ix[0]]);
+}
+
+/* IQ2_XS {f16 d; u16 qs[32]; u8 scales[8]}: word = 9-bit index | 7-bit sign selector << 9. */
+INLINE void sb_iq2_xs(const uint8_t *b, __m512i *W, __m512 *S) {
+    const __m512i tb = bf16_table(iq2_vals);
+    const __m512i V = _mm512_loadu_si512((const void *)(b + 2)); /* word i: sub-group i */
+    uint32_t m[16];
+    _mm512_storeu_si512((void *)m, iq2_signs(_mm512_zextsi256_si512(_mm512_cvtepi16_epi8(_mm512_srli_epi16(V, 9)))));
+    iq2_scales16(b + 66, f16at(b), S);
+    uint16_t ix[32];
+    _mm512_storeu_si512((void *)ix, _mm512_and_si512(V, _mm512_set1_epi16(511)));
+    UNROLL for (int p = 0; p < 4; p++) {
+        __m512i q = grid8q(grid_iq2xs, ix + 8 * p);
+        W[2 * p] = iq2_expand(_mm512_castsi512_si256(q), m[2 * p], tb);
+        W[2 * p + 1] = iq2_expand(_mm512_extracti64x4_epi64(q, 1), m[2 * p + 1], tb);
+    }
+}
+
+/* IQ2_S {f16 d; u8 qs[32]; u8 signs[32]; u8 qh[8]; u8 scales[8]}: index = qs[4g+k] | bits 2k..
+ * of qh[g] << 8; the sign bytes are the masks. */
+INLINE void sb_iq2_s(const uint8_t *b, __m512i *W, __m512 *S) {
+    const __m512i tb = bf16_table(iq2_vals);
+    const __m512i V = _mm512_loadu_si512((const void *)(b + 2)); /* qs, then the sign bytes */
+    const __m512i H = _mm512_castsi128_si512(_mm_loadl_epi64((const __m128i *)(const void *)(b + 66)));
+    uint32_t m[16];
+    _mm512_storeu_si512((void *)m, V);
+    iq2_scales16(b + 74, f16at(b), S);
+    /* word i: qs[i] | (qh[i / 4] >> 2(i % 4) & 3) << 8 */
+    const __m512i hpos = _mm512_set_epi16(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4, 3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    const __m512i hsh = _mm512_set_epi16(6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2, 0);
+    __m512i hw = _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi16(hpos, _mm512_cvtepu8_epi16(_mm512_castsi512_si256(H))), hsh),
+                                  _mm512_set1_epi16(3));
+    uint16_t ix[32];
+    _mm512_storeu_si512((void *)ix, _mm512_or_si512(_mm512_cvtepu8_epi16(_mm512_castsi512_si256(V)), _mm512_slli_epi16(hw, 8)));
+    UNROLL for (int p = 0; p < 4; p++) {
+        __m512i q = grid8q(grid_iq2s, ix + 8 * p);
+        W[2 * p] = iq2_expand(_mm512_castsi512_si256(q), m[8 + 2 * p], tb);
+        W[2 * p + 1] = iq2_expand(_mm512_extracti64x4_epi64(q, 1), m[9 + 2 * p], tb);
+    }
+}
+
+/* IQ4_XS {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}: multiplier d * (ls - 32) of group g
+ * (ls: nibble g%2 of scales_l[g/2] | bits 2g.. of scales_h << 4); qs byte j of group g: low
+ * nibble element j, high nibble element j + 16, through kvalues_iq4nl. */
+INLINE void sb_iq4_xs(const uint8_t *b, __m512i *W, __m512 *S) {
+    const __m512i tb = bf16_table(iq4_vals);
+    uint16_t sh;
+    uint32_t sl;
+    memcpy(&sh, b + 2, 2);
+    memcpy(&sl, b + 4, 4);
+    __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)sl), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                                  _mm256_set1_epi32(15));
+    __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(sh), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+                                  _mm256_set1_epi32(3));
+    __m256i ls = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+    float dl[8];
+    _mm256_storeu_ps(dl, _mm256_mul_ps(_mm256_set1_ps(f16at(b)), _mm256_cvtepi32_ps(ls)));
+    /* word e: byte e % 16 of the group (both bytes), then >> 4 for e >= 16: the nibble in bits 0-3 */
+    const __m512i cb = _mm512_set_epi8(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8, 7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0,
+                                       15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8, 7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    const __m512i s4 = _mm512_set_epi64(0x0004000400040004ll, 0x0004000400040004ll, 0x0004000400040004ll, 0x0004000400040004ll, 0, 0, 0, 0);
+    UNROLL for (int g = 0; g < 8; g++) {
+        __m512i q = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)(b + 8 + 16 * g)));
+        q = _mm512_srlv_epi16(_mm512_permutexvar_epi8(cb, q), s4);
+        W[g] = _mm512_permutexvar_epi16(q, tb);
+        S[g] = _mm512_set1_ps(dl[g]);
+    }
+}
+
+/* ---- tiles ---- */
+
+/* A row tile's K chunk decoded (T > 1): 4 rows x KB super-blocks x 8 groups. */
+typedef struct {
+    __m512i w[4][KB * 8];
+    __m512 s[4][KB * 8];
+} iq_panel;
+
+/* One group of the fp32 family: the even and odd elements of W (BF16 -> fp32 is exact), against
+ * the activations' even (xe) and odd (xo) elements. */
+INLINE __m512 f32_group(__m512i w, __m512 xe, __m512 xo, __m512 s, __m512 acc) {
+    __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+    __m512 wo = _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xFFFF0000u)));
+    return _mm512_fmadd_ps(_mm512_fmadd_ps(wo, xo, _mm512_mul_ps(we, xe)), s, acc);
+}
+
+INLINE __m512 x16_group(__m512i w, __m512i x, __m512 s, __m512 acc) {
+    return _mm512_fmadd_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)w, (__m512bh)x), s, acc);
+}
+
+/* The activations of one group, even elements then odd ones (xp: 16 + 16 floats). */
+INLINE void split_x(const float *x, __m512 *xe, __m512 *xo) {
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    __m512 a = _mm512_loadu_ps(x), b = _mm512_loadu_ps(x + 16);
+    *xe = _mm512_permutex2var_ps(a, ie, b);
+    *xo = _mm512_permutex2var_ps(a, _mm512_add_epi32(ie, _mm512_set1_epi32(1)), b);
+}
+
+/* T > 1: 4 rows (panel) x 4 tokens over ng groups; out[t * 4 + r]. xbf16: xt are BF16 rows,
+ * else fp32 rows (split per group, as split_x). */
+INLINE void n_tile(const iq_panel *pn, const void *const *xt, int ng, float *out, const int xbf16) {
+    __m512 a[4][4];
+    UNROLL for (int r = 0; r < 4; r++)
+        UNROLL for (int t = 0; t < 4; t++) a[r][t] = _mm512_setzero_ps();
+    for (int g = 0; g < ng; g++) {
+        __m512i xv[4];
+        __m512 xe[4], xo[4];
+        UNROLL for (int t = 0; t < 4; t++) {
+            if (xbf16) xv[t] = _mm512_loadu_si512((const void *)((const uint16_t *)xt[t] + 32 * g));
+            else split_x((const float *)xt[t] + 32 * g, &xe[t], &xo[t]);
+        }
+        UNROLL for (int r = 0; r < 4; r++) {
+            __m512i w = pn->w[r][g];
+            __m512 s = pn->s[r][g];
+            UNROLL for (int t = 0; t < 4; t++)
+                a[r][t] = xbf16 ? x16_group(w, xv[t], s, a[r][t]) : f32_group(w, xe[t], xo[t], s, a[r][t]);
+        }
+    }
+    red4x4(a, out);
+}
+static void xn_tile(const iq_panel *pn, const void *const *xt, int ng, float *out) { n_tile(pn, xt, ng, out, 1); }
+static void fn_tile(const iq_panel *pn, const void *const *xt, int ng, float *out) { n_tile(pn, xt, ng, out, 0); }
+
+/* Per type: the decode tiles (T = 1; x: BF16 natural, or fp32 split per group by split_x into
+ * xp) and the panel decoder (T > 1). */
+#define IQ_TILES(NAME, SB, BB)                                                                                   \
+    INLINE void NAME##_1(const uint8_t *const *wr, const void *xv, int64_t b0, int64_t b1, float *out,           \
+                         const int xbf16) {                                                                      \
+        __m512 a[4];                                                                                             \
+        UNROLL for (int r = 0; r < 4; r++) a[r] = _mm512_setzero_ps();                                          \
+        for (int64_t b = b0; b < b1; b++) {                                                                      \
+            UNROLL for (int r = 0; r < 4; r++) {                                                                 \
+                __m512i W[8];                                                                                    \
+                __m512 S[8];                                                                                     \
+                _mm_prefetch((const char *)(wr[r] + b * (BB) + PF_DIST), _MM_HINT_T0);                          \
+                SB(wr[r] + b * (BB), W, S);                                                                      \
+                UNROLL for (int g = 0; g < 8; g++) {                                                             \
+                    const int64_t e = b * QK + 32 * g;                                                           \
+                    if (xbf16) a[r] = x16_group(W[g], _mm512_loadu_si512((const uint16_t *)xv + e), S[g], a[r]); \
+                    else                                                                                         \
+                        a[r] = f32_group(W[g], _mm512_loadu_ps((const float *)xv + e),                           \
+                                         _mm512_loadu_ps((const float *)xv + e + 16), S[g], a[r]);               \
+                }                                                                                                \
+            }                                                                                                    \
+        }                                                                                                        \
+        red4(a, out);                                                                                            \
+    }                                                                                                            \
+    static void NAME##_x1(const uint8_t *const *wr, const void *x, int64_t b0, int64_t b1, float *out) {        \
+        NAME##_1(wr, x, b0, b1, out, 1);                                                                         \
+    }                                                                                                            \
+    static void NAME##_f1(const uint8_t *const *wr, const void *x, int64_t b0, int64_t b1, float *out) {        \
+        NAME##_1(wr, x, b0, b1, out, 0);                                                                         \
+    }                                                                                                            \
+    static void NAME##_panel(const uint8_t *const *wr, int64_t b0, int64_t b1, iq_panel *pn) {                  \
+        UNROLL for (int r = 0; r < 4; r++)                                                                       \
+            for (int64_t b = b0; b < b1; b++) SB(wr[r] + b * (BB), pn->w[r] + (b - b0) * 8, pn->s[r] + (b - b0) * 8); \
+    }                                                                                                            \
+    static const iq_ops NAME##_ops = {NAME##_x1, NAME##_f1, NAME##_panel};
+
+typedef struct {
+    void (*x1)(const uint8_t *const *wr, const void *x, int64_t b0, int64_t b1, float *out);
+    void (*f1)(const uint8_t *const *wr, const void *x, int64_t b0, int64_t b1, float *out);
+    void (*panel)(const uint8_t *const *wr, int64_t b0, int64_t b1, iq_panel *pn);
+} iq_ops;
+
+IQ_TILES(iq2_xxs, sb_iq2_xxs, 66)
+IQ_TILES(iq2_xs, sb_iq2_xs, 74)
+IQ_TILES(iq2_s, sb_iq2_s, 82)
+IQ_TILES(iq4_xs, sb_iq4_xs, 136)
+
+/* ---- drivers ---- */
+
+/* T = 1: tiles of 4 rows from far-apart streams (tile512.h), K chunks of KB super-blocks, the
+ * chunks' sums added in order. x: BF16 (xbf16) or the fp32 activations split per group. */
+static void iq_t1(const dsf_wmat *w, const void *x, int xbf16, float *y, int64_t r0, int64_t r1, const iq_ops *op) {
+    const int64_t nb = w->n_in / QK, len = t1_stream_len(r0, r1, 4, 1);
+    const uint8_t *wr[4];
+    int64_t rr[4];
+    for (int64_t k = 0; k < len; k++) {
+        t1_tile_rows(w, r0, r1, len, k, 4, 1, rr, wr);
+        for (int64_t b0 = 0; b0 < nb; b0 += KB) {
+            float o[4];
+            (xbf16 ? op->x1 : op->f1)(wr, x, b0, b0 + KB < nb ? b0 + KB : nb, o);
+            for (int i = 0; i < 4; i++)
+                if (rr[i] >= 0) y[rr[i]] = b0 == 0 ? o[i] : y[rr[i]] + o[i];
+        }
+    }
+}
+
+/* T > 1: token chunks of ITC, K chunks of KB super-blocks, row tiles of 4 rows (far-apart
+ * streams) decoded once into a panel, token tiles of 4 over it; edge tiles repeat the last row
+ * or token and drop those results. */
+static void iq_tn(const dsf_wmat *w, const void *x, int xbf16, int64_t T, float *y, int64_t ldy, int64_t r0,
+                  int64_t r1, const iq_ops *op) {
+    const int64_t nb = w->n_in / QK, len = t1_stream_len(r0, r1, 4, 1);
+    iq_panel pn __attribute__((aligned(64)));
+    const uint8_t *wr[4];
+    int64_t rr[4];
+    for (int64_t tc = 0; tc < T; tc += ITC) {
+        const int64_t tc1 = tc + ITC < T ? tc + ITC : T;
+        for (int64_t b0 = 0; b0 < nb; b0 += KB) {
+            const int64_t b1 = b0 + KB < nb ? b0 + KB : nb;
+            for (int64_t k = 0; k < len; k++) {
+                t1_tile_rows(w, r0, r1, len, k, 4, 1, rr, wr);
+                op->panel(wr, b0, b1, &pn);
+                for (int64_t t = tc; t < tc1; t += 4) {
+                    float out[16];
+                    const void *xt[4];
+                    for (int j = 0; j < 4; j++) {
+                        int64_t off = (t + j < tc1 ? t + j : tc1 - 1) * w->n_in + b0 * QK;
+                        xt[j] = xbf16 ? (const void *)((const uint16_t *)x + off) : (const void *)((const float *)x + off);
+                    }
+                    (xbf16 ? xn_tile : fn_tile)(&pn, xt, (int)(b1 - b0) * 8, out);
+                    for (int i = 0; i < 4; i++)
+                        for (int j = 0; j < 4 && rr[i] >= 0 && t + j < tc1; j++) {
+                            float *yy = &y[(t + j) * ldy + rr[i]];
+                            *yy = b0 == 0 ? out[j * 4 + i] : *yy + out[j * 4 + i];
+                        }
+                }
+            }
+        }
+    }
+}
+
+INLINE int iq_guard(const dsf_wmat *w, int64_t T, int64_t r0, int64_t r1) {
+    return r1 > r0 && T > 0 && w->n_in % QK == 0 && w->n_in <= IQ_MAX_IN;
+}
+
+static void iq_fp32(const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy, int64_t r0, int64_t r1,
+                    const iq_ops *op) {
+    if (!iq_guard(w, T, r0, r1)) {
+        if (r1 > r0 && T > 0) matmul_any_ref(w, x, T, y, ldy, r0, r1);
+        return;
+    }
+    if (T > 1) {
+        iq_tn(w, x, 0, T, y, ldy, r0, r1, op);
+        return;
+    }
+    float xp[IQ_MAX_IN] __attribute__((aligned(64))); /* each group's even elements, then its odd ones */
+    for (int64_t i = 0; i < w->n_in; i += 32) {
+        __m512 xe, xo;
+        split_x(x + i, &xe, &xo);
+        _mm512_store_ps(xp + i, xe);
+        _mm512_store_ps(xp + i + 16, xo);
+    }
+    iq_t1(w, xp, 0, y, r0, r1, op);
+}
+
+static void iq_xbf16(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, int64_t ldy, int64_t r0, int64_t r1,
+                     const iq_ops *op) {
+    if (!iq_guard(w, T, r0, r1)) {
+        if (r1 > r0 && T > 0) matmul_xbf16_any_ref(w, x, T, y, ldy, r0, r1);
+        return;
+    }
+    if (T > 1) iq_tn(w, x, 1, T, y, ldy, r0, r1, op);
+    else iq_t1(w, x, 1, y, r0, r1, op);
+}
+
+#define IQ_ENTRIES(NAME)                                                                                         \
+    void mm_##NAME##_avx512(const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy, int64_t r0,    \
+                            int64_t r1) {                                                                        \
+        iq_fp32(w, x, T, y, ldy, r0, r1, &NAME##_ops);                                                           \
+    }                                                                                                            \
+    void xmm_##NAME##_avx512(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, int64_t ldy, int64_t r0, \
+                             int64_t r1) {                                                                       \
+        iq_xbf16(w, x, T, y, ldy, r0, r1, &NAME##_ops);                                                          \
+    }
+IQ_ENTRIES(iq2_xxs)
+IQ_ENTRIES(iq2_xs)
+IQ_ENTRIES(iq2_s)
+IQ_ENTRIES(iq4_xs)
+
+#endif
