@@ -119,13 +119,6 @@ INLINE __m512i iq2_expand(__m256i g8, uint32_t m, __m512i tb) {
     return _mm512_mask_add_epi16(w, _cvtu32_mask32(m), w, _mm512_set1_epi16((short)0x8000));
 }
 
-/* 8 qword grid indices (zero-extended in iq) -> W of the two groups they cover. */
-INLINE void iq2_pair(__m512i iq, const uint64_t *grid, const uint32_t *m, __m512i tb, __m512i *W) {
-    __m512i q = _mm512_i64gather_epi64(iq, (const void *)grid, 8);
-    W[0] = iq2_expand(_mm512_castsi512_si256(q), m[0], tb);
-    W[1] = iq2_expand(_mm512_extracti64x4_epi64(q, 1), m[1], tb);
-}
-
 /* 7-bit selectors (bytes of sel; bit 7 ignored) -> sign masks (grid_iq2_signs), byte for byte. */
 INLINE __m512i iq2_signs(__m512i sel) {
     return _mm512_permutex2var_epi8(_mm512_loadu_si512((const void *)grid_iq2_signs), sel,
