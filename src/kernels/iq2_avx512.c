@@ -325,13 +325,16 @@ static void fn_tile(const iq_panel *pn, const void *const *xt, int ng, float *ou
     static void NAME##_panel(const uint8_t *const *wr, int64_t b0, int64_t b1, iq_panel *pn) {                  \
         UNROLL for (int r = 0; r < 4; r++)                                                                       \
             for (int64_t b = b0; b < b1; b++) SB(wr[r] + b * (BB), pn->w[r] + (b - b0) * 8, pn->s[r] + (b - b0) * 8); \
-    }                                                                                                            \
-    static const iq_ops NAME##_ops = {NAME##_x1, NAME##_f1, NAME##_panel};
+    }
 
+/* x1/f1: the decode tiles; panel: the T > 1 panel; xu1/upanel (or NULL): the BF16 family's
+ * decode tile and panel in the lane-per-group layout (x permuted by perm_x first). */
 typedef struct {
     void (*x1)(const uint8_t *const *wr, const void *x, int64_t b0, int64_t b1, float *out);
     void (*f1)(const uint8_t *const *wr, const void *x, int64_t b0, int64_t b1, float *out);
     void (*panel)(const uint8_t *const *wr, int64_t b0, int64_t b1, iq_panel *pn);
+    void (*xu1)(const uint8_t *const *wr, const void *x, int64_t b0, int64_t b1, float *out);
+    void (*upanel)(const uint8_t *const *wr, int64_t b0, int64_t b1, iq_panel *pn);
 } iq_ops;
 
 IQ_TILES(iq2_xxs, sb_iq2_xxs, 66)
@@ -339,11 +342,145 @@ IQ_TILES(iq2_xs, sb_iq2_xs, 74)
 IQ_TILES(iq2_s, sb_iq2_s, 82)
 IQ_TILES(iq4_xs, sb_iq4_xs, 136)
 
+/* ---- IQ2_XXS x BF16 activations: one dot lane pair per group ----
+ * A super-block's 8 dots each take 4 elements of every group: dot c = 4h + j, qword q (lanes
+ * 2q, 2q + 1: group q) takes elements 16h + 4m + j, m = 0..3, of group q. Its 8 products
+ * per lane pair all share the group's multiplier, so the 8 dots run into P from zero and one
+ * FMA applies the 8 multipliers (S: lanes 2q, 2q + 1 = group q's) per super-block. The
+ * weights come from two vectors N_h (qword q: the nibbles code | sign << 2 of group q's
+ * elements 16h .. 16h + 15, element 16h + e in bits 4e): dot c's words are N_h >> 4j through
+ * a 16-entry vpermw table (bit 4, the next nibble's, is ignored). The activations are
+ * permuted to match once per call (T = 1) or per chunk (perm_x). Per super-block and row: 8
+ * vpermw, 6 shifts, 8 dots and one FMA, plus the decode of N_h and S (iq2_xxs_nib). */
+
+/* 16-bit word 4j + m of group q's permuted copy <- element 16h + 4m + j (per half h) */
+static const uint16_t iq2xxs_xperm[32] __attribute__((aligned(64))) = {
+    0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 16, 20, 24, 28, 17, 21, 25, 29, 18, 22, 26, 30, 19, 23, 27, 31};
+
+/* xp (nb super-blocks): super-block b's dot c at xp + 256b + 32c, its qword q from group q. */
+static void perm_x(const uint16_t *x, int64_t nb, uint16_t *xp) {
+    const __m512i pi = _mm512_load_si512((const void *)iq2xxs_xperm);
+    for (int64_t b = 0; b < nb; b++) {
+        uint64_t t[8][8];
+        for (int q = 0; q < 8; q++)
+            _mm512_storeu_si512((void *)t[q], _mm512_permutexvar_epi16(pi, _mm512_loadu_si512((const void *)(x + 256 * b + 32 * q))));
+        uint64_t *o = (uint64_t *)(void *)(xp + 256 * b);
+        for (int c = 0; c < 8; c++)
+            for (int q = 0; q < 8; q++) o[8 * c + q] = t[q][c];
+    }
+}
+
+/* the sub-group indices: byte 16L + 4m + k (L < 4, m < 2) <- group 2L + m's index k, so that
+ * unpacklo of the two code bytes gives group q's code qword in qword q */
+static const uint8_t iq2xxs_idx_lane[64] __attribute__((aligned(64))) = {
+    0,  1,  2,  3,  8,  9,  10, 11, 0, 0, 0, 0, 0, 0, 0, 0, 16, 17, 18, 19, 24, 25, 26, 27, 0, 0, 0, 0, 0, 0, 0, 0,
+    32, 33, 34, 35, 40, 41, 42, 43, 0, 0, 0, 0, 0, 0, 0, 0, 48, 49, 50, 51, 56, 57, 58, 59, 0, 0, 0, 0, 0, 0, 0, 0};
+
+/* byte b of qword q of N_h: elements 16h + 2b, + 1 of group q. Codes: bits 32h + 4b.. of the
+ * code qword (into bits 0-3); signs: bits 16h + 2b.. of the sign dword, into bits 4-5 (the
+ * multishift rotates, so the offset 16h + 2b - 4 is taken mod 64). */
+#define IQ2XXS_CB(h) ((uint64_t)(32 * (h)) * 0x0101010101010101ull + 0x1C1814100C080400ull)
+#define IQ2XXS_SB(h) (((uint64_t)(16 * (h)) * 0x0101010101010101ull + 0x0A08060402003E3Cull) & 0x3F3F3F3F3F3F3F3Full)
+
+/* (c0 | c1 << 2 | s0 << 4 | s1 << 5) -> nibbles (c0 | s0 << 2) | (c1 | s1 << 2) << 4 */
+static const uint8_t iq2xxs_nib[64] __attribute__((aligned(64))) = {
+#define IQ2N(i) (uint8_t)(((i) & 3) | ((i) >> 4 & 1) << 2 | (((i) >> 2 & 3) | ((i) >> 5 & 1) << 2) << 4)
+#define IQ2N8(i) IQ2N(i), IQ2N(i + 1), IQ2N(i + 2), IQ2N(i + 3), IQ2N(i + 4), IQ2N(i + 5), IQ2N(i + 6), IQ2N(i + 7)
+    IQ2N8(0), IQ2N8(8), IQ2N8(16), IQ2N8(24), IQ2N8(32), IQ2N8(40), IQ2N8(48), IQ2N8(56)};
+#undef IQ2N8
+#undef IQ2N
+
+/* nibble (code | sign << 2; bit 3 zero) -> BF16 of +-8, 25, 43 */
+static const float iq2_nib_vals[32] = {8, 25, 43, 0, -8, -25, -43, 0, 8, 25, 43, 0, -8, -25, -43, 0,
+                                       8, 25, 43, 0, -8, -25, -43, 0, 8, 25, 43, 0, -8, -25, -43, 0};
+
+/* One IQ2_XXS super-block -> N[2] and S (the lane multipliers). */
+INLINE void iq2_xxs_nib(const uint8_t *b, __m512i *N, __m512 *S) {
+    const __m512i G = _mm512_loadu_si512((const void *)(b + 2)); /* qword g: group g */
+    const __m512i idx = _mm512_permutexvar_epi8(_mm512_load_si512((const void *)iq2xxs_idx_lane), G);
+    const __m512i cq = _mm512_unpacklo_epi8(lut256(iq2xxs_codes[0], idx), lut256(iq2xxs_codes[1], idx));
+    /* sign masks: dword 2q of sg (the selectors at bits 32 + 7k of qword q) */
+    const __m512i sg = iq2_signs(_mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x352E2720ll), G));
+    const __m512i nt = _mm512_load_si512((const void *)iq2xxs_nib);
+    UNROLL for (int h = 0; h < 2; h++) {
+        __m512i c = _mm512_multishift_epi64_epi8(_mm512_set1_epi64((long long)IQ2XXS_CB(h)), cq);
+        __m512i s = _mm512_multishift_epi64_epi8(_mm512_set1_epi64((long long)IQ2XXS_SB(h)), sg);
+        N[h] = _mm512_permutexvar_epi8(_mm512_ternarylogic_epi32(c, s, _mm512_set1_epi8(0x0F), 0xE4), nt);
+    }
+    __m512i sc = _mm512_srli_epi64(G, 60);
+    __m512 f = _mm512_cvtepi32_ps(_mm512_or_si512(sc, _mm512_slli_epi64(sc, 32)));
+    *S = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(f16at(b)), _mm512_add_ps(f, _mm512_set1_ps(0.5f))), _mm512_set1_ps(0.25f));
+}
+
+/* dot c's weights from N (c = 4h + j) */
+INLINE __m512i iq2_xxs_w(const __m512i *N, int c, __m512i tb) {
+    const int j = c & 3;
+    return _mm512_permutexvar_epi16(j ? _mm512_srli_epi16(N[c >> 2], 4 * j) : N[c >> 2], tb);
+}
+
+static void iq2_xxs_xu1(const uint8_t *const *wr, const void *xv, int64_t b0, int64_t b1, float *out) {
+    const __m512i tb = bf16_table(iq2_nib_vals);
+    const uint16_t *xp = xv;
+    __m512 a[4];
+    UNROLL for (int r = 0; r < 4; r++) a[r] = _mm512_setzero_ps();
+    for (int64_t b = b0; b < b1; b++)
+        UNROLL for (int r = 0; r < 4; r++) {
+            __m512i N[2];
+            __m512 S, P = _mm512_setzero_ps();
+            _mm_prefetch((const char *)(wr[r] + b * 66 + PF_DIST), _MM_HINT_T0);
+            iq2_xxs_nib(wr[r] + b * 66, N, &S);
+            UNROLL for (int c = 0; c < 8; c++)
+                P = _mm512_dpbf16_ps(P, (__m512bh)iq2_xxs_w(N, c, tb), (__m512bh)_mm512_loadu_si512((const void *)(xp + b * QK + 32 * c)));
+            a[r] = _mm512_fmadd_ps(P, S, a[r]);
+        }
+    red4(a, out);
+}
+
+/* panel: w[r][8k + c] = dot c's weights of super-block b0 + k, s[r][8k] its S */
+static void iq2_xxs_upanel(const uint8_t *const *wr, int64_t b0, int64_t b1, iq_panel *pn) {
+    const __m512i tb = bf16_table(iq2_nib_vals);
+    for (int r = 0; r < 4; r++)
+        for (int64_t b = b0; b < b1; b++) {
+            __m512i N[2];
+            iq2_xxs_nib(wr[r] + b * 66, N, &pn->s[r][8 * (b - b0)]);
+            UNROLL for (int c = 0; c < 8; c++) pn->w[r][8 * (b - b0) + c] = iq2_xxs_w(N, c, tb);
+        }
+}
+
+/* T > 1 over the panel: 4 rows x 2 tokens (P and the accumulators fill the registers), the
+ * operations of iq2_xxs_xu1; out[t * 4 + r]. */
+static void xn_tile_u(const iq_panel *pn, const uint16_t *const *xt, int nsb, float *out) {
+    __m512 a[2][4];
+    UNROLL for (int t = 0; t < 2; t++)
+        UNROLL for (int r = 0; r < 4; r++) a[t][r] = _mm512_setzero_ps();
+    for (int k = 0; k < nsb; k++) {
+        __m512 P[2][4];
+        UNROLL for (int t = 0; t < 2; t++)
+            UNROLL for (int r = 0; r < 4; r++) P[t][r] = _mm512_setzero_ps();
+        UNROLL for (int c = 0; c < 8; c++) {
+            __m512i xv[2];
+            UNROLL for (int t = 0; t < 2; t++) xv[t] = _mm512_loadu_si512((const void *)(xt[t] + QK * k + 32 * c));
+            UNROLL for (int r = 0; r < 4; r++)
+                UNROLL for (int t = 0; t < 2; t++) P[t][r] = _mm512_dpbf16_ps(P[t][r], (__m512bh)pn->w[r][8 * k + c], (__m512bh)xv[t]);
+        }
+        UNROLL for (int t = 0; t < 2; t++)
+            UNROLL for (int r = 0; r < 4; r++) a[t][r] = _mm512_fmadd_ps(P[t][r], pn->s[r][8 * k], a[t][r]);
+    }
+    red4(a[0], out);
+    red4(a[1], out + 4);
+}
+
+static const iq_ops iq2_xxs_ops = {iq2_xxs_x1, iq2_xxs_f1, iq2_xxs_panel, iq2_xxs_xu1, iq2_xxs_upanel};
+static const iq_ops iq2_xs_ops = {iq2_xs_x1, iq2_xs_f1, iq2_xs_panel, NULL, NULL};
+static const iq_ops iq2_s_ops = {iq2_s_x1, iq2_s_f1, iq2_s_panel, NULL, NULL};
+static const iq_ops iq4_xs_ops = {iq4_xs_x1, iq4_xs_f1, iq4_xs_panel, NULL, NULL};
+
 /* ---- drivers ---- */
 
 /* T = 1: tiles of 4 rows from far-apart streams (tile512.h), K chunks of KB super-blocks, the
  * chunks' sums added in order. x: BF16 (xbf16) or the fp32 activations split per group. */
-static void iq_t1(const dsf_wmat *w, const void *x, int xbf16, float *y, int64_t r0, int64_t r1, const iq_ops *op) {
+typedef void (*t1_fn)(const uint8_t *const *wr, const void *x, int64_t b0, int64_t b1, float *out);
+static void iq_t1(const dsf_wmat *w, const void *x, float *y, int64_t r0, int64_t r1, t1_fn tile) {
     const int64_t nb = w->n_in / QK, len = t1_stream_len(r0, r1, 4, 1);
     const uint8_t *wr[4];
     int64_t rr[4];
@@ -351,7 +488,7 @@ static void iq_t1(const dsf_wmat *w, const void *x, int xbf16, float *y, int64_t
         t1_tile_rows(w, r0, r1, len, k, 4, 1, rr, wr);
         for (int64_t b0 = 0; b0 < nb; b0 += KB) {
             float o[4];
-            (xbf16 ? op->x1 : op->f1)(wr, x, b0, b0 + KB < nb ? b0 + KB : nb, o);
+            tile(wr, x, b0, b0 + KB < nb ? b0 + KB : nb, o);
             for (int i = 0; i < 4; i++)
                 if (rr[i] >= 0) y[rr[i]] = b0 == 0 ? o[i] : y[rr[i]] + o[i];
         }
@@ -359,31 +496,38 @@ static void iq_t1(const dsf_wmat *w, const void *x, int xbf16, float *y, int64_t
 }
 
 /* T > 1: token chunks of ITC, K chunks of KB super-blocks, row tiles of 4 rows (far-apart
- * streams) decoded once into a panel, token tiles of 4 over it; edge tiles repeat the last row
- * or token and drop those results. */
+ * streams) decoded once into a panel, token tiles of 4 (2 in the lane-per-group layout, whose
+ * activations are permuted per chunk first) over it; edge tiles repeat the last row or token
+ * and drop those results. */
 static void iq_tn(const dsf_wmat *w, const void *x, int xbf16, int64_t T, float *y, int64_t ldy, int64_t r0,
                   int64_t r1, const iq_ops *op) {
     const int64_t nb = w->n_in / QK, len = t1_stream_len(r0, r1, 4, 1);
+    const int unit = xbf16 && op->upanel, tb = unit ? 2 : 4;
     iq_panel pn __attribute__((aligned(64)));
+    uint16_t xpb[ITC * KB * QK] __attribute__((aligned(64))); /* 128 KiB: the permuted chunk */
     const uint8_t *wr[4];
     int64_t rr[4];
     for (int64_t tc = 0; tc < T; tc += ITC) {
         const int64_t tc1 = tc + ITC < T ? tc + ITC : T;
         for (int64_t b0 = 0; b0 < nb; b0 += KB) {
             const int64_t b1 = b0 + KB < nb ? b0 + KB : nb;
+            if (unit)
+                for (int64_t t = tc; t < tc1; t++) perm_x((const uint16_t *)x + t * w->n_in + b0 * QK, b1 - b0, xpb + (t - tc) * KB * QK);
             for (int64_t k = 0; k < len; k++) {
                 t1_tile_rows(w, r0, r1, len, k, 4, 1, rr, wr);
-                op->panel(wr, b0, b1, &pn);
-                for (int64_t t = tc; t < tc1; t += 4) {
+                (unit ? op->upanel : op->panel)(wr, b0, b1, &pn);
+                for (int64_t t = tc; t < tc1; t += tb) {
                     float out[16];
                     const void *xt[4];
-                    for (int j = 0; j < 4; j++) {
-                        int64_t off = (t + j < tc1 ? t + j : tc1 - 1) * w->n_in + b0 * QK;
-                        xt[j] = xbf16 ? (const void *)((const uint16_t *)x + off) : (const void *)((const float *)x + off);
+                    for (int j = 0; j < tb; j++) {
+                        int64_t tt = t + j < tc1 ? t + j : tc1 - 1, off = tt * w->n_in + b0 * QK;
+                        xt[j] = unit ? (const void *)(xpb + (tt - tc) * KB * QK)
+                                     : xbf16 ? (const void *)((const uint16_t *)x + off) : (const void *)((const float *)x + off);
                     }
-                    (xbf16 ? xn_tile : fn_tile)(&pn, xt, (int)(b1 - b0) * 8, out);
+                    if (unit) xn_tile_u(&pn, (const uint16_t *const *)xt, (int)(b1 - b0), out);
+                    else (xbf16 ? xn_tile : fn_tile)(&pn, xt, (int)(b1 - b0) * 8, out);
                     for (int i = 0; i < 4; i++)
-                        for (int j = 0; j < 4 && rr[i] >= 0 && t + j < tc1; j++) {
+                        for (int j = 0; j < tb && rr[i] >= 0 && t + j < tc1; j++) {
                             float *yy = &y[(t + j) * ldy + rr[i]];
                             *yy = b0 == 0 ? out[j * 4 + i] : *yy + out[j * 4 + i];
                         }
@@ -414,7 +558,7 @@ static void iq_fp32(const dsf_wmat *w, const float *x, int64_t T, float *y, int6
         _mm512_store_ps(xp + i, xe);
         _mm512_store_ps(xp + i + 16, xo);
     }
-    iq_t1(w, xp, 0, y, r0, r1, op);
+    iq_t1(w, xp, y, r0, r1, op->f1);
 }
 
 static void iq_xbf16(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, int64_t ldy, int64_t r0, int64_t r1,
@@ -424,21 +568,26 @@ static void iq_xbf16(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, 
         return;
     }
     if (T > 1) iq_tn(w, x, 1, T, y, ldy, r0, r1, op);
-    else iq_t1(w, x, 1, y, r0, r1, op);
+    else if (!op->xu1) iq_t1(w, x, y, r0, r1, op->x1);
+    else {
+        uint16_t xp[IQ_MAX_IN] __attribute__((aligned(64)));
+        perm_x(x, w->n_in / QK, xp);
+        iq_t1(w, xp, y, r0, r1, op->xu1);
+    }
 }
 
-#define IQ_ENTRIES(NAME)                                                                                         \
+#define IQ_ENTRIES(NAME, OPS)                                                                                       \
     void mm_##NAME##_avx512(const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy, int64_t r0,    \
                             int64_t r1) {                                                                        \
-        iq_fp32(w, x, T, y, ldy, r0, r1, &NAME##_ops);                                                           \
+        iq_fp32(w, x, T, y, ldy, r0, r1, &OPS);                                                           \
     }                                                                                                            \
     void xmm_##NAME##_avx512(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, int64_t ldy, int64_t r0, \
                              int64_t r1) {                                                                       \
-        iq_xbf16(w, x, T, y, ldy, r0, r1, &NAME##_ops);                                                          \
+        iq_xbf16(w, x, T, y, ldy, r0, r1, &OPS);                                                          \
     }
-IQ_ENTRIES(iq2_xxs)
-IQ_ENTRIES(iq2_xs)
-IQ_ENTRIES(iq2_s)
-IQ_ENTRIES(iq4_xs)
+IQ_ENTRIES(iq2_xxs, iq2_xxs_ops)
+IQ_ENTRIES(iq2_xs, iq2_xs_ops)
+IQ_ENTRIES(iq2_s, iq2_s_ops)
+IQ_ENTRIES(iq4_xs, iq4_xs_ops)
 
 #endif
