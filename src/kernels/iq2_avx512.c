@@ -335,6 +335,7 @@ typedef struct {
     void (*panel)(const uint8_t *const *wr, int64_t b0, int64_t b1, iq_panel *pn);
     void (*xu1)(const uint8_t *const *wr, const void *x, int64_t b0, int64_t b1, float *out);
     void (*upanel)(const uint8_t *const *wr, int64_t b0, int64_t b1, iq_panel *pn);
+    const uint16_t *xperm; /* perm_x's word permutation for xu1/upanel */
 } iq_ops;
 
 IQ_TILES(iq2_xxs, sb_iq2_xxs, 66)
@@ -357,9 +358,14 @@ IQ_TILES(iq4_xs, sb_iq4_xs, 136)
 static const uint16_t iq2xxs_xperm[32] __attribute__((aligned(64))) = {
     0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 16, 20, 24, 28, 17, 21, 25, 29, 18, 22, 26, 30, 19, 23, 27, 31};
 
-/* xp (nb super-blocks): super-block b's dot c at xp + 256b + 32c, its qword q from group q. */
-static void perm_x(const uint16_t *x, int64_t nb, uint16_t *xp) {
-    const __m512i pi = _mm512_load_si512((const void *)iq2xxs_xperm);
+/* IQ4_XS (iq4_xs_nib): word 4c + m <- element 8h + 2m + j / 2 + 16 (j % 2), c = 4h + j */
+static const uint16_t iq4xs_xperm[32] __attribute__((aligned(64))) = {
+    0, 2, 4, 6, 16, 18, 20, 22, 1, 3, 5, 7, 17, 19, 21, 23, 8, 10, 12, 14, 24, 26, 28, 30, 9, 11, 13, 15, 25, 27, 29, 31};
+
+/* xp (nb super-blocks): super-block b's dot c at xp + 256b + 32c, its qword q from group q
+ * (words 4c .. 4c + 3 of group q permuted by perm). */
+static void perm_x(const uint16_t *x, int64_t nb, uint16_t *xp, const uint16_t *perm) {
+    const __m512i pi = _mm512_load_si512((const void *)perm);
     for (int64_t b = 0; b < nb; b++) {
         uint64_t t[8][8];
         for (int q = 0; q < 8; q++)
@@ -413,39 +419,62 @@ INLINE void iq2_xxs_nib(const uint8_t *b, __m512i *N, __m512 *S) {
 }
 
 /* dot c's weights from N (c = 4h + j) */
-INLINE __m512i iq2_xxs_w(const __m512i *N, int c, __m512i tb) {
+INLINE __m512i unit_w(const __m512i *N, int c, __m512i tb) {
     const int j = c & 3;
     return _mm512_permutexvar_epi16(j ? _mm512_srli_epi16(N[c >> 2], 4 * j) : N[c >> 2], tb);
 }
 
-static void iq2_xxs_xu1(const uint8_t *const *wr, const void *xv, int64_t b0, int64_t b1, float *out) {
-    const __m512i tb = bf16_table(iq2_nib_vals);
-    const uint16_t *xp = xv;
-    __m512 a[4];
-    UNROLL for (int r = 0; r < 4; r++) a[r] = _mm512_setzero_ps();
-    for (int64_t b = b0; b < b1; b++)
-        UNROLL for (int r = 0; r < 4; r++) {
-            __m512i N[2];
-            __m512 S, P = _mm512_setzero_ps();
-            _mm_prefetch((const char *)(wr[r] + b * 66 + PF_DIST), _MM_HINT_T0);
-            iq2_xxs_nib(wr[r] + b * 66, N, &S);
-            UNROLL for (int c = 0; c < 8; c++)
-                P = _mm512_dpbf16_ps(P, (__m512bh)iq2_xxs_w(N, c, tb), (__m512bh)_mm512_loadu_si512((const void *)(xp + b * QK + 32 * c)));
-            a[r] = _mm512_fmadd_ps(P, S, a[r]);
-        }
-    red4(a, out);
+/* IQ4_XS in the same layout: N_h qword q = bytes 8h .. 8h + 7 of group q's qs as they are
+ * (nibble n: byte n / 2, low nibble element j, high element j + 16: iq4xs_xperm), the
+ * 16-entry table kvalues; S lanes 2q, 2q + 1 = group q's multiplier. */
+INLINE void iq4_xs_nib(const uint8_t *b, __m512i *N, __m512 *S) {
+    const __m512i z0 = _mm512_loadu_si512((const void *)(b + 8)), z1 = _mm512_loadu_si512((const void *)(b + 72));
+    const __m512i ev = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14);
+    N[0] = _mm512_permutex2var_epi64(z0, ev, z1);
+    N[1] = _mm512_permutex2var_epi64(z0, _mm512_add_epi64(ev, _mm512_set1_epi64(1)), z1);
+    uint16_t sh;
+    uint32_t sl;
+    memcpy(&sh, b + 2, 2);
+    memcpy(&sl, b + 4, 4);
+    const __m512i q = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    __m512i lo = _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32((int)sl), _mm512_slli_epi32(q, 2)), _mm512_set1_epi32(15));
+    __m512i hi = _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32(sh), _mm512_slli_epi32(q, 1)), _mm512_set1_epi32(3));
+    __m512i ls = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), _mm512_set1_epi32(32));
+    *S = _mm512_mul_ps(_mm512_set1_ps(f16at(b)), _mm512_cvtepi32_ps(ls));
 }
 
-/* panel: w[r][8k + c] = dot c's weights of super-block b0 + k, s[r][8k] its S */
-static void iq2_xxs_upanel(const uint8_t *const *wr, int64_t b0, int64_t b1, iq_panel *pn) {
-    const __m512i tb = bf16_table(iq2_nib_vals);
-    for (int r = 0; r < 4; r++)
-        for (int64_t b = b0; b < b1; b++) {
-            __m512i N[2];
-            iq2_xxs_nib(wr[r] + b * 66, N, &pn->s[r][8 * (b - b0)]);
-            UNROLL for (int c = 0; c < 8; c++) pn->w[r][8 * (b - b0) + c] = iq2_xxs_w(N, c, tb);
-        }
-}
+/* The lane-per-group decode tile (T = 1, permuted BF16 activations) and panel (w[r][8k + c]:
+ * dot c's weights of super-block b0 + k, s[r][8k] its S) of a type. */
+#define UNIT_TILES(NAME, NIB, VALS, BB)                                                                          \
+    static void NAME##_xu1(const uint8_t *const *wr, const void *xv, int64_t b0, int64_t b1, float *out) {      \
+        const __m512i tb = bf16_table(VALS);                                                                     \
+        const uint16_t *xp = xv;                                                                                 \
+        __m512 a[4];                                                                                             \
+        UNROLL for (int r = 0; r < 4; r++) a[r] = _mm512_setzero_ps();                                          \
+        for (int64_t b = b0; b < b1; b++)                                                                        \
+            UNROLL for (int r = 0; r < 4; r++) {                                                                 \
+                __m512i N[2];                                                                                    \
+                __m512 S, P = _mm512_setzero_ps();                                                               \
+                _mm_prefetch((const char *)(wr[r] + b * (BB) + PF_DIST), _MM_HINT_T0);                          \
+                NIB(wr[r] + b * (BB), N, &S);                                                                    \
+                UNROLL for (int c = 0; c < 8; c++)                                                               \
+                    P = _mm512_dpbf16_ps(P, (__m512bh)unit_w(N, c, tb),                                          \
+                                         (__m512bh)_mm512_loadu_si512((const void *)(xp + b * QK + 32 * c)));    \
+                a[r] = _mm512_fmadd_ps(P, S, a[r]);                                                              \
+            }                                                                                                    \
+        red4(a, out);                                                                                            \
+    }                                                                                                            \
+    static void NAME##_upanel(const uint8_t *const *wr, int64_t b0, int64_t b1, iq_panel *pn) {                 \
+        const __m512i tb = bf16_table(VALS);                                                                     \
+        for (int r = 0; r < 4; r++)                                                                              \
+            for (int64_t b = b0; b < b1; b++) {                                                                  \
+                __m512i N[2];                                                                                    \
+                NIB(wr[r] + b * (BB), N, &pn->s[r][8 * (b - b0)]);                                               \
+                UNROLL for (int c = 0; c < 8; c++) pn->w[r][8 * (b - b0) + c] = unit_w(N, c, tb);                \
+            }                                                                                                    \
+    }
+UNIT_TILES(iq2_xxs, iq2_xxs_nib, iq2_nib_vals, 66)
+UNIT_TILES(iq4_xs, iq4_xs_nib, iq4_vals, 136)
 
 /* T > 1 over the panel: 4 rows x 2 tokens (P and the accumulators fill the registers), the
  * operations of iq2_xxs_xu1; out[t * 4 + r]. */
@@ -470,10 +499,10 @@ static void xn_tile_u(const iq_panel *pn, const uint16_t *const *xt, int nsb, fl
     red4(a[1], out + 4);
 }
 
-static const iq_ops iq2_xxs_ops = {iq2_xxs_x1, iq2_xxs_f1, iq2_xxs_panel, iq2_xxs_xu1, iq2_xxs_upanel};
-static const iq_ops iq2_xs_ops = {iq2_xs_x1, iq2_xs_f1, iq2_xs_panel, NULL, NULL};
-static const iq_ops iq2_s_ops = {iq2_s_x1, iq2_s_f1, iq2_s_panel, NULL, NULL};
-static const iq_ops iq4_xs_ops = {iq4_xs_x1, iq4_xs_f1, iq4_xs_panel, NULL, NULL};
+static const iq_ops iq2_xxs_ops = {iq2_xxs_x1, iq2_xxs_f1, iq2_xxs_panel, iq2_xxs_xu1, iq2_xxs_upanel, iq2xxs_xperm};
+static const iq_ops iq2_xs_ops = {iq2_xs_x1, iq2_xs_f1, iq2_xs_panel, NULL, NULL, NULL};
+static const iq_ops iq2_s_ops = {iq2_s_x1, iq2_s_f1, iq2_s_panel, NULL, NULL, NULL};
+static const iq_ops iq4_xs_ops = {iq4_xs_x1, iq4_xs_f1, iq4_xs_panel, iq4_xs_xu1, iq4_xs_upanel, iq4xs_xperm};
 
 /* ---- drivers ---- */
 
@@ -512,7 +541,7 @@ static void iq_tn(const dsf_wmat *w, const void *x, int xbf16, int64_t T, float 
         for (int64_t b0 = 0; b0 < nb; b0 += KB) {
             const int64_t b1 = b0 + KB < nb ? b0 + KB : nb;
             if (unit)
-                for (int64_t t = tc; t < tc1; t++) perm_x((const uint16_t *)x + t * w->n_in + b0 * QK, b1 - b0, xpb + (t - tc) * KB * QK);
+                for (int64_t t = tc; t < tc1; t++) perm_x((const uint16_t *)x + t * w->n_in + b0 * QK, b1 - b0, xpb + (t - tc) * KB * QK, op->xperm);
             for (int64_t k = 0; k < len; k++) {
                 t1_tile_rows(w, r0, r1, len, k, 4, 1, rr, wr);
                 (unit ? op->upanel : op->panel)(wr, b0, b1, &pn);
@@ -571,7 +600,7 @@ static void iq_xbf16(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, 
     else if (!op->xu1) iq_t1(w, x, y, r0, r1, op->x1);
     else {
         uint16_t xp[IQ_MAX_IN] __attribute__((aligned(64)));
-        perm_x(x, w->n_in / QK, xp);
+        perm_x(x, w->n_in / QK, xp, op->xperm);
         iq_t1(w, xp, y, r0, r1, op->xu1);
     }
 }
