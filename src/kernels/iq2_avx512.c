@@ -7,23 +7,28 @@
  * panels and the permuted activations are on the stack), call select.c, or round an activation.
  * Rows whose n_in is not a multiple of 256 or is above 16384 go to the scalar twins.
  *
- * Numerics (factoring): a weight is m_h * q_i with q_i a small signed integer (IQ2: +-8, 25 or
- * 43, a grid value with its sign; IQ4_XS: a kvalues_iq4nl entry) and m_h the multiplier of its
- * group of 32 (IQ2_XXS, IQ4_XS) or 16 (IQ2_XS, IQ2_S) weights: d * (0.5 + s) * 0.25 or
- * d * (ls - 32), both exact in fp32 (an f16 times a 5- or 6-bit integer). A super-block decodes
- * into, per group g of 32 weights, W_g: the 32 q_i as BF16 (exact), and S_g: the multiplier of
- * each dot lane (lane l holds elements 2l and 2l + 1; lanes 0-7 are elements 0-15). Per group
- * the BF16 family computes P = vdpbf16ps(0, W_g, X_g) (exact products, fp32 sums) and
- * acc = fma(P, S_g, acc); the fp32 family splits W_g into its even and odd elements widened to
- * fp32 (exact) and computes P = even * xe + odd * xo (xe, xo: the activations' even and odd
- * elements) and the same FMA. So each output differs from the exact sum only by fp32 summation
- * order, as the other kernels of the table.
+ * Numerics (factoring): a weight is m * q with q a small signed integer (IQ2: +-8, 25 or 43, a
+ * grid value with its sign; IQ4_XS: a kvalues_iq4nl entry) and m the multiplier of its group
+ * of 32 (IQ2_XXS, IQ4_XS) or 16 (IQ2_XS, IQ2_S) weights: d * (0.5 + s) * 0.25 or d * (ls - 32),
+ * both exact in fp32 (an f16 times a 5- or 6-bit integer). The q become BF16 words (exact) and
+ * meet the activations in dot lanes (lane l: words 2l, 2l + 1): vdpbf16ps for BF16 activations
+ * (exact products, fp32 sums), or for fp32 ones the words' even and odd halves widened to fp32
+ * (exact) and two FMAs. The lane sums P are then scaled by the lanes' multipliers S with one
+ * FMA into the accumulator: acc = fma(P, S, acc). So each output differs from the exact sum
+ * only by fp32 summation order, as the other kernels of the table. Two layouts:
+ * - per group (IQ2_XS, IQ2_S): a super-block decodes to W_g (the 32 q of group g, in order) and
+ *   S_g (lanes 0-7: elements 0-15's multiplier, lanes 8-15: 16-31's); per group P from zero,
+ *   then the FMA. The grid entries come from plain 8-byte loads (vpgatherqq was ~1.5x slower).
+ * - one lane pair per group (IQ2_XXS, IQ4_XS: one multiplier per 32 weights): 8 dots per
+ *   super-block, each taking 4 elements of every group, into P from zero, then one FMA for the
+ *   8 multipliers; the activations are permuted to match (perm_x, perm_xf), once per call for
+ *   T = 1 and per chunk for T > 1. See "lane per group" below.
  *
  * Batch invariance: every output y[t][r] is, for both families, the sum over K chunks of KB
- * super-blocks (in chunk order) of red4's lane tree over one accumulator that runs the group
- * operations above in group order, whatever T, the tile and the row range: the T = 1 tiles
- * decode each super-block on the fly; T > 1 decodes a row tile's K chunk once into a panel
- * (W_g, S_g) and runs each token tile over it with the same operations. */
+ * super-blocks (in chunk order) of red4's lane tree over one accumulator that runs the
+ * operations above in order, whatever T, the tile and the row range: the T = 1 tiles decode
+ * each super-block on the fly; T > 1 decodes a row tile's K chunk once into a panel (the BF16
+ * weight words and S) and runs each token tile over it with the same operations. */
 #include "kernels/iq2k.h"
 
 #if defined(__x86_64__) && defined(__AVX512F__)
@@ -38,7 +43,7 @@
 #define ITC 64      /* tokens per chunk (T > 1): the chunk's activations stay in L2 */
 #define IQ_MAX_IN 16384
 
-/* ---- decoders: one super-block -> W[8] (BF16 q values) and S[8] (lane multipliers) ---- */
+/* ---- decoders (per group layout): one super-block -> W[8] (BF16 q) and S[8] (lane multipliers) ---- */
 
 /* A 32-entry BF16 table from 32 floats that BF16 holds exactly. */
 INLINE __m512i bf16_table(const float *t) {
@@ -90,14 +95,6 @@ static const uint8_t iq2xxs_codes[2][256] __attribute__((aligned(64))) = {
     0x91, 0x92, 0x94, 0x94, 0x94, 0x95, 0x98, 0x99, 0xA0, 0xA0, 0xA0, 0xA1, 0xA2, 0xA4, 0xA8, 0xA9,
   }};
 
-/* code (low 2 bits of the index) -> BF16 value */
-static const float iq2_code_vals[32] = {8, 25, 43, 0, 8, 25, 43, 0, 8, 25, 43, 0, 8, 25, 43, 0,
-                                        8, 25, 43, 0, 8, 25, 43, 0, 8, 25, 43, 0, 8, 25, 43, 0};
-/* byte i < 32: byte 8(i / 4) + i % 4 of the groups (the index of sub-group i) */
-static const uint8_t iq2xxs_idx_pos[64] __attribute__((aligned(64))) = {
-    0,  1,  2,  3,  8,  9,  10, 11, 16, 17, 18, 19, 24, 25, 26, 27, 32, 33, 34, 35, 40, 41, 42, 43, 48, 49, 50, 51, 56, 57, 58, 59,
-    0,  1,  2,  3,  8,  9,  10, 11, 16, 17, 18, 19, 24, 25, 26, 27, 32, 33, 34, 35, 40, 41, 42, 43, 48, 49, 50, 51, 56, 57, 58, 59};
-
 /* The 256-byte table t at the byte indices of idx. */
 INLINE __m512i lut256(const uint8_t *t, __m512i idx) {
     __m512i a = _mm512_permutex2var_epi8(_mm512_load_si512((const void *)t), idx, _mm512_load_si512((const void *)(t + 64)));
@@ -134,36 +131,6 @@ INLINE void iq2_scales16(const uint8_t *sc, float d, __m512 *S) {
     __m512 m = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(d), _mm512_add_ps(f, _mm512_set1_ps(0.5f))), _mm512_set1_ps(0.25f));
     const __m512i half = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     UNROLL for (int g = 0; g < 8; g++) S[g] = _mm512_permutexvar_ps(_mm512_add_epi32(half, _mm512_set1_epi32(2 * g)), m);
-}
-
-/* IQ2_XXS {f16 d; 8 x (u8 idx[4]; u32 w)}: w bits 7k.. sign selector of sub-group k, 28.. scale. */
-INLINE void sb_iq2_xxs(const uint8_t *b, __m512i *W, __m512 *S) {
-    const __m512i tb = bf16_table(iq2_code_vals);
-    const float d = f16at(b);
-    const __m512i G = _mm512_loadu_si512((const void *)(b + 2)); /* qword g: group g */
-    /* bytes 0-3 of qword g: the selectors at bits 32 + 7k; their masks: dword 2g of m */
-    uint32_t m[16];
-    _mm512_storeu_si512((void *)m, iq2_signs(_mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x352E2720ll), G)));
-    __m256 s = _mm512_cvtepi64_ps(_mm512_srli_epi64(G, 60));
-    __m256 db = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_add_ps(s, _mm256_set1_ps(0.5f))), _mm256_set1_ps(0.25f));
-    float dbs[8];
-    _mm256_storeu_ps(dbs, db);
-    /* the codes of group g as one qword (element e in bits 2e): lo/hi bytes of its 4 sub-groups
-     * interleaved; unpacklo gives groups 0, 1, 4, 5, unpackhi 2, 3, 6, 7 */
-    const __m512i idx = _mm512_permutexvar_epi8(_mm512_load_si512((const void *)iq2xxs_idx_pos), G);
-    const __m512i lo = lut256(iq2xxs_codes[0], idx), hi = lut256(iq2xxs_codes[1], idx);
-    const __m512i cq[2] = {_mm512_unpacklo_epi8(lo, hi), _mm512_unpackhi_epi8(lo, hi)};
-    /* word e: bits 2e.. of the qword (vpermw reads the low 5 bits: the code, then 3 bits ignored) */
-    const __m512i ctl = _mm512_setr_epi32(0x00020000, 0x00060004, 0x000A0008, 0x000E000C, 0x00120010, 0x00160014,
-                                          0x001A0018, 0x001E001C, 0x00220020, 0x00260024, 0x002A0028, 0x002E002C,
-                                          0x00320030, 0x00360034, 0x003A0038, 0x003E003C);
-    UNROLL for (int g = 0; g < 8; g++) {
-        __m512i c = _mm512_multishift_epi64_epi8(
-            ctl, _mm512_permutexvar_epi64(_mm512_set1_epi64((g & 1) + ((g >> 2) << 1)), cq[(g >> 1) & 1]));
-        __m512i w = _mm512_permutexvar_epi16(c, tb);
-        W[g] = _mm512_mask_add_epi16(w, _cvtu32_mask32(m[2 * g]), w, _mm512_set1_epi16((short)0x8000));
-        S[g] = _mm512_set1_ps(dbs[g]);
-    }
 }
 
 /* The 8 grid entries ix[0..7] as qwords (plain loads: a gather is much slower here). */
@@ -208,34 +175,6 @@ INLINE void sb_iq2_s(const uint8_t *b, __m512i *W, __m512 *S) {
         __m512i q = grid8q(grid_iq2s, ix + 8 * p);
         W[2 * p] = iq2_expand(_mm512_castsi512_si256(q), m[8 + 2 * p], tb);
         W[2 * p + 1] = iq2_expand(_mm512_extracti64x4_epi64(q, 1), m[9 + 2 * p], tb);
-    }
-}
-
-/* IQ4_XS {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}: multiplier d * (ls - 32) of group g
- * (ls: nibble g%2 of scales_l[g/2] | bits 2g.. of scales_h << 4); qs byte j of group g: low
- * nibble element j, high nibble element j + 16, through kvalues_iq4nl. */
-INLINE void sb_iq4_xs(const uint8_t *b, __m512i *W, __m512 *S) {
-    const __m512i tb = bf16_table(iq4_vals);
-    uint16_t sh;
-    uint32_t sl;
-    memcpy(&sh, b + 2, 2);
-    memcpy(&sl, b + 4, 4);
-    __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)sl), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
-                                  _mm256_set1_epi32(15));
-    __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(sh), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
-                                  _mm256_set1_epi32(3));
-    __m256i ls = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
-    float dl[8];
-    _mm256_storeu_ps(dl, _mm256_mul_ps(_mm256_set1_ps(f16at(b)), _mm256_cvtepi32_ps(ls)));
-    /* word e: byte e % 16 of the group (both bytes), then >> 4 for e >= 16: the nibble in bits 0-3 */
-    const __m512i cb = _mm512_set_epi8(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8, 7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0,
-                                       15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8, 7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
-    const __m512i s4 = _mm512_set_epi64(0x0004000400040004ll, 0x0004000400040004ll, 0x0004000400040004ll, 0x0004000400040004ll, 0, 0, 0, 0);
-    UNROLL for (int g = 0; g < 8; g++) {
-        __m512i q = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)(b + 8 + 16 * g)));
-        q = _mm512_srlv_epi16(_mm512_permutexvar_epi8(cb, q), s4);
-        W[g] = _mm512_permutexvar_epi16(q, tb);
-        S[g] = _mm512_set1_ps(dl[g]);
     }
 }
 
@@ -327,32 +266,33 @@ static void fn_tile(const iq_panel *pn, const void *const *xt, int ng, float *ou
             for (int64_t b = b0; b < b1; b++) SB(wr[r] + b * (BB), pn->w[r] + (b - b0) * 8, pn->s[r] + (b - b0) * 8); \
     }
 
-/* x1/f1: the decode tiles; panel: the T > 1 panel; xu1/upanel (or NULL): the BF16 family's
- * decode tile and panel in the lane-per-group layout (x permuted by perm_x first). */
+/* x1/f1: the decode tiles; panel: the T > 1 panel; xu1, fu1, upanel (or NULL): the decode tiles
+ * and the panel in the lane-per-group layout (x permuted by perm_x / perm_xf first). */
 typedef struct {
     void (*x1)(const uint8_t *const *wr, const void *x, int64_t b0, int64_t b1, float *out);
     void (*f1)(const uint8_t *const *wr, const void *x, int64_t b0, int64_t b1, float *out);
     void (*panel)(const uint8_t *const *wr, int64_t b0, int64_t b1, iq_panel *pn);
     void (*xu1)(const uint8_t *const *wr, const void *x, int64_t b0, int64_t b1, float *out);
+    void (*fu1)(const uint8_t *const *wr, const void *x, int64_t b0, int64_t b1, float *out);
     void (*upanel)(const uint8_t *const *wr, int64_t b0, int64_t b1, iq_panel *pn);
     const uint16_t *xperm; /* perm_x's word permutation for xu1/upanel */
 } iq_ops;
 
-IQ_TILES(iq2_xxs, sb_iq2_xxs, 66)
 IQ_TILES(iq2_xs, sb_iq2_xs, 74)
 IQ_TILES(iq2_s, sb_iq2_s, 82)
-IQ_TILES(iq4_xs, sb_iq4_xs, 136)
 
-/* ---- IQ2_XXS x BF16 activations: one dot lane pair per group ----
- * A super-block's 8 dots each take 4 elements of every group: dot c = 4h + j, qword q (lanes
- * 2q, 2q + 1: group q) takes elements 16h + 4m + j, m = 0..3, of group q. Its 8 products
- * per lane pair all share the group's multiplier, so the 8 dots run into P from zero and one
- * FMA applies the 8 multipliers (S: lanes 2q, 2q + 1 = group q's) per super-block. The
- * weights come from two vectors N_h (qword q: the nibbles code | sign << 2 of group q's
- * elements 16h .. 16h + 15, element 16h + e in bits 4e): dot c's words are N_h >> 4j through
- * a 16-entry vpermw table (bit 4, the next nibble's, is ignored). The activations are
- * permuted to match once per call (T = 1) or per chunk (perm_x). Per super-block and row: 8
- * vpermw, 6 shifts, 8 dots and one FMA, plus the decode of N_h and S (iq2_xxs_nib). */
+/* ---- lane per group (IQ2_XXS, IQ4_XS) ----
+ * A super-block's 8 dots each take 4 elements of every group: in dot c = 4h + j, qword q
+ * (lanes 2q, 2q + 1: group q) holds 4 elements of group q's half h. The products of a lane
+ * pair all share the group's multiplier, so the 8 dots run into P from zero and one FMA
+ * applies the 8 multipliers (S: lanes 2q, 2q + 1 = group q's) per super-block. The weights
+ * come from two vectors N_h of 4-bit codes (qword q: 16 codes of group q's half h, code n in
+ * bits 4n): dot c's words are N_h >> 4j (word m: code 4m + j) through a 16-entry vpermw table
+ * (bit 4, the next code's, is ignored). IQ2_XXS: code = grid code | sign << 2 of element
+ * 16h + n (iq2_xxs_nib); IQ4_XS: the qs nibbles as they lie (iq4_xs_nib). The activations
+ * are permuted to match (word 4c + m of a group's copy: its element behind code 4m + j of
+ * half h; xperm tables). Per super-block and row: 8 vpermw, 6 shifts, 8 dots and one FMA,
+ * plus the decode of N_h and S (docs/perf-log.md). */
 
 /* 16-bit word 4j + m of group q's permuted copy <- element 16h + 4m + j (per half h) */
 static const uint16_t iq2xxs_xperm[32] __attribute__((aligned(64))) = {
@@ -374,6 +314,15 @@ static void perm_x(const uint16_t *x, int64_t nb, uint16_t *xp, const uint16_t *
         for (int c = 0; c < 8; c++)
             for (int q = 0; q < 8; q++) o[8 * c + q] = t[q][c];
     }
+}
+
+/* The same for fp32 activations, each dot's 32 split into its words' even positions (the
+ * lanes' first elements) then odd ones, as f32_group splits the weights. */
+static void perm_xf(const float *x, int64_t nb, float *xp, const uint16_t *perm) {
+    for (int64_t b = 0; b < nb; b++)
+        for (int c = 0; c < 8; c++)
+            for (int q = 0; q < 8; q++)
+                for (int m = 0; m < 4; m++) xp[256 * b + 32 * c + 16 * (m & 1) + 2 * q + (m >> 1)] = x[256 * b + 32 * q + perm[4 * c + m]];
 }
 
 /* the sub-group indices: byte 16L + 4m + k (L < 4, m < 2) <- group 2L + m's index k, so that
@@ -424,6 +373,16 @@ INLINE __m512i unit_w(const __m512i *N, int c, __m512i tb) {
     return _mm512_permutexvar_epi16(j ? _mm512_srli_epi16(N[c >> 2], 4 * j) : N[c >> 2], tb);
 }
 
+/* P + one dot of the layout: BF16 activations by vdpbf16ps; fp32 ones (perm_xf) by two FMAs
+ * on the weights' even and odd words widened (exactly) to fp32. x + e: the dot's activations. */
+INLINE __m512 unit_dot(__m512i w, const void *x, int64_t e, __m512 P, const int xbf16) {
+    if (xbf16) return _mm512_dpbf16_ps(P, (__m512bh)w, (__m512bh)_mm512_loadu_si512((const void *)((const uint16_t *)x + e)));
+    const float *xf = (const float *)x + e;
+    P = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w, 16)), _mm512_loadu_ps(xf), P);
+    return _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xFFFF0000u))),
+                           _mm512_loadu_ps(xf + 16), P);
+}
+
 /* IQ4_XS in the same layout: N_h qword q = bytes 8h .. 8h + 7 of group q's qs as they are
  * (nibble n: byte n / 2, low nibble element j, high element j + 16: iq4xs_xperm), the
  * 16-entry table kvalues; S lanes 2q, 2q + 1 = group q's multiplier. */
@@ -446,9 +405,9 @@ INLINE void iq4_xs_nib(const uint8_t *b, __m512i *N, __m512 *S) {
 /* The lane-per-group decode tile (T = 1, permuted BF16 activations) and panel (w[r][8k + c]:
  * dot c's weights of super-block b0 + k, s[r][8k] its S) of a type. */
 #define UNIT_TILES(NAME, NIB, VALS, BB)                                                                          \
-    static void NAME##_xu1(const uint8_t *const *wr, const void *xv, int64_t b0, int64_t b1, float *out) {      \
+    INLINE void NAME##_u1(const uint8_t *const *wr, const void *xv, int64_t b0, int64_t b1, float *out,          \
+                          const int xbf16) {                                                                     \
         const __m512i tb = bf16_table(VALS);                                                                     \
-        const uint16_t *xp = xv;                                                                                 \
         __m512 a[4];                                                                                             \
         UNROLL for (int r = 0; r < 4; r++) a[r] = _mm512_setzero_ps();                                          \
         for (int64_t b = b0; b < b1; b++)                                                                        \
@@ -457,12 +416,16 @@ INLINE void iq4_xs_nib(const uint8_t *b, __m512i *N, __m512 *S) {
                 __m512 S, P = _mm512_setzero_ps();                                                               \
                 _mm_prefetch((const char *)(wr[r] + b * (BB) + PF_DIST), _MM_HINT_T0);                          \
                 NIB(wr[r] + b * (BB), N, &S);                                                                    \
-                UNROLL for (int c = 0; c < 8; c++)                                                               \
-                    P = _mm512_dpbf16_ps(P, (__m512bh)unit_w(N, c, tb),                                          \
-                                         (__m512bh)_mm512_loadu_si512((const void *)(xp + b * QK + 32 * c)));    \
+                UNROLL for (int c = 0; c < 8; c++) P = unit_dot(unit_w(N, c, tb), xv, b * QK + 32 * c, P, xbf16);  \
                 a[r] = _mm512_fmadd_ps(P, S, a[r]);                                                              \
             }                                                                                                    \
         red4(a, out);                                                                                            \
+    }                                                                                                            \
+    static void NAME##_xu1(const uint8_t *const *wr, const void *x, int64_t b0, int64_t b1, float *out) {       \
+        NAME##_u1(wr, x, b0, b1, out, 1);                                                                        \
+    }                                                                                                            \
+    static void NAME##_fu1(const uint8_t *const *wr, const void *x, int64_t b0, int64_t b1, float *out) {       \
+        NAME##_u1(wr, x, b0, b1, out, 0);                                                                        \
     }                                                                                                            \
     static void NAME##_upanel(const uint8_t *const *wr, int64_t b0, int64_t b1, iq_panel *pn) {                 \
         const __m512i tb = bf16_table(VALS);                                                                     \
@@ -477,8 +440,8 @@ UNIT_TILES(iq2_xxs, iq2_xxs_nib, iq2_nib_vals, 66)
 UNIT_TILES(iq4_xs, iq4_xs_nib, iq4_vals, 136)
 
 /* T > 1 over the panel: 4 rows x 2 tokens (P and the accumulators fill the registers), the
- * operations of iq2_xxs_xu1; out[t * 4 + r]. */
-static void xn_tile_u(const iq_panel *pn, const uint16_t *const *xt, int nsb, float *out) {
+ * operations of the decode tile; out[t * 4 + r]. xt: permuted activations (BF16 or fp32). */
+INLINE void n_tile_u(const iq_panel *pn, const void *const *xt, int nsb, float *out, const int xbf16) {
     __m512 a[2][4];
     UNROLL for (int t = 0; t < 2; t++)
         UNROLL for (int r = 0; r < 4; r++) a[t][r] = _mm512_setzero_ps();
@@ -486,23 +449,22 @@ static void xn_tile_u(const iq_panel *pn, const uint16_t *const *xt, int nsb, fl
         __m512 P[2][4];
         UNROLL for (int t = 0; t < 2; t++)
             UNROLL for (int r = 0; r < 4; r++) P[t][r] = _mm512_setzero_ps();
-        UNROLL for (int c = 0; c < 8; c++) {
-            __m512i xv[2];
-            UNROLL for (int t = 0; t < 2; t++) xv[t] = _mm512_loadu_si512((const void *)(xt[t] + QK * k + 32 * c));
+        UNROLL for (int c = 0; c < 8; c++)
             UNROLL for (int r = 0; r < 4; r++)
-                UNROLL for (int t = 0; t < 2; t++) P[t][r] = _mm512_dpbf16_ps(P[t][r], (__m512bh)pn->w[r][8 * k + c], (__m512bh)xv[t]);
-        }
+                UNROLL for (int t = 0; t < 2; t++) P[t][r] = unit_dot(pn->w[r][8 * k + c], xt[t], QK * k + 32 * c, P[t][r], xbf16);
         UNROLL for (int t = 0; t < 2; t++)
             UNROLL for (int r = 0; r < 4; r++) a[t][r] = _mm512_fmadd_ps(P[t][r], pn->s[r][8 * k], a[t][r]);
     }
     red4(a[0], out);
     red4(a[1], out + 4);
 }
+static void xn_tile_u(const iq_panel *pn, const void *const *xt, int nsb, float *out) { n_tile_u(pn, xt, nsb, out, 1); }
+static void fn_tile_u(const iq_panel *pn, const void *const *xt, int nsb, float *out) { n_tile_u(pn, xt, nsb, out, 0); }
 
-static const iq_ops iq2_xxs_ops = {iq2_xxs_x1, iq2_xxs_f1, iq2_xxs_panel, iq2_xxs_xu1, iq2_xxs_upanel, iq2xxs_xperm};
-static const iq_ops iq2_xs_ops = {iq2_xs_x1, iq2_xs_f1, iq2_xs_panel, NULL, NULL, NULL};
-static const iq_ops iq2_s_ops = {iq2_s_x1, iq2_s_f1, iq2_s_panel, NULL, NULL, NULL};
-static const iq_ops iq4_xs_ops = {iq4_xs_x1, iq4_xs_f1, iq4_xs_panel, iq4_xs_xu1, iq4_xs_upanel, iq4xs_xperm};
+static const iq_ops iq2_xxs_ops = {NULL, NULL, NULL, iq2_xxs_xu1, iq2_xxs_fu1, iq2_xxs_upanel, iq2xxs_xperm};
+static const iq_ops iq2_xs_ops = {iq2_xs_x1, iq2_xs_f1, iq2_xs_panel, NULL, NULL, NULL, NULL};
+static const iq_ops iq2_s_ops = {iq2_s_x1, iq2_s_f1, iq2_s_panel, NULL, NULL, NULL, NULL};
+static const iq_ops iq4_xs_ops = {NULL, NULL, NULL, iq4_xs_xu1, iq4_xs_fu1, iq4_xs_upanel, iq4xs_xperm};
 
 /* ---- drivers ---- */
 
@@ -531,17 +493,19 @@ static void iq_t1(const dsf_wmat *w, const void *x, float *y, int64_t r0, int64_
 static void iq_tn(const dsf_wmat *w, const void *x, int xbf16, int64_t T, float *y, int64_t ldy, int64_t r0,
                   int64_t r1, const iq_ops *op) {
     const int64_t nb = w->n_in / QK, len = t1_stream_len(r0, r1, 4, 1);
-    const int unit = xbf16 && op->upanel, tb = unit ? 2 : 4;
+    const int unit = op->upanel != NULL, tb = unit ? 2 : 4;
     iq_panel pn __attribute__((aligned(64)));
-    uint16_t xpb[ITC * KB * QK] __attribute__((aligned(64))); /* 128 KiB: the permuted chunk */
+    float xpb[ITC * KB * QK] __attribute__((aligned(64))); /* 256 KiB: the permuted chunk (BF16 or fp32) */
     const uint8_t *wr[4];
     int64_t rr[4];
     for (int64_t tc = 0; tc < T; tc += ITC) {
         const int64_t tc1 = tc + ITC < T ? tc + ITC : T;
         for (int64_t b0 = 0; b0 < nb; b0 += KB) {
             const int64_t b1 = b0 + KB < nb ? b0 + KB : nb;
-            if (unit)
-                for (int64_t t = tc; t < tc1; t++) perm_x((const uint16_t *)x + t * w->n_in + b0 * QK, b1 - b0, xpb + (t - tc) * KB * QK, op->xperm);
+            for (int64_t t = tc; unit && t < tc1; t++) {
+                if (xbf16) perm_x((const uint16_t *)x + t * w->n_in + b0 * QK, b1 - b0, (uint16_t *)(void *)xpb + (t - tc) * KB * QK, op->xperm);
+                else perm_xf((const float *)x + t * w->n_in + b0 * QK, b1 - b0, xpb + (t - tc) * KB * QK, op->xperm);
+            }
             for (int64_t k = 0; k < len; k++) {
                 t1_tile_rows(w, r0, r1, len, k, 4, 1, rr, wr);
                 (unit ? op->upanel : op->panel)(wr, b0, b1, &pn);
@@ -550,10 +514,11 @@ static void iq_tn(const dsf_wmat *w, const void *x, int xbf16, int64_t T, float 
                     const void *xt[4];
                     for (int j = 0; j < tb; j++) {
                         int64_t tt = t + j < tc1 ? t + j : tc1 - 1, off = tt * w->n_in + b0 * QK;
-                        xt[j] = unit ? (const void *)(xpb + (tt - tc) * KB * QK)
-                                     : xbf16 ? (const void *)((const uint16_t *)x + off) : (const void *)((const float *)x + off);
+                        if (unit) xt[j] = xbf16 ? (const void *)((uint16_t *)(void *)xpb + (tt - tc) * KB * QK)
+                                                : (const void *)(xpb + (tt - tc) * KB * QK);
+                        else xt[j] = xbf16 ? (const void *)((const uint16_t *)x + off) : (const void *)((const float *)x + off);
                     }
-                    if (unit) xn_tile_u(&pn, (const uint16_t *const *)xt, (int)(b1 - b0), out);
+                    if (unit) (xbf16 ? xn_tile_u : fn_tile_u)(&pn, xt, (int)(b1 - b0), out);
                     else (xbf16 ? xn_tile : fn_tile)(&pn, xt, (int)(b1 - b0) * 8, out);
                     for (int i = 0; i < 4; i++)
                         for (int j = 0; j < tb && rr[i] >= 0 && t + j < tc1; j++) {
@@ -581,6 +546,11 @@ static void iq_fp32(const dsf_wmat *w, const float *x, int64_t T, float *y, int6
         return;
     }
     float xp[IQ_MAX_IN] __attribute__((aligned(64))); /* each group's even elements, then its odd ones */
+    if (op->fu1) {
+        perm_xf(x, w->n_in / QK, xp, op->xperm);
+        iq_t1(w, xp, y, r0, r1, op->fu1);
+        return;
+    }
     for (int64_t i = 0; i < w->n_in; i += 32) {
         __m512 xe, xo;
         split_x(x + i, &xe, &xo);
