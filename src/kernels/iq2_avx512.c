@@ -362,9 +362,12 @@ INLINE void iq2_xxs_nib(const uint8_t *b, __m512i *N, __m512 *S) {
         __m512i s = _mm512_multishift_epi64_epi8(_mm512_set1_epi64((long long)IQ2XXS_SB(h)), sg);
         N[h] = _mm512_permutexvar_epi8(_mm512_ternarylogic_epi32(c, s, _mm512_set1_epi8(0x0F), 0xE4), nt);
     }
-    __m512i sc = _mm512_srli_epi64(G, 60);
-    __m512 f = _mm512_cvtepi32_ps(_mm512_or_si512(sc, _mm512_slli_epi64(sc, 32)));
-    *S = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(f16at(b)), _mm512_add_ps(f, _mm512_set1_ps(0.5f))), _mm512_set1_ps(0.25f));
+    /* the scale s (bits 60-63 of qword q) into the low bits of dwords 2q and 2q + 1, then
+     * (0.5 + s) * 0.25 from a table and d * that: d * (0.5 + s) * 0.25 exactly (both exact) */
+    const __m512i s = _mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x0000003C0000003Cll), G);
+    const __m512 m = _mm512_setr_ps(0.125f, 0.375f, 0.625f, 0.875f, 1.125f, 1.375f, 1.625f, 1.875f, 2.125f, 2.375f,
+                                    2.625f, 2.875f, 3.125f, 3.375f, 3.625f, 3.875f);
+    *S = _mm512_mul_ps(_mm512_set1_ps(f16at(b)), _mm512_permutexvar_ps(s, m));
 }
 
 /* dot c's weights from N (c = 4h + j) */
