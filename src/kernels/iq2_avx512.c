@@ -292,7 +292,10 @@ IQ_TILES(iq2_s, sb_iq2_s, 82)
  * 16h + n (iq2_xxs_nib); IQ4_XS: the qs nibbles as they lie (iq4_xs_nib). The activations
  * are permuted to match (word 4c + m of a group's copy: its element behind code 4m + j of
  * half h; xperm tables). Per super-block and row: 8 vpermw, 6 shifts, 8 dots and one FMA,
- * plus the decode of N_h and S (docs/perf-log.md). */
+ * plus the decode of N_h and S, which for IQ2_XXS takes two rows at a time (their 64 indices
+ * and selectors share the table lookups). With the weights in L2 the BF16 family is bound by
+ * the shuffle and dot pipes: per 32 weights one vpermw and one vdpbf16ps at least, plus
+ * (IQ2_XXS) about one more shuffle of decode. */
 
 /* 16-bit word 4j + m of group q's permuted copy <- element 16h + 4m + j (per half h) */
 static const uint16_t iq2xxs_xperm[32] __attribute__((aligned(64))) = {
@@ -325,11 +328,14 @@ static void perm_xf(const float *x, int64_t nb, float *xp, const uint16_t *perm)
                 for (int m = 0; m < 4; m++) xp[256 * b + 32 * c + 16 * (m & 1) + 2 * q + (m >> 1)] = x[256 * b + 32 * q + perm[4 * c + m]];
 }
 
-/* the sub-group indices: byte 16L + 4m + k (L < 4, m < 2) <- group 2L + m's index k, so that
- * unpacklo of the two code bytes gives group q's code qword in qword q */
+/* the sub-group indices of two rows' super-blocks: byte 16L + 8t + 4m + k (L < 4, m < 2) <-
+ * row t's group 2L + m, index k, so that unpacklo (row 0) and unpackhi (row 1) of the two code
+ * bytes give each group's code qword in qword q */
+#define IQ2L(L, t) 64 * (t) + 16 * (L), 64 * (t) + 16 * (L) + 1, 64 * (t) + 16 * (L) + 2, 64 * (t) + 16 * (L) + 3, \
+                   64 * (t) + 16 * (L) + 8, 64 * (t) + 16 * (L) + 9, 64 * (t) + 16 * (L) + 10, 64 * (t) + 16 * (L) + 11
 static const uint8_t iq2xxs_idx_lane[64] __attribute__((aligned(64))) = {
-    0,  1,  2,  3,  8,  9,  10, 11, 0, 0, 0, 0, 0, 0, 0, 0, 16, 17, 18, 19, 24, 25, 26, 27, 0, 0, 0, 0, 0, 0, 0, 0,
-    32, 33, 34, 35, 40, 41, 42, 43, 0, 0, 0, 0, 0, 0, 0, 0, 48, 49, 50, 51, 56, 57, 58, 59, 0, 0, 0, 0, 0, 0, 0, 0};
+    IQ2L(0, 0), IQ2L(0, 1), IQ2L(1, 0), IQ2L(1, 1), IQ2L(2, 0), IQ2L(2, 1), IQ2L(3, 0), IQ2L(3, 1)};
+#undef IQ2L
 
 /* byte b of qword q of N_h: elements 16h + 2b, + 1 of group q. Codes: bits 32h + 4b.. of the
  * code qword (into bits 0-3); signs: bits 16h + 2b.. of the sign dword, into bits 4-5 (the
@@ -349,25 +355,32 @@ static const uint8_t iq2xxs_nib[64] __attribute__((aligned(64))) = {
 static const float iq2_nib_vals[32] = {8, 25, 43, 0, -8, -25, -43, 0, 8, 25, 43, 0, -8, -25, -43, 0,
                                        8, 25, 43, 0, -8, -25, -43, 0, 8, 25, 43, 0, -8, -25, -43, 0};
 
-/* One IQ2_XXS super-block -> N[2] and S (the lane multipliers). */
-INLINE void iq2_xxs_nib(const uint8_t *b, __m512i *N, __m512 *S) {
-    const __m512i G = _mm512_loadu_si512((const void *)(b + 2)); /* qword g: group g */
-    const __m512i idx = _mm512_permutexvar_epi8(_mm512_load_si512((const void *)iq2xxs_idx_lane), G);
-    const __m512i cq = _mm512_unpacklo_epi8(lut256(iq2xxs_codes[0], idx), lut256(iq2xxs_codes[1], idx));
-    /* sign masks: dword 2q of sg (the selectors at bits 32 + 7k of qword q) */
-    const __m512i sg = iq2_signs(_mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x352E2720ll), G));
+/* The IQ2_XXS super-blocks of two rows (p[0], p[1]) -> N[2t + h] and S[t] (row t's lane
+ * multipliers); the two rows share the table lookups (64 indices, 64 selectors at a time). */
+INLINE void iq2_xxs_nib2(const uint8_t *const *p, __m512i *N, __m512 *S) {
+    const __m512i G[2] = {_mm512_loadu_si512((const void *)(p[0] + 2)), _mm512_loadu_si512((const void *)(p[1] + 2))};
+    const __m512i idx = _mm512_permutex2var_epi8(G[0], _mm512_load_si512((const void *)iq2xxs_idx_lane), G[1]);
+    const __m512i lo = lut256(iq2xxs_codes[0], idx), hi = lut256(iq2xxs_codes[1], idx);
+    const __m512i cq[2] = {_mm512_unpacklo_epi8(lo, hi), _mm512_unpackhi_epi8(lo, hi)};
+    /* sign masks: qword q of sg = row 0's group q mask, then row 1's (the selectors at bits
+     * 32 + 7k of qword q into bytes 0-3, resp. 4-7) */
+    const __m512i sg = iq2_signs(_mm512_mask_blend_epi8(0xF0F0F0F0F0F0F0F0ull, _mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x352E2720ll), G[0]),
+                                                        _mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x352E272000000000ll), G[1])));
     const __m512i nt = _mm512_load_si512((const void *)iq2xxs_nib);
-    UNROLL for (int h = 0; h < 2; h++) {
-        __m512i c = _mm512_multishift_epi64_epi8(_mm512_set1_epi64((long long)IQ2XXS_CB(h)), cq);
-        __m512i s = _mm512_multishift_epi64_epi8(_mm512_set1_epi64((long long)IQ2XXS_SB(h)), sg);
-        N[h] = _mm512_permutexvar_epi8(_mm512_ternarylogic_epi32(c, s, _mm512_set1_epi8(0x0F), 0xE4), nt);
-    }
     /* the scale s (bits 60-63 of qword q) into the low bits of dwords 2q and 2q + 1, then
      * (0.5 + s) * 0.25 from a table and d * that: d * (0.5 + s) * 0.25 exactly (both exact) */
-    const __m512i s = _mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x0000003C0000003Cll), G);
     const __m512 m = _mm512_setr_ps(0.125f, 0.375f, 0.625f, 0.875f, 1.125f, 1.375f, 1.625f, 1.875f, 2.125f, 2.375f,
                                     2.625f, 2.875f, 3.125f, 3.375f, 3.625f, 3.875f);
-    *S = _mm512_mul_ps(_mm512_set1_ps(f16at(b)), _mm512_permutexvar_ps(s, m));
+    UNROLL for (int t = 0; t < 2; t++) {
+        UNROLL for (int h = 0; h < 2; h++) {
+            __m512i c = _mm512_multishift_epi64_epi8(_mm512_set1_epi64((long long)IQ2XXS_CB(h)), cq[t]);
+            __m512i s = _mm512_multishift_epi64_epi8(
+                _mm512_set1_epi64((long long)((IQ2XXS_SB(h) + 0x2020202020202020ull * (uint64_t)t) & 0x3F3F3F3F3F3F3F3Full)), sg);
+            N[2 * t + h] = _mm512_permutexvar_epi8(_mm512_ternarylogic_epi32(c, s, _mm512_set1_epi8(0x0F), 0xE4), nt);
+        }
+        const __m512i sc = _mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x0000003C0000003Cll), G[t]);
+        S[t] = _mm512_mul_ps(_mm512_set1_ps(f16at(p[t])), _mm512_permutexvar_ps(sc, m));
+    }
 }
 
 /* dot c's weights from N (c = 4h + j) */
@@ -405,22 +418,32 @@ INLINE void iq4_xs_nib(const uint8_t *b, __m512i *N, __m512 *S) {
     *S = _mm512_mul_ps(_mm512_set1_ps(f16at(b)), _mm512_cvtepi32_ps(ls));
 }
 
+INLINE void iq4_xs_nib2(const uint8_t *const *p, __m512i *N, __m512 *S) {
+    iq4_xs_nib(p[0], N, S);
+    iq4_xs_nib(p[1], N + 2, S + 1);
+}
+
 /* The lane-per-group decode tile (T = 1, permuted BF16 activations) and panel (w[r][8k + c]:
  * dot c's weights of super-block b0 + k, s[r][8k] its S) of a type. */
-#define UNIT_TILES(NAME, NIB, VALS, BB)                                                                          \
+#define UNIT_TILES(NAME, NIB2, VALS, BB)                                                                         \
     INLINE void NAME##_u1(const uint8_t *const *wr, const void *xv, int64_t b0, int64_t b1, float *out,          \
                           const int xbf16) {                                                                     \
         const __m512i tb = bf16_table(VALS);                                                                     \
         __m512 a[4];                                                                                             \
         UNROLL for (int r = 0; r < 4; r++) a[r] = _mm512_setzero_ps();                                          \
         for (int64_t b = b0; b < b1; b++)                                                                        \
-            UNROLL for (int r = 0; r < 4; r++) {                                                                 \
-                __m512i N[2];                                                                                    \
-                __m512 S, P = _mm512_setzero_ps();                                                               \
-                _mm_prefetch((const char *)(wr[r] + b * (BB) + PF_DIST), _MM_HINT_T0);                          \
-                NIB(wr[r] + b * (BB), N, &S);                                                                    \
-                UNROLL for (int c = 0; c < 8; c++) P = unit_dot(unit_w(N, c, tb), xv, b * QK + 32 * c, P, xbf16);  \
-                a[r] = _mm512_fmadd_ps(P, S, a[r]);                                                              \
+            UNROLL for (int rp = 0; rp < 4; rp += 2) {                                                           \
+                const uint8_t *p[2] = {wr[rp] + b * (BB), wr[rp + 1] + b * (BB)};                               \
+                __m512i N[4];                                                                                    \
+                __m512 S[2];                                                                                     \
+                _mm_prefetch((const char *)(p[0] + PF_DIST), _MM_HINT_T0);                                      \
+                _mm_prefetch((const char *)(p[1] + PF_DIST), _MM_HINT_T0);                                      \
+                NIB2(p, N, S);                                                                                   \
+                UNROLL for (int t = 0; t < 2; t++) {                                                             \
+                    __m512 P = _mm512_setzero_ps();                                                              \
+                    UNROLL for (int c = 0; c < 8; c++) P = unit_dot(unit_w(N + 2 * t, c, tb), xv, b * QK + 32 * c, P, xbf16); \
+                    a[rp + t] = _mm512_fmadd_ps(P, S[t], a[rp + t]);                                             \
+                }                                                                                                \
             }                                                                                                    \
         red4(a, out);                                                                                            \
     }                                                                                                            \
@@ -432,15 +455,20 @@ INLINE void iq4_xs_nib(const uint8_t *b, __m512i *N, __m512 *S) {
     }                                                                                                            \
     static void NAME##_upanel(const uint8_t *const *wr, int64_t b0, int64_t b1, iq_panel *pn) {                 \
         const __m512i tb = bf16_table(VALS);                                                                     \
-        for (int r = 0; r < 4; r++)                                                                              \
+        for (int rp = 0; rp < 4; rp += 2)                                                                        \
             for (int64_t b = b0; b < b1; b++) {                                                                  \
-                __m512i N[2];                                                                                    \
-                NIB(wr[r] + b * (BB), N, &pn->s[r][8 * (b - b0)]);                                               \
-                UNROLL for (int c = 0; c < 8; c++) pn->w[r][8 * (b - b0) + c] = unit_w(N, c, tb);                \
+                const uint8_t *p[2] = {wr[rp] + b * (BB), wr[rp + 1] + b * (BB)};                               \
+                __m512i N[4];                                                                                    \
+                __m512 S[2];                                                                                     \
+                NIB2(p, N, S);                                                                                   \
+                UNROLL for (int t = 0; t < 2; t++) {                                                             \
+                    pn->s[rp + t][8 * (b - b0)] = S[t];                                                          \
+                    UNROLL for (int c = 0; c < 8; c++) pn->w[rp + t][8 * (b - b0) + c] = unit_w(N + 2 * t, c, tb); \
+                }                                                                                                \
             }                                                                                                    \
     }
-UNIT_TILES(iq2_xxs, iq2_xxs_nib, iq2_nib_vals, 66)
-UNIT_TILES(iq4_xs, iq4_xs_nib, iq4_vals, 136)
+UNIT_TILES(iq2_xxs, iq2_xxs_nib2, iq2_nib_vals, 66)
+UNIT_TILES(iq4_xs, iq4_xs_nib2, iq4_vals, 136)
 
 /* T > 1 over the panel: 4 rows x 2 tokens (P and the accumulators fill the registers), the
  * operations of the decode tile; out[t * 4 + r]. xt: permuted activations (BF16 or fp32). */
