@@ -195,6 +195,9 @@ static void sanitize_blocks(uint8_t *p, uint64_t n, uint32_t type) {
         for (uint64_t i = 0; i + 34 <= n; i += 34) p[i + 1] = (uint8_t)((p[i + 1] & 0x83) | 0x20);
     else if (type == GGML_TYPE_MXFP4)
         for (uint64_t i = 0; i + 17 <= n; i += 17) p[i] = (uint8_t)(120 + p[i] % 16);
+    else if (type == GGML_TYPE_IQ2_XXS || type == GGML_TYPE_IQ2_XS || type == GGML_TYPE_IQ2_S || type == GGML_TYPE_IQ4_XS)
+        for (uint64_t i = 0, bs = ggml_type_size(type); i + bs <= n; i += bs) /* the f16 d at offset 0 */
+            p[i + 1] = (uint8_t)((p[i + 1] & 0x83) | 0x20);
 }
 
 /* The CPU as /proc/cpuinfo names it (model name, family and model): the host these machines
@@ -326,6 +329,35 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
         {"mxfp4r gemm xbf16", DSF_TYPE_MXFP4R, 5120, 2304, 64, 1},
         {"q8_0 gemm xbf16", GGML_TYPE_Q8_0, 5120, 4096, 64, 1}, /* widened to the fp32 tile */
         {"bf16 gemm xbf16 256", GGML_TYPE_BF16, 5120, 4096, 256, 1},
+        /* IQ2_XXS, IQ4_XS, IQ2_XS, IQ2_S (iq2_avx512.c): gate/up slice, down slice, dense; both families */
+        {"iq2_xxs gemv xbf16", GGML_TYPE_IQ2_XXS, 5120, 2304, 1, 1},
+        {"iq2_xxs down xbf16", GGML_TYPE_IQ2_XXS, 2304, 5120, 1, 1},
+        {"iq2_xxs dense xbf16", GGML_TYPE_IQ2_XXS, 4096, 4096, 1, 1},
+        {"iq2_xxs gemv", GGML_TYPE_IQ2_XXS, 5120, 2304, 1, 0},
+        {"iq2_xxs down", GGML_TYPE_IQ2_XXS, 2304, 5120, 1, 0},
+        {"iq2_xxs dense", GGML_TYPE_IQ2_XXS, 4096, 4096, 1, 0},
+        {"iq2_xxs gemm xbf16", GGML_TYPE_IQ2_XXS, 5120, 2304, 64, 1},
+        {"iq4_xs gemv xbf16", GGML_TYPE_IQ4_XS, 5120, 2304, 1, 1},
+        {"iq4_xs down xbf16", GGML_TYPE_IQ4_XS, 2304, 5120, 1, 1},
+        {"iq4_xs dense xbf16", GGML_TYPE_IQ4_XS, 4096, 4096, 1, 1},
+        {"iq4_xs gemv", GGML_TYPE_IQ4_XS, 5120, 2304, 1, 0},
+        {"iq4_xs down", GGML_TYPE_IQ4_XS, 2304, 5120, 1, 0},
+        {"iq4_xs dense", GGML_TYPE_IQ4_XS, 4096, 4096, 1, 0},
+        {"iq4_xs gemm xbf16", GGML_TYPE_IQ4_XS, 5120, 2304, 64, 1},
+        {"iq2_xs gemv xbf16", GGML_TYPE_IQ2_XS, 5120, 2304, 1, 1},
+        {"iq2_xs down xbf16", GGML_TYPE_IQ2_XS, 2304, 5120, 1, 1},
+        {"iq2_xs dense xbf16", GGML_TYPE_IQ2_XS, 4096, 4096, 1, 1},
+        {"iq2_xs gemv", GGML_TYPE_IQ2_XS, 5120, 2304, 1, 0},
+        {"iq2_xs down", GGML_TYPE_IQ2_XS, 2304, 5120, 1, 0},
+        {"iq2_xs dense", GGML_TYPE_IQ2_XS, 4096, 4096, 1, 0},
+        {"iq2_xs gemm xbf16", GGML_TYPE_IQ2_XS, 5120, 2304, 64, 1},
+        {"iq2_s gemv xbf16", GGML_TYPE_IQ2_S, 5120, 2304, 1, 1},
+        {"iq2_s down xbf16", GGML_TYPE_IQ2_S, 2304, 5120, 1, 1},
+        {"iq2_s dense xbf16", GGML_TYPE_IQ2_S, 4096, 4096, 1, 1},
+        {"iq2_s gemv", GGML_TYPE_IQ2_S, 5120, 2304, 1, 0},
+        {"iq2_s down", GGML_TYPE_IQ2_S, 2304, 5120, 1, 0},
+        {"iq2_s dense", GGML_TYPE_IQ2_S, 4096, 4096, 1, 0},
+        {"iq2_s gemm xbf16", GGML_TYPE_IQ2_S, 5120, 2304, 64, 1},
     };
     const int n_cases = (int)(sizeof cases / sizeof *cases);
 

@@ -27,6 +27,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kernels/iq2k.h"
 #include "kernels/tile512.h"
 
 #define RB 4     /* rows per tile, T = 1: one row from each of NS far-apart row streams */
@@ -465,6 +466,10 @@ const dsf_kernels kernels_avx512 = {
         [GGML_TYPE_F16] = xw_f16,
         [GGML_TYPE_Q8_0] = xw_q8_0,
         [GGML_TYPE_MXFP4] = xmm_mxfp4_avx512,
+        [GGML_TYPE_IQ2_XXS] = xmm_iq2_xxs_avx512,
+        [GGML_TYPE_IQ2_XS] = xmm_iq2_xs_avx512,
+        [GGML_TYPE_IQ2_S] = xmm_iq2_s_avx512,
+        [GGML_TYPE_IQ4_XS] = xmm_iq4_xs_avx512,
     },
     .matmul = {
         [GGML_TYPE_F32] = mm_f32_any,
@@ -472,6 +477,10 @@ const dsf_kernels kernels_avx512 = {
         [GGML_TYPE_F16] = mm_f16_any,
         [GGML_TYPE_Q8_0] = mm_q8_0_any,
         [GGML_TYPE_MXFP4] = mm_mxfp4_any,
+        [GGML_TYPE_IQ2_XXS] = mm_iq2_xxs_avx512,
+        [GGML_TYPE_IQ2_XS] = mm_iq2_xs_avx512,
+        [GGML_TYPE_IQ2_S] = mm_iq2_s_avx512,
+        [GGML_TYPE_IQ4_XS] = mm_iq4_xs_avx512,
     },
     .mxfp4r_xbf16 = xmm_mxfp4r_avx512,
     .act_to_bf16 = act_to_bf16,

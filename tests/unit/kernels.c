@@ -73,6 +73,14 @@ static uint8_t *make_weights(uint32_t type, int64_t n_in, int64_t n_out, uint64_
                 for (int j = 0; j < 16; j++) b[1 + j] = (uint8_t)rnd();
                 break;
             }
+            case GGML_TYPE_IQ2_XXS: case GGML_TYPE_IQ2_XS: case GGML_TYPE_IQ2_S: case GGML_TYPE_IQ4_XS: {
+                /* random indices, signs and sub-scales (all values); a moderate finite f16 d first */
+                uint8_t *b = row + i / 256 * ggml_type_size(type);
+                for (uint32_t j = 2; j < ggml_type_size(type); j++) b[j] = (uint8_t)rnd();
+                uint16_t h = f32_to_f16(0.001f + 0.05f * (rnd_unit() + 1.0f));
+                memcpy(b, &h, 2);
+                break;
+            }
             default: {
                 for (uint32_t j = 0; j < ggml_type_size(type); j++)
                     row[(uint64_t)i / ggml_blck_size(type) * ggml_type_size(type) + j] = (uint8_t)rnd();
@@ -135,7 +143,17 @@ static int check_case(test_ctx *t, const dsf_kernels *k, uint32_t type, int64_t 
     return rc;
 }
 
-static const uint32_t k_types[] = {GGML_TYPE_F32, GGML_TYPE_BF16, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_MXFP4};
+static const uint32_t k_types[] = {GGML_TYPE_F32,     GGML_TYPE_BF16,   GGML_TYPE_F16,   GGML_TYPE_Q8_0,
+                                   GGML_TYPE_MXFP4,   GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S,
+                                   GGML_TYPE_IQ4_XS};
+
+/* A row length for a test's n_in: types of 256-weight super-blocks get 8 n_in for the short rows
+ * (32, 64, 96 -> 256, 512, 768: one to three super-blocks) and the long ones rounded up to whole
+ * super-blocks (2048 + 96 -> 2304, 4096 + 32 -> 4352: whole K chunks, then a partial one). */
+static int64_t n_in_for(uint32_t type, int64_t n_in) {
+    if (ggml_blck_size(type) != 256) return n_in;
+    return n_in < 256 ? n_in * 8 : (n_in + 255) / 256 * 256;
+}
 
 static void run_table(test_ctx *t, const char *name) {
     const dsf_kernels *k = kernels_by_name(name);
@@ -147,7 +165,7 @@ static void run_table(test_ctx *t, const char *name) {
         CHECKF(k->matmul[k_types[a]] != NULL, "%s has no %s kernel", name, ggml_type_name(k_types[a]));
         for (unsigned b = 0; b < sizeof n_ins / sizeof *n_ins; b++)
             for (unsigned c = 0; c < sizeof Ts / sizeof *Ts; c++) {
-                int64_t n_in = n_ins[b], T = Ts[c];
+                int64_t n_in = n_in_for(k_types[a], n_ins[b]), T = Ts[c];
                 int64_t n_out = n_in > 1000 ? 7 : 13; /* not a multiple of the 4-row tile */
                 if (check_case(t, k, k_types[a], n_in, n_out, T, 0, n_out)) return;
                 if (check_case(t, k, k_types[a], n_in, n_out, T, 1, n_out - 1)) return; /* unaligned */
@@ -342,7 +360,8 @@ static int check_xbf16(test_ctx *t, const dsf_kernels *k, uint32_t type, int64_t
 
 TEST(kernels_xbf16_vs_ref) {
     static const char *names[] = {"avx512", "avx2", "ref", "amx", "amx-mxfp4"};
-    static const uint32_t types[] = {GGML_TYPE_BF16, GGML_TYPE_MXFP4, GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0};
+    static const uint32_t types[] = {GGML_TYPE_BF16,    GGML_TYPE_MXFP4,  GGML_TYPE_F32,   GGML_TYPE_F16,   GGML_TYPE_Q8_0,
+                                     GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S, GGML_TYPE_IQ4_XS};
     static const int64_t n_ins[] = {32, 96, 2048 + 96};
     static const int64_t Ts[] = {1, 2, 3, 7, 9, 17, 70, 133}; /* 133: two token chunks of XTC, MXTC (128) */
     for (int n = 0; n < 5; n++) {
@@ -352,8 +371,9 @@ TEST(kernels_xbf16_vs_ref) {
             for (unsigned b = 0; b < 3; b++)
                 for (unsigned c = 0; c < sizeof Ts / sizeof *Ts; c++) {
                     if (n_ins[b] > 1000 && Ts[c] > 17) continue; /* keep the test fast */
-                    if (check_xbf16(t, k, types[a], n_ins[b], 11, Ts[c], 0, 11)) return;
-                    if (check_xbf16(t, k, types[a], n_ins[b], 11, Ts[c], 3, 10)) return;
+                    const int64_t n_in = n_in_for(types[a], n_ins[b]);
+                    if (check_xbf16(t, k, types[a], n_in, 11, Ts[c], 0, 11)) return;
+                    if (check_xbf16(t, k, types[a], n_in, 11, Ts[c], 3, 10)) return;
                 }
     }
 }
@@ -378,16 +398,21 @@ TEST(kernels_act_to_bf16) {
 /* The amx table's tiles are 16 rows x 16 tokens (two of each per step) with K chunks of 16
  * blocks, so it also runs a shape with whole and partial tiles of both (batch_shape 1). */
 static void batch_invariant(test_ctx *t, const char *name, int shape) {
-    static const uint32_t types[] = {GGML_TYPE_F32, GGML_TYPE_BF16, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_MXFP4};
-    /* shape 0: two K chunks plus a partial one; shape 1: 3 row tiles + 2 rows, 2 token tiles + 8 */
-    const int64_t n_in = shape ? 1024 + 96 : 4096 + 2048 + 96, n_out = shape ? 50 : 11, T = shape ? 40 : 9;
-    const int64_t cut[4] = {0, shape ? 5 : 3, shape ? 37 : 10, n_out}, first = shape ? 17 : 5;
+    static const uint32_t types[] = {GGML_TYPE_F32, GGML_TYPE_BF16, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_MXFP4},
+                          sb_types[] = {GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S, GGML_TYPE_IQ4_XS};
+    /* shape 0: two K chunks plus a partial one; shape 1: 3 row tiles + 2 rows, 2 token tiles + 8;
+     * shape 2 (the super-block types): K chunks of 1024 then one super-block, a token chunk of 64
+     * then 3 tokens */
+    const int64_t n_in = shape == 2 ? 4096 + 256 : shape ? 1024 + 96 : 4096 + 2048 + 96, n_out = shape == 1 ? 50 : 11;
+    const int64_t T = shape == 2 ? 67 : shape ? 40 : 9;
+    const int64_t cut[4] = {0, shape == 1 ? 5 : 3, shape == 1 ? 37 : 10, n_out}, first = shape ? 17 : 5;
+    const uint32_t *ty = shape == 2 ? sb_types : types;
     {
         const dsf_kernels *k = kernels_by_name(name);
         if (!k) return;
-        for (unsigned a = 0; a < sizeof types / sizeof *types; a++) {
-            dsf_wmat w = {.type = types[a], .n_in = n_in, .n_out = n_out};
-            uint8_t *data = make_weights(types[a], n_in, n_out, &w.row_bytes);
+        for (unsigned a = 0; a < (shape == 2 ? 4u : 5u); a++) {
+            dsf_wmat w = {.type = ty[a], .n_in = n_in, .n_out = n_out};
+            uint8_t *data = make_weights(ty[a], n_in, n_out, &w.row_bytes);
             w.data = data;
             float *x = malloc((size_t)(T * n_in) * sizeof *x);
             uint16_t *xb = malloc((size_t)(T * n_in) * sizeof *xb);
@@ -407,7 +432,7 @@ static void batch_invariant(test_ctx *t, const char *name, int shape) {
                     kern_matmul_xbf16(k, &w, xb + first * n_in, T - first, yc + first * n_out, n_out, 0, n_out);
                 }
                 CHECKF(!memcmp(yb, yc, ny), "%s %s %s: chunked prefill differs from one prefill", name,
-                       fam ? "xbf16" : "fp32", ggml_type_name(types[a]));
+                       fam ? "xbf16" : "fp32", ggml_type_name(ty[a]));
                 for (int64_t tt = 0; tt < T; tt++) {
                     /* token by token, rows split unevenly at cut[] */
                     for (int c = 0; c < 3; c++) {
@@ -416,7 +441,7 @@ static void batch_invariant(test_ctx *t, const char *name, int shape) {
                     }
                     CHECKF(!memcmp(y1, yb + tt * n_out, (size_t)n_out * sizeof *y1),
                            "%s %s %s: token %lld decoded alone differs from the batch", name, fam ? "xbf16" : "fp32",
-                           ggml_type_name(types[a]), (long long)tt);
+                           ggml_type_name(ty[a]), (long long)tt);
                 }
             }
             free(data);
@@ -434,6 +459,8 @@ TEST(kernels_batch_invariant) {
     batch_invariant(t, "amx-mxfp4", 0);
     batch_invariant(t, "amx-mxfp4", 1);
     batch_invariant(t, "avx512", 1);
+    batch_invariant(t, "avx512", 2);
+    batch_invariant(t, "avx2", 2);
 }
 
 /* DSF_TYPE_MXFP4R (the experts repacked at load) against the MXFP4 rows it was made from.
