@@ -293,6 +293,13 @@ static double core_decode_rate(const dsf_kernels *k, const uint8_t *arena, uint6
     return ratio_mxr;
 }
 
+/* The bytes of one matrix of the case (codes and scales of a repacked one); *row_bytes: a row's codes. */
+static uint64_t case_bytes(const bench_case *bc, uint64_t *row_bytes) {
+    const int rp = bc->type == DSF_TYPE_MXFP4R;
+    *row_bytes = rp ? mxfp4r_row_bytes(bc->n_in) : (uint64_t)bc->n_in / ggml_blck_size(bc->type) * ggml_type_size(bc->type);
+    return (rp ? *row_bytes + *row_bytes / 16 : *row_bytes) * (uint64_t)bc->n_out;
+}
+
 static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int reps) {
     const dsf_kernels *k = set ? kernels_by_name(set) : kernels_get();
     if (!k) {
@@ -360,6 +367,16 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
         {"iq2_s gemm xbf16", GGML_TYPE_IQ2_S, 5120, 2304, 64, 1},
     };
     const int n_cases = (int)(sizeof cases / sizeof *cases);
+    for (int c = 0; c < n_cases; c++) {
+        uint64_t rb, mb = case_bytes(&cases[c], &rb);
+        if (mb > arena_n) {
+            fprintf(stderr, "dsflash bench: case '%s' reads a %.0f MiB matrix, more than --arena-mb %llu holds\n",
+                    cases[c].label, (double)mb / (1 << 20), (unsigned long long)arena_mb);
+            dsf_pool_free(pool);
+            arena_free(arena);
+            return 1;
+        }
+    }
 
     float *x = dsf_aligned_alloc(256 * 16384 * sizeof(float));
     float *y = dsf_aligned_alloc(256 * 16384 * sizeof(float));
@@ -389,11 +406,8 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
         const int decode = bc->T == 1;
         /* a repacked matrix: its codes, then its scales (kernels/mxfp4r.h) */
         const int rp = bc->type == DSF_TYPE_MXFP4R;
-        uint64_t row_bytes = rp ? mxfp4r_row_bytes(bc->n_in)
-                                : (uint64_t)bc->n_in / ggml_blck_size(bc->type) * ggml_type_size(bc->type);
-        uint64_t mat_bytes = (rp ? row_bytes + row_bytes / 16 : row_bytes) * (uint64_t)bc->n_out;
-        int64_t n_mat = (int64_t)(arena_n / mat_bytes);
-        if (n_mat < 1) n_mat = 1;
+        uint64_t row_bytes, mat_bytes = case_bytes(bc, &row_bytes);
+        int64_t n_mat = (int64_t)(arena_n / mat_bytes); /* >= 1: checked above */
         if (!rp) sanitize(arena, arena_n, bc->type);
         for (int64_t m = 0; m < n_mat; m++) {
             uint8_t *mp = arena + (uint64_t)m * mat_bytes;

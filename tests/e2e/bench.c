@@ -1,6 +1,7 @@
 /* bench.c: `dsflash bench`, end to end on a synthesized tiny model (no timing is checked:
  * benchmarks measure, tests assert).
- * Guards against: usage errors that do not fail with one line, a stack limit handled without
+ * Guards against: usage errors that do not fail with one line, an arena too small for the
+ * kernel cases (a crash), a stack limit handled without
  * a word, a CSV whose commit is not the binary's, a profile that miscounts calls, and a
  * decode step's weight bytes that count the indexer's query projections where they are not
  * computed. */
@@ -27,6 +28,11 @@ TEST(bench_cli) {
     CHECK(test_run(cmd, out, sizeof out) != 0);
     snprintf(cmd, sizeof cmd, "%s bench --help", test_bin());
     CHECK(test_run(cmd, out, sizeof out) == 0 && strstr(out, "--kernels"));
+    /* an arena smaller than a case's matrix is refused before anything runs (it used to write
+     * past the arena and crash) */
+    snprintf(cmd, sizeof cmd, "%s bench --kernels --arena-mb 64 2>&1", test_bin());
+    rc = test_run(cmd, out, sizeof out);
+    CHECKF(rc == 1 && strstr(out, "more than --arena-mb 64 holds") && !strstr(out, "GB/s"), "rc %d: %s", rc, out);
     /* a small stack limit: raised when only the soft limit is small (no warning), a warning
      * naming it when the hard limit is small too (the kernels keep 512 KiB chunk buffers on
      * the caller's stack) */
