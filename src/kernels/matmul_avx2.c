@@ -7,6 +7,7 @@
  * same operations whatever T and the tile). Only the register budget differs (16 ymm): the
  * T > 1 tile is 2 rows x 4 tokens. */
 #include "kernels/matmul.h"
+#include "kernels/kquant.h"
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
@@ -305,6 +306,11 @@ const dsf_kernels kernels_avx2 = {
         [GGML_TYPE_F16] = xw_f16,
         [GGML_TYPE_Q8_0] = xw_q8_0,
         [GGML_TYPE_MXFP4] = xw_mxfp4,
+        [GGML_TYPE_Q2_K] = xmm_q2_k_avx2, /* kquant_avx2.c */
+        [GGML_TYPE_Q3_K] = xmm_q3_k_avx2,
+        [GGML_TYPE_Q4_K] = xmm_q4_k_avx2,
+        [GGML_TYPE_Q5_K] = xmm_q5_k_avx2,
+        [GGML_TYPE_Q6_K] = xmm_q6_k_avx2,
     },
     .matmul = {
         [GGML_TYPE_F32] = mm_f32_any,
@@ -312,6 +318,11 @@ const dsf_kernels kernels_avx2 = {
         [GGML_TYPE_F16] = mm_f16_any,
         [GGML_TYPE_Q8_0] = mm_q8_0_any,
         [GGML_TYPE_MXFP4] = mm_mxfp4_any,
+        [GGML_TYPE_Q2_K] = mm_q2_k_avx2, /* kquant_avx2.c */
+        [GGML_TYPE_Q3_K] = mm_q3_k_avx2,
+        [GGML_TYPE_Q4_K] = mm_q4_k_avx2,
+        [GGML_TYPE_Q5_K] = mm_q5_k_avx2,
+        [GGML_TYPE_Q6_K] = mm_q6_k_avx2,
     },
 };
 

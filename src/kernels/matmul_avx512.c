@@ -27,6 +27,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kernels/kquant.h"
 #include "kernels/tile512.h"
 
 #define RB 4     /* rows per tile, T = 1: one row from each of NS far-apart row streams */
@@ -465,6 +466,11 @@ const dsf_kernels kernels_avx512 = {
         [GGML_TYPE_F16] = xw_f16,
         [GGML_TYPE_Q8_0] = xw_q8_0,
         [GGML_TYPE_MXFP4] = xmm_mxfp4_avx512,
+        [GGML_TYPE_Q2_K] = xmm_q2_k_avx512, /* kquant_avx512.c */
+        [GGML_TYPE_Q3_K] = xmm_q3_k_avx512,
+        [GGML_TYPE_Q4_K] = xmm_q4_k_avx512,
+        [GGML_TYPE_Q5_K] = xmm_q5_k_avx512,
+        [GGML_TYPE_Q6_K] = xmm_q6_k_avx512,
     },
     .matmul = {
         [GGML_TYPE_F32] = mm_f32_any,
@@ -472,6 +478,11 @@ const dsf_kernels kernels_avx512 = {
         [GGML_TYPE_F16] = mm_f16_any,
         [GGML_TYPE_Q8_0] = mm_q8_0_any,
         [GGML_TYPE_MXFP4] = mm_mxfp4_any,
+        [GGML_TYPE_Q2_K] = mm_q2_k_avx512, /* kquant_avx512.c */
+        [GGML_TYPE_Q3_K] = mm_q3_k_avx512,
+        [GGML_TYPE_Q4_K] = mm_q4_k_avx512,
+        [GGML_TYPE_Q5_K] = mm_q5_k_avx512,
+        [GGML_TYPE_Q6_K] = mm_q6_k_avx512,
     },
     .mxfp4r_xbf16 = xmm_mxfp4r_avx512,
     .act_to_bf16 = act_to_bf16,

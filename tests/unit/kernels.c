@@ -34,6 +34,24 @@ static uint64_t rnd(void) {
 }
 static float rnd_unit(void) { return (float)((double)(rnd() >> 11) / 9007199254740992.0) * 2.0f - 1.0f; }
 
+/* K-quant (and Q4_1) blocks (random bytes: every code and sub-scale) get finite f16 d / dmin
+ * of moderate size at their layout's offsets (gguf-layout §1.5), so that sums stay far from
+ * overflow. */
+static void kq_sane(uint32_t type, uint8_t *b) {
+    int off[2] = {-1, -1};
+    switch (type) {
+    case GGML_TYPE_Q2_K: off[0] = 80, off[1] = 82; break;
+    case GGML_TYPE_Q3_K: off[0] = 108; break;
+    case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q4_1: off[0] = 0, off[1] = 2; break;
+    case GGML_TYPE_Q6_K: off[0] = 208; break;
+    default: return;
+    }
+    for (int k = 0; k < 2 && off[k] >= 0; k++) {
+        uint16_t h = f32_to_f16(0.0005f + 0.01f * (rnd_unit() + 1.0f));
+        memcpy(b + off[k], &h, 2);
+    }
+}
+
 /* Fills a [n_out][n_in] matrix of the given type with random, never-constant content. */
 static uint8_t *make_weights(uint32_t type, int64_t n_in, int64_t n_out, uint64_t *row_bytes) {
     uint64_t rb = (uint64_t)n_in / ggml_blck_size(type) * ggml_type_size(type);
@@ -76,6 +94,7 @@ static uint8_t *make_weights(uint32_t type, int64_t n_in, int64_t n_out, uint64_
             default: {
                 for (uint32_t j = 0; j < ggml_type_size(type); j++)
                     row[(uint64_t)i / ggml_blck_size(type) * ggml_type_size(type) + j] = (uint8_t)rnd();
+                kq_sane(type, row + (uint64_t)i / ggml_blck_size(type) * ggml_type_size(type));
             }
             }
         }
@@ -135,7 +154,10 @@ static int check_case(test_ctx *t, const dsf_kernels *k, uint32_t type, int64_t 
     return rc;
 }
 
-static const uint32_t k_types[] = {GGML_TYPE_F32, GGML_TYPE_BF16, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_MXFP4};
+static const uint32_t k_types[] = {GGML_TYPE_F32, GGML_TYPE_BF16, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_MXFP4,
+                                   GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+/* row lengths for the 256-element super-block types: 1, 2, 3 super-blocks and a K-chunk crossing */
+static const int64_t n_ins_k[] = {256, 512, 768, 4096 + 256};
 
 static void run_table(test_ctx *t, const char *name) {
     const dsf_kernels *k = kernels_by_name(name);
@@ -147,7 +169,7 @@ static void run_table(test_ctx *t, const char *name) {
         CHECKF(k->matmul[k_types[a]] != NULL, "%s has no %s kernel", name, ggml_type_name(k_types[a]));
         for (unsigned b = 0; b < sizeof n_ins / sizeof *n_ins; b++)
             for (unsigned c = 0; c < sizeof Ts / sizeof *Ts; c++) {
-                int64_t n_in = n_ins[b], T = Ts[c];
+                int64_t n_in = ggml_blck_size(k_types[a]) == 256 ? n_ins_k[b] : n_ins[b], T = Ts[c];
                 int64_t n_out = n_in > 1000 ? 7 : 13; /* not a multiple of the 4-row tile */
                 if (check_case(t, k, k_types[a], n_in, n_out, T, 0, n_out)) return;
                 if (check_case(t, k, k_types[a], n_in, n_out, T, 1, n_out - 1)) return; /* unaligned */
@@ -288,9 +310,9 @@ TEST(kernels_dispatch_bad_name) {
 }
 
 TEST(kernels_fallback_untabled_type) {
-    /* a type without a fast kernel (Q4_K) goes to the generic twin, never crashes */
+    /* a type without a fast kernel (Q4_1) goes to the generic twin, never crashes */
     const dsf_kernels *k = kernels_get();
-    if (check_case(t, k, GGML_TYPE_Q4_K, 512, 5, 3, 0, 5)) return;
+    if (check_case(t, k, GGML_TYPE_Q4_1, 512, 5, 3, 0, 5)) return;
     /* and odd row lengths of plain types go to the twin too */
     if (check_case(t, k, GGML_TYPE_F32, 40, 5, 2, 0, 5)) return;
 }
@@ -342,8 +364,9 @@ static int check_xbf16(test_ctx *t, const dsf_kernels *k, uint32_t type, int64_t
 
 TEST(kernels_xbf16_vs_ref) {
     static const char *names[] = {"avx512", "avx2", "ref", "amx", "amx-mxfp4"};
-    static const uint32_t types[] = {GGML_TYPE_BF16, GGML_TYPE_MXFP4, GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0};
-    static const int64_t n_ins[] = {32, 96, 2048 + 96};
+    static const uint32_t types[] = {GGML_TYPE_BF16, GGML_TYPE_MXFP4, GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0,
+                                     GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+    static const int64_t n_ins[] = {32, 96, 2048 + 96}, n_ins_kx[] = {256, 768, 2048 + 256};
     static const int64_t Ts[] = {1, 2, 3, 7, 9, 17, 70, 133}; /* 133: two token chunks of XTC, MXTC (128) */
     for (int n = 0; n < 5; n++) {
         const dsf_kernels *k = kernels_by_name(names[n]);
@@ -351,9 +374,10 @@ TEST(kernels_xbf16_vs_ref) {
         for (unsigned a = 0; a < sizeof types / sizeof *types; a++)
             for (unsigned b = 0; b < 3; b++)
                 for (unsigned c = 0; c < sizeof Ts / sizeof *Ts; c++) {
-                    if (n_ins[b] > 1000 && Ts[c] > 17) continue; /* keep the test fast */
-                    if (check_xbf16(t, k, types[a], n_ins[b], 11, Ts[c], 0, 11)) return;
-                    if (check_xbf16(t, k, types[a], n_ins[b], 11, Ts[c], 3, 10)) return;
+                    const int64_t n_in = ggml_blck_size(types[a]) == 256 ? n_ins_kx[b] : n_ins[b];
+                    if (n_in > 1000 && Ts[c] > 17) continue; /* keep the test fast */
+                    if (check_xbf16(t, k, types[a], n_in, 11, Ts[c], 0, 11)) return;
+                    if (check_xbf16(t, k, types[a], n_in, 11, Ts[c], 3, 10)) return;
                 }
     }
 }
@@ -378,14 +402,21 @@ TEST(kernels_act_to_bf16) {
 /* The amx table's tiles are 16 rows x 16 tokens (two of each per step) with K chunks of 16
  * blocks, so it also runs a shape with whole and partial tiles of both (batch_shape 1). */
 static void batch_invariant(test_ctx *t, const char *name, int shape) {
-    static const uint32_t types[] = {GGML_TYPE_F32, GGML_TYPE_BF16, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_MXFP4};
-    /* shape 0: two K chunks plus a partial one; shape 1: 3 row tiles + 2 rows, 2 token tiles + 8 */
-    const int64_t n_in = shape ? 1024 + 96 : 4096 + 2048 + 96, n_out = shape ? 50 : 11, T = shape ? 40 : 9;
-    const int64_t cut[4] = {0, shape ? 5 : 3, shape ? 37 : 10, n_out}, first = shape ? 17 : 5;
+    static const uint32_t types[] = {GGML_TYPE_F32, GGML_TYPE_BF16, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_MXFP4,
+                                     GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+    /* shape 0: two K chunks plus a partial one; shape 1: 3 row tiles + 2 rows, 2 token tiles + 8;
+     * shape 2 (the super-block types only): a prefill crossing the K chunks (1024, 2048) and the
+     * token chunks (64, 128) of kquant_avx512.c */
+    const int64_t n_in0 = shape == 2 ? 4096 + 256 : shape ? 1024 + 96 : 4096 + 2048 + 96;
+    const int64_t n_out = shape == 1 ? 50 : 11, T = shape == 2 ? 133 : shape ? 40 : 9;
+    const int64_t cut[4] = {0, shape == 1 ? 5 : 3, shape == 1 ? 37 : 10, n_out}, first = shape == 1 ? 17 : 5;
     {
         const dsf_kernels *k = kernels_by_name(name);
         if (!k) return;
         for (unsigned a = 0; a < sizeof types / sizeof *types; a++) {
+            const int sb = ggml_blck_size(types[a]) == 256; /* n_in: whole super-blocks */
+            if (shape == 2 && !sb) continue;
+            const int64_t n_in = sb ? n_in0 / 256 * 256 + 256 * (n_in0 % 256 != 0) : n_in0;
             dsf_wmat w = {.type = types[a], .n_in = n_in, .n_out = n_out};
             uint8_t *data = make_weights(types[a], n_in, n_out, &w.row_bytes);
             w.data = data;
@@ -393,7 +424,7 @@ static void batch_invariant(test_ctx *t, const char *name, int shape) {
             uint16_t *xb = malloc((size_t)(T * n_in) * sizeof *xb);
             for (int64_t i = 0; i < T * n_in; i++) x[i] = rnd_unit();
             kern_act_to_bf16(x, xb, T * n_in);
-            float yb[40 * 50], y1[50], yc[40 * 50];
+            float yb[133 * 11 > 40 * 50 ? 133 * 11 : 40 * 50], y1[50], yc[sizeof yb / sizeof *yb];
             const size_t ny = (size_t)(T * n_out) * sizeof *yb;
             for (int fam = 0; fam < 2; fam++) {
                 if (fam == 0) kern_matmul(k, &w, x, T, yb, n_out, 0, n_out);
@@ -434,6 +465,8 @@ TEST(kernels_batch_invariant) {
     batch_invariant(t, "amx-mxfp4", 0);
     batch_invariant(t, "amx-mxfp4", 1);
     batch_invariant(t, "avx512", 1);
+    batch_invariant(t, "avx512", 2);
+    batch_invariant(t, "avx2", 2);
 }
 
 /* DSF_TYPE_MXFP4R (the experts repacked at load) against the MXFP4 rows it was made from.
