@@ -41,14 +41,15 @@
 #define FKB 4
 #define FTC 64
 #define XKB 8
-#define XTC 128
+#define XTC 64
 
 enum { K2, K3, K4, K5, K6 };
 static const int kq_bytes[5] = {84, 110, 144, 176, 210};
 
 /* A super-block's decoded scales (kq_prep). */
 typedef struct {
-    __m512 v;     /* Q2_K, Q3_K, Q6_K: d * sc per sub-block of 16; Q4_K, Q5_K: [d*sc_0..7 | dmin*m_0..7] */
+    __m512 v;     /* Q2_K, Q3_K, Q6_K: d * sc per sub-block of 16 (BF16 family Q2_K: in plane order,
+                     kq2_w); Q4_K, Q5_K: [d*sc_0..7 | dmin*m_0..7] */
     __m512 m;     /* Q2_K: dmin * m per sub-block of 16 */
     __m512i t[4]; /* BF16 family, Q2_K (t[0..1]) and Q3_K (t[0..3]): sc * code tables */
     float d;      /* BF16 family, Q2_K and Q3_K: the super-block's d */
@@ -96,18 +97,13 @@ INLINE void kq_prep(const int K, const uint8_t *b, kq_row *st, const int bf) {
     if (K == K4 || K == K5) {
         st->v = k45_scales(b);
     } else if (K == K2) {
-        const __m128i s = ld16(b);
-        const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(s, _mm_set1_epi8(15))));
+        const __m128i s = ld16(b); /* BF16 family: sc in plane order (kq2_w), 4s + c <- sub-block 8(c/2) + 2s + c%2 */
+        const __m128i sp = bf ? _mm_shuffle_epi8(s, _mm_setr_epi8(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15)) : s;
+        const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(sp, _mm_set1_epi8(15))));
         const __m512 mn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(s, 4), _mm_set1_epi8(15))));
         const __m128 dd = kq_f16x2(b + 80);
         st->m = _mm512_mul_ps(mn, _mm512_set1_ps(_mm_cvtss_f32(_mm_movehdup_ps(dd)))); /* exact */
-        st->d = _mm_cvtss_f32(dd);
-        if (bf) {
-            const __m512 pat = pat_mod(4, 0); /* entry 4j + q: sc_j * q */
-            st->t[0] = (__m512i)_mm512_cvtne2ps_pbh(rep_mul(sc, 4, 4, pat), rep_mul(sc, 0, 4, pat));
-            st->t[1] = (__m512i)_mm512_cvtne2ps_pbh(rep_mul(sc, 12, 4, pat), rep_mul(sc, 8, 4, pat));
-        } else
-            st->v = _mm512_mul_ps(sc, _mm512_set1_ps(st->d));
+        st->v = _mm512_mul_ps(sc, _mm512_set1_ps(_mm_cvtss_f32(dd))); /* exact */
     } else if (K == K3) {
         const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(kq_k3_bytes(b + 94)));
         st->d = _mm_cvtss_f32(_mm_movehdup_ps(kq_f16x2(b + 106))); /* d at 108: the last 2 bytes */
@@ -130,10 +126,11 @@ INLINE void kq_prep(const int K, const uint8_t *b, kq_row *st, const int bf) {
  * a low nibble's word is the high nibble's, ignored by the repetition), Q5_K bf16(i), Q6_K
  * (two registers) bf16(i - 32). */
 typedef struct {
-    __m512i q4, q5, q6lo, q6hi;
+    __m512i q2, q4, q5, q6lo, q6hi;
 } kq_tabs;
 INLINE kq_tabs kq_tables(void) {
     kq_tabs c;
+    c.q2 = (__m512i)_mm512_cvtne2ps_pbh(pat_mod(4, 0), pat_mod(4, 0));
     c.q4 = (__m512i)_mm512_cvtne2ps_pbh(iota16(0), iota16(0));
     c.q5 = (__m512i)_mm512_cvtne2ps_pbh(iota16(16), iota16(0));
     c.q6lo = (__m512i)_mm512_cvtne2ps_pbh(iota16(-16), iota16(-32));
@@ -141,15 +138,44 @@ INLINE kq_tabs kq_tables(void) {
     return c;
 }
 
+/* Q2_K in the BF16 family. A super-block's 16 sub-blocks of 16 are sub-block j = 8h + 2s + p
+ * (half h, 2-bit plane s, part p: codes = bits 2s.. of qs[32h + 16p + l], dequant.c deq_q2_k).
+ * The dots go plane by plane: the 4 sub-blocks of plane s, c = 2h + p, take 4 lanes each (lane
+ * 4i + c, elements 2i, 2i+1 and, in the second dot, 8 + 2i, 8 + 2i + 1), so that both dots of a
+ * plane shift the codes alike and add into one P, and one FMA applies the plane's 4 scales
+ * (a 128-bit broadcast of them in plane order, kq_row.s). kq2_idx[k]: the code byte of word
+ * 2(4i + c) + e of dot k (its high byte zero); the activations are permuted to the same order
+ * (kq_perm16). */
+static const uint8_t kq2_idx[64] __attribute__((aligned(64))) = {
+    0,  0,  1,  1,  16, 16, 17, 17, 32, 32, 33, 33, 48, 48, 49, 49, 2,  2,  3,  3,  18, 18,
+    19, 19, 34, 34, 35, 35, 50, 50, 51, 51, 4,  4,  5,  5,  20, 20, 21, 21, 36, 36, 37, 37,
+    52, 52, 53, 53, 6,  6,  7,  7,  22, 22, 23, 23, 38, 38, 39, 39, 54, 54, 55, 55}; /* dot k: + 8k */
+
+/* A token's activations, super-blocks [0, nb), in the order of the Q2_K dots: dot g = 2s + k,
+ * dword 4i + c is dword 8j + 4k + i of the super-block, j the sub-block of (plane s, c). */
+static void kq_perm16(const uint16_t *x, int64_t nb, uint16_t *xp) {
+    const __m512i i0 = _mm512_setr_epi32(0, 8, 64, 72, 1, 9, 65, 73, 2, 10, 66, 74, 3, 11, 67, 75);
+    for (int64_t b = 0; b < nb; b++)
+        UNROLL for (int g = 0; g < 8; g++) {
+            const __m512i i = _mm512_add_epi32(i0, _mm512_set1_epi32(16 * (g >> 1) + 4 * (g & 1)));
+            _mm512_storeu_si512((void *)(xp + b * QK + 32 * g), _mm512_i32gather_epi32(i, (const void *)(x + b * QK), 4));
+        }
+}
+
+/* Q2_K: the BF16 codes of dot k of plane s (a period-4 table: vpermt2w reads 6 index bits,
+ * the shifted word holds the higher planes' bits above bit 1) */
+INLINE __m512i kq2_w(const uint8_t *b, const __m512i t4, int s, int k) {
+    __m512i z = _mm512_maskz_permutexvar_epi8(0x5555555555555555ull,
+                                              _mm512_add_epi8(_mm512_load_si512((const void *)kq2_idx), _mm512_set1_epi8((char)(8 * k))),
+                                              _mm512_loadu_si512((const void *)(b + 16)));
+    return _mm512_permutex2var_epi16(t4, _mm512_srli_epi16(z, 2 * s), t4);
+}
+
 /* words 0-15: a, 16-31: b */
 INLINE __m512i w2(int a, int b) { return _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16((short)a), _mm512_set1_epi16((short)b)); }
 
 INLINE __m512i kq_wx(const int K, const uint8_t *b, const kq_row *st, const kq_tabs *c, const int g) {
     const int h = g >> 2, s = g & 3;
-    if (K == K2) { /* q = bits 2s.. of qs[32h + l]; index 4j + q, sub-block j = 2g + (l >= 16) */
-        __m512i z = _mm512_srli_epi16(zx32w(b + 16 + 32 * h), 2 * s);
-        return _mm512_permutex2var_epi16(st->t[0], ANDOR(z, _mm512_set1_epi16(3), w2(8 * g, 8 * g + 4)), st->t[1]);
-    }
     if (K == K3) { /* code q + 4 * (bit g of hmask[l]); index 8 (j % 8) + code within half h */
         __m512i z = _mm512_srli_epi16(zx32w(b + 32 + 32 * h), 2 * s);
         __m512i hb = MOVB16(zx32w(b), g, 2);
@@ -197,7 +223,7 @@ static void kq_xsums(const uint16_t *x, int64_t nb, int pairs, float *X) {
     }
 }
 
-INLINE int kq_pb(const int K) { return K == K2 || K == K3; } /* one P per super-block */
+INLINE int kq_pb(const int K) { return K == K3; } /* one P per super-block */
 INLINE int kq_hasx(const int K) { return K == K2 || K == K4 || K == K5; }
 
 INLINE void kq_pf(const int K, const uint8_t *p) {
@@ -226,8 +252,8 @@ INLINE void kq_red(const int NT, __m512 a[4][4], float *out) {
         red4x4(a, out);
 }
 
-/* BF16 family tile: 4 rows (wr) x NT tokens (x[t], X[t]: its sub-block sums from super-block
- * b0) over super-blocks [b0, b1); out[t * 4 + r]. NT = 1 is the decode tile (prefetching);
+/* BF16 family tile: 4 rows (wr) x NT tokens (x[t], X[t]: its activations and sub-block sums
+ * from super-block b0 on) over super-blocks [b0, b1); out[t * 4 + r]. NT = 1 is the decode tile (prefetching);
  * every output gets the same operations for NT = 1 and 4. */
 INLINE void kq_xtile(const int K, const int NT, const uint8_t *const *wr, const uint16_t *const *x,
                      const float *const *X, int64_t b0, int64_t b1, float *out) {
@@ -238,20 +264,44 @@ INLINE void kq_xtile(const int K, const int NT, const uint8_t *const *wr, const 
         const uint8_t *blk[4];
         kq_row st[4];
         kq_rows(K, NT, wr, b, 1, blk, st);
-        if (kq_pb(K)) {
-            UNROLL for (int r = 0; r < 4; r++) {
+        if (K == K2) {
+            /* per (row, plane): P = 2 dots from zero, acc += P * the plane's scales; then the
+             * mins. Decode interleaves the rows (s outer), prefill keeps one row (r outer). */
+            UNROLL for (int i = 0; i < 16; i++) {
+                const int r = NT == 1 ? i & 3 : i >> 2, s = NT == 1 ? i >> 2 : i & 3;
                 __m512 p[4];
-                UNROLL for (int t = 0; t < NT; t++) p[t] = _mm512_setzero_ps();
-                UNROLL for (int g = 0; g < 8; g++) {
-                    const __m512i wv = kq_wx(K, blk[r], &st[r], &c, g);
+                UNROLL for (int k = 0; k < 2; k++) {
+                    const __m512i wv = kq2_w(blk[r], c.q2, s, k);
                     UNROLL for (int t = 0; t < NT; t++) {
-                        __m512i xv = _mm512_loadu_si512((const void *)(x[t] + b * QK + 32 * g));
-                        p[t] = _mm512_dpbf16_ps(p[t], as_bh(wv), as_bh(xv));
+                        __m512i xv = _mm512_loadu_si512((const void *)(x[t] + (b - b0) * QK + 32 * (2 * s + k)));
+                        p[t] = _mm512_dpbf16_ps(k ? p[t] : _mm512_setzero_ps(), as_bh(wv), as_bh(xv));
                     }
                 }
+                const __m512 sc = _mm512_shuffle_f32x4(st[r].v, st[r].v, 0x55 * s); /* the plane's 4 scales */
                 UNROLL for (int t = 0; t < NT; t++) {
-                    a[r][t] = _mm512_fmadd_ps(p[t], _mm512_set1_ps(st[r].d), a[r][t]);
-                    if (K == K2) a[r][t] = _mm512_fnmadd_ps(st[r].m, _mm512_loadu_ps(X[t] + 16 * (b - b0)), a[r][t]);
+                    a[r][t] = _mm512_fmadd_ps(p[t], sc, a[r][t]);
+                    if (s == 3) a[r][t] = _mm512_fnmadd_ps(st[r].m, _mm512_loadu_ps(X[t] + 16 * (b - b0)), a[r][t]);
+                }
+            }
+            continue;
+        }
+        if (kq_pb(K)) {
+            /* two chains per output (even and odd groups), P = their sum: decode interleaves the
+             * 4 rows' chains (g outer), prefill keeps one row's 8 chains at a time (r outer) */
+            __m512 p[4][4][2];
+            UNROLL for (int r = 0; r < 4; r++)
+                UNROLL for (int t = 0; t < NT; t++) p[r][t][0] = p[r][t][1] = _mm512_setzero_ps();
+            _Pragma("GCC unroll 32") for (int i = 0; i < 32; i++) {
+                const int r = NT == 1 ? i & 3 : i >> 3, g = NT == 1 ? i >> 2 : i & 7;
+                const __m512i wv = kq_wx(K, blk[r], &st[r], &c, g);
+                UNROLL for (int t = 0; t < NT; t++) {
+                    __m512i xv = _mm512_loadu_si512((const void *)(x[t] + (b - b0) * QK + 32 * g));
+                    p[r][t][g & 1] = _mm512_dpbf16_ps(p[r][t][g & 1], as_bh(wv), as_bh(xv));
+                }
+                if (NT == 1 ? i < 28 : g < 7) continue;
+                UNROLL for (int t = 0; t < NT; t++) {
+                    const __m512 pt = _mm512_add_ps(p[r][t][0], p[r][t][1]);
+                    a[r][t] = _mm512_fmadd_ps(pt, _mm512_set1_ps(st[r].d), a[r][t]);
                 }
             }
             continue;
@@ -261,7 +311,7 @@ INLINE void kq_xtile(const int K, const int NT, const uint8_t *const *wr, const 
                 const __m512i wv = kq_wx(K, blk[r], &st[r], &c, g);
                 const __m512 sc = kq_gscale(K, &st[r], g);
                 UNROLL for (int t = 0; t < NT; t++) {
-                    __m512i xv = _mm512_loadu_si512((const void *)(x[t] + b * QK + 32 * g));
+                    __m512i xv = _mm512_loadu_si512((const void *)(x[t] + (b - b0) * QK + 32 * g));
                     __m512 p = _mm512_dpbf16_ps(_mm512_setzero_ps(), as_bh(wv), as_bh(xv));
                     a[r][t] = _mm512_fmadd_ps(p, sc, a[r][t]);
                 }
@@ -363,15 +413,21 @@ INLINE void kq_run(const int K, const int bf, const dsf_wmat *w, const float *xf
     int64_t rr[4];
     if (T == 1) {
         float X[16384 / 16];
+        uint16_t xp[K == K2 ? 16384 : 1];
         if (hx) kq_xsums(xb, nb, K != K2, X);
+        if (bf && K == K2) {
+            kq_perm16(xb, nb, xp);
+            xb = xp;
+        }
         const int64_t len = t1_stream_len(r0, r1, 4, 1);
         for (int64_t k = 0; k < len; k++) {
             t1_tile_rows(w, r0, r1, len, k, 4, 1, rr, wr);
             for (int64_t b0 = 0; b0 < nb; b0 += KB) {
                 const int64_t b1 = b0 + KB < nb ? b0 + KB : nb;
                 const float *Xp[1] = {X + 16 * b0};
+                const uint16_t *xbp = xb + b0 * QK;
                 float out[4];
-                if (bf) kq_xtile(K, 1, wr, &xb, Xp, b0, b1, out);
+                if (bf) kq_xtile(K, 1, wr, &xbp, Xp, b0, b1, out);
                 else kq_ftile(K, 1, wr, &xf, b0, b1, out);
                 kq_put(y, ldy, rr, 4, 0, 1, out, b0 == 0);
             }
@@ -379,12 +435,15 @@ INLINE void kq_run(const int K, const int bf, const dsf_wmat *w, const float *xf
         return;
     }
     float Xc[XTC * XKB * 16];
+    uint16_t xpc[K == K2 ? XTC * XKB * QK : 1];
     for (int64_t tc = 0; tc < T; tc += TCH) {
         const int64_t tc1 = tc + TCH < T ? tc + TCH : T;
         for (int64_t b0 = 0; b0 < nb; b0 += KB) {
             const int64_t b1 = b0 + KB < nb ? b0 + KB : nb;
             if (hx)
                 for (int64_t t = tc; t < tc1; t++) kq_xsums(xb + t * w->n_in + b0 * QK, b1 - b0, K != K2, Xc + (t - tc) * XKB * 16);
+            if (bf && K == K2)
+                for (int64_t t = tc; t < tc1; t++) kq_perm16(xb + t * w->n_in + b0 * QK, b1 - b0, xpc + (t - tc) * XKB * QK);
             const int64_t len = t1_stream_len(r0, r1, 4, 1);
             for (int64_t k = 0; k < len; k++) {
                 t1_tile_rows(w, r0, r1, len, k, 4, 1, rr, wr);
@@ -395,7 +454,7 @@ INLINE void kq_run(const int K, const int bf, const dsf_wmat *w, const float *xf
                     for (int j = 0; j < 4; j++) {
                         const int64_t tt = t + j < tc1 ? t + j : tc1 - 1;
                         xt[j] = xf + tt * w->n_in;
-                        xbt[j] = xb + tt * w->n_in;
+                        xbt[j] = bf && K == K2 ? xpc + (tt - tc) * XKB * QK : xb + tt * w->n_in + b0 * QK;
                         Xt[j] = Xc + (tt - tc) * XKB * 16;
                     }
                     if (bf) kq_xtile(K, 4, wr, xbt, Xt, b0, b1, out);
