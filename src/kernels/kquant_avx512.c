@@ -14,12 +14,14 @@
  * 32-entry fp32 table of the sub-block's values (vpermps / vpermt2ps on the codes) or, for
  * Q6_K, a conversion; then fp32 FMA with the activations, as matmul_avx512.c does for Q8_0.
  * BF16 family (vdpbf16ps; products exact, fp32 sums): the codes become BF16 through a word
- * permute of a table. Q2_K and Q3_K tables hold sc * q, small integers exact in BF16, so a
- * super-block's 8 dots add into one P, and y += d * P (- the min term); Q4_K, Q5_K and Q6_K
- * tables hold q (sc * q needs up to 12 bits), so each group's dot starts from zero and
- * y += (d * sc) * P. The offsets of Q2_K, Q4_K and Q5_K are factored: - (dmin * m) * X with
- * X the sum of the activations of the sub-block, computed once per token and K chunk
- * (kq_xsums), not per row.
+ * permute of a table of q (exact). Q2_K and Q4_K: each dot's lanes hold 4 sub-blocks (4 lanes
+ * each) of one 2-bit plane / nibble, the activations permuted to match once per token and K
+ * chunk (kq_perm), so that the dots of a plane / nibble add into one P and one FMA applies
+ * its 4 scales d*sc (kq2_w, kq4_idx). Q3_K: a table of sc * q (at most 128 in magnitude, exact
+ * in BF16) per half, so a super-block's 8 dots add into one P and y += d * P. Q5_K, Q6_K: each
+ * group's dot starts from zero and y += (d * sc) * P. The offsets of Q2_K, Q4_K and Q5_K are
+ * factored: - (dmin * m) * X with X the sum of the activations of the sub-block, computed once
+ * per token and K chunk (kq_xsums), not per row.
  *
  * Tiles and batch invariance as matmul_avx512.c: T = 1 takes 4 rows from far-apart streams,
  * T > 1 tiles of 4 rows x 4 tokens decode each row's super-block once for the 4 tokens; every
@@ -145,22 +147,33 @@ INLINE kq_tabs kq_tables(void) {
  * plane shift the codes alike and add into one P, and one FMA applies the plane's 4 scales
  * (a 128-bit broadcast of them in plane order, kq_row.s). kq2_idx[k]: the code byte of word
  * 2(4i + c) + e of dot k (its high byte zero); the activations are permuted to the same order
- * (kq_perm16). */
+ * (kq_perm). */
 static const uint8_t kq2_idx[64] __attribute__((aligned(64))) = {
     0,  0,  1,  1,  16, 16, 17, 17, 32, 32, 33, 33, 48, 48, 49, 49, 2,  2,  3,  3,  18, 18,
     19, 19, 34, 34, 35, 35, 50, 50, 51, 51, 4,  4,  5,  5,  20, 20, 21, 21, 36, 36, 37, 37,
     52, 52, 53, 53, 6,  6,  7,  7,  22, 22, 23, 23, 38, 38, 39, 39, 54, 54, 55, 55}; /* dot k: + 8k */
 
-/* A token's activations, super-blocks [0, nb), in the order of the Q2_K dots: dot g = 2s + k,
- * dword 4i + c is dword 8j + 4k + i of the super-block, j the sub-block of (plane s, c). */
-static void kq_perm16(const uint16_t *x, int64_t nb, uint16_t *xp) {
-    const __m512i i0 = _mm512_setr_epi32(0, 8, 64, 72, 1, 9, 65, 73, 2, 10, 66, 74, 3, 11, 67, 75);
+/* A token's activations, super-blocks [0, nb), in the order of the Q2_K or Q4_K dots (q4):
+ * Q2_K dot g = 2s + k, dword 4i + c is dword 8j + 4k + i of the super-block, j the sub-block
+ * of (plane s, c); Q4_K dot g = 4k + m, dword 4i + c is dword 16(2c + k) + 4m + i. */
+static void kq_perm(const uint16_t *x, int64_t nb, int q4, uint16_t *xp) {
+    const __m512i i0 = q4 ? _mm512_setr_epi32(0, 32, 64, 96, 1, 33, 65, 97, 2, 34, 66, 98, 3, 35, 67, 99)
+                          : _mm512_setr_epi32(0, 8, 64, 72, 1, 9, 65, 73, 2, 10, 66, 74, 3, 11, 67, 75);
     for (int64_t b = 0; b < nb; b++)
         UNROLL for (int g = 0; g < 8; g++) {
-            const __m512i i = _mm512_add_epi32(i0, _mm512_set1_epi32(16 * (g >> 1) + 4 * (g & 1)));
+            const int o = q4 ? 16 * (g >> 2) + 4 * (g & 3) : 16 * (g >> 1) + 4 * (g & 1);
+            const __m512i i = _mm512_add_epi32(i0, _mm512_set1_epi32(o));
             _mm512_storeu_si512((void *)(xp + b * QK + 32 * g), _mm512_i32gather_epi32(i, (const void *)(x + b * QK), 4));
         }
 }
+
+/* Q4_K in the BF16 family, the same way: sub-block j = 2c + k (nibble k of qs[32c + l]); the dots
+ * go nibble by nibble, the 4 sub-blocks of nibble k taking 4 lanes each (lane 4i + c, elements
+ * 8m + 2i, +1 in dot m), one FMA per nibble applies their 4 scales. kq4_idx: the code byte of
+ * word 2(4i + c) + e of dot m = 0 (+ 8m), from the 128 code bytes. */
+static const uint8_t kq4_idx[64] __attribute__((aligned(64))) = {
+    0, 0, 1, 1, 32, 32, 33, 33, 64, 64, 65, 65, 96, 96, 97, 97, 2, 2, 3, 3, 34, 34, 35, 35, 66, 66, 67, 67, 98, 98, 99, 99,
+    4, 4, 5, 5, 36, 36, 37, 37, 68, 68, 69, 69, 100, 100, 101, 101, 6, 6, 7, 7, 38, 38, 39, 39, 70, 70, 71, 71, 102, 102, 103, 103};
 
 /* Q2_K: the BF16 codes of dot k of plane s (a period-4 table: vpermt2w reads 6 index bits,
  * the shifted word holds the higher planes' bits above bit 1) */
@@ -182,10 +195,9 @@ INLINE __m512i kq_wx(const int K, const uint8_t *b, const kq_row *st, const kq_t
         __m512i i = ANDOR(SEL(z, hb, _mm512_set1_epi16(3)), _mm512_set1_epi16(7), w2(16 * s, 16 * s + 8));
         return _mm512_permutex2var_epi16(st->t[2 * h], i, st->t[2 * h + 1]);
     }
-    if (K == K4 || K == K5) { /* sub-block g: nibble g % 2 of qs[32(g/2) + l] (+ 16 * bit g of qh[l]) */
-        __m512i z = zx32w(b + (K == K4 ? 16 : 48) + 32 * (g >> 1));
+    if (K == K5) { /* sub-block g: nibble g % 2 of qs[32(g/2) + l] + 16 * bit g of qh[l] */
+        __m512i z = zx32w(b + 48 + 32 * (g >> 1));
         if (g & 1) z = _mm512_srli_epi16(z, 4);
-        if (K == K4) return _mm512_permutex2var_epi16(c->q4, z, c->q4);
         return _mm512_permutex2var_epi16(c->q5, SEL(z, MOVB16(zx32w(b + 16), g, 4), _mm512_set1_epi16(15)), c->q5);
     }
     /* Q6_K, half h, k = s: low 4 bits from nibble k / 2 of ql[64h + 32(k % 2) + l], high 2 from
@@ -196,7 +208,7 @@ INLINE __m512i kq_wx(const int K, const uint8_t *b, const kq_row *st, const kq_t
     return _mm512_permutex2var_epi16(c->q6lo, i, c->q6hi);
 }
 
-/* Q4_K/Q5_K: the group's scale; Q6_K: lanes 0-7 sub-block 2g's, 8-15 2g+1's */
+/* Q5_K: the group's scale; Q6_K: lanes 0-7 sub-block 2g's, 8-15 2g+1's */
 INLINE __m512 kq_gscale(const int K, const kq_row *st, const int g) {
     if (K == K6) return _mm512_permutexvar_ps(_mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(2 * g), _mm512_set1_epi32(2 * g + 1)), st->v);
     return _mm512_set1_ps(st->s[g]);
@@ -282,6 +294,34 @@ INLINE void kq_xtile(const int K, const int NT, const uint8_t *const *wr, const 
                     a[r][t] = _mm512_fmadd_ps(p[t], sc, a[r][t]);
                     if (s == 3) a[r][t] = _mm512_fnmadd_ps(st[r].m, _mm512_loadu_ps(X[t] + 16 * (b - b0)), a[r][t]);
                 }
+            }
+            continue;
+        }
+        if (K == K4) {
+            /* per row: P_k = the 4 dots of nibble k from zero, acc += P_0 * S_0 + P_1 * S_1 (S_k:
+             * the nibble's 4 scales), then the mins. Decode interleaves the rows (m outer). */
+            const __m512i t16 = c.q4;
+            __m512 p[4][4][2];
+            UNROLL for (int i = 0; i < 16; i++) {
+                const int r = NT == 1 ? i & 3 : i >> 2, m = NT == 1 ? i >> 2 : i & 3;
+                const __m512i z = _mm512_maskz_permutex2var_epi8(
+                    0x5555555555555555ull, _mm512_loadu_si512((const void *)(blk[r] + 16)),
+                    _mm512_add_epi8(_mm512_load_si512((const void *)kq4_idx), _mm512_set1_epi8((char)(8 * m))),
+                    _mm512_loadu_si512((const void *)(blk[r] + 80)));
+                UNROLL for (int k = 0; k < 2; k++) {
+                    const __m512i wv = _mm512_permutex2var_epi16(t16, k ? _mm512_srli_epi16(z, 4) : z, t16);
+                    UNROLL for (int t = 0; t < NT; t++) {
+                        __m512i xv = _mm512_loadu_si512((const void *)(x[t] + (b - b0) * QK + 32 * (4 * k + m)));
+                        p[r][t][k] = _mm512_dpbf16_ps(m ? p[r][t][k] : _mm512_setzero_ps(), as_bh(wv), as_bh(xv));
+                    }
+                }
+                if (m < 3) continue;
+                UNROLL for (int k = 0; k < 2; k++) {
+                    const __m512 sc = _mm512_permutexvar_ps(_mm512_set4_epi32(6 + k, 4 + k, 2 + k, k), st[r].v);
+                    UNROLL for (int t = 0; t < NT; t++) a[r][t] = _mm512_fmadd_ps(p[r][t][k], sc, a[r][t]);
+                }
+                UNROLL for (int t = 0; t < NT; t++)
+                    a[r][t] = _mm512_fnmadd_ps(st[r].v, _mm512_loadu_ps(X[t] + 16 * (b - b0)), a[r][t]);
             }
             continue;
         }
@@ -413,10 +453,10 @@ INLINE void kq_run(const int K, const int bf, const dsf_wmat *w, const float *xf
     int64_t rr[4];
     if (T == 1) {
         float X[16384 / 16];
-        uint16_t xp[K == K2 ? 16384 : 1];
+        uint16_t xp[K == K2 || K == K4 ? 16384 : 1];
         if (hx) kq_xsums(xb, nb, K != K2, X);
-        if (bf && K == K2) {
-            kq_perm16(xb, nb, xp);
+        if (bf && (K == K2 || K == K4)) {
+            kq_perm(xb, nb, K == K4, xp);
             xb = xp;
         }
         const int64_t len = t1_stream_len(r0, r1, 4, 1);
@@ -435,15 +475,15 @@ INLINE void kq_run(const int K, const int bf, const dsf_wmat *w, const float *xf
         return;
     }
     float Xc[XTC * XKB * 16];
-    uint16_t xpc[K == K2 ? XTC * XKB * QK : 1];
+    uint16_t xpc[K == K2 || K == K4 ? XTC * XKB * QK : 1];
     for (int64_t tc = 0; tc < T; tc += TCH) {
         const int64_t tc1 = tc + TCH < T ? tc + TCH : T;
         for (int64_t b0 = 0; b0 < nb; b0 += KB) {
             const int64_t b1 = b0 + KB < nb ? b0 + KB : nb;
             if (hx)
                 for (int64_t t = tc; t < tc1; t++) kq_xsums(xb + t * w->n_in + b0 * QK, b1 - b0, K != K2, Xc + (t - tc) * XKB * 16);
-            if (bf && K == K2)
-                for (int64_t t = tc; t < tc1; t++) kq_perm16(xb + t * w->n_in + b0 * QK, b1 - b0, xpc + (t - tc) * XKB * QK);
+            if (bf && (K == K2 || K == K4))
+                for (int64_t t = tc; t < tc1; t++) kq_perm(xb + t * w->n_in + b0 * QK, b1 - b0, K == K4, xpc + (t - tc) * XKB * QK);
             const int64_t len = t1_stream_len(r0, r1, 4, 1);
             for (int64_t k = 0; k < len; k++) {
                 t1_tile_rows(w, r0, r1, len, k, 4, 1, rr, wr);
@@ -454,7 +494,7 @@ INLINE void kq_run(const int K, const int bf, const dsf_wmat *w, const float *xf
                     for (int j = 0; j < 4; j++) {
                         const int64_t tt = t + j < tc1 ? t + j : tc1 - 1;
                         xt[j] = xf + tt * w->n_in;
-                        xbt[j] = bf && K == K2 ? xpc + (tt - tc) * XKB * QK : xb + tt * w->n_in + b0 * QK;
+                        xbt[j] = bf && (K == K2 || K == K4) ? xpc + (tt - tc) * XKB * QK : xb + tt * w->n_in + b0 * QK;
                         Xt[j] = Xc + (tt - tc) * XKB * 16;
                     }
                     if (bf) kq_xtile(K, 4, wr, xbt, Xt, b0, b1, out);
