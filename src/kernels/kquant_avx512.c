@@ -289,7 +289,8 @@ INLINE void kq_xtile(const int K, const int NT, const uint8_t *const *wr, const 
                         p[t] = _mm512_dpbf16_ps(k ? p[t] : _mm512_setzero_ps(), as_bh(wv), as_bh(xv));
                     }
                 }
-                const __m512 sc = _mm512_shuffle_f32x4(st[r].v, st[r].v, 0x55 * s); /* the plane's 4 scales */
+                const __m512 sc = _mm512_permutexvar_ps( /* the plane's 4 scales, 4 times */
+                    _mm512_add_epi32(_mm512_set4_epi32(3, 2, 1, 0), _mm512_set1_epi32(4 * s)), st[r].v);
                 UNROLL for (int t = 0; t < NT; t++) {
                     a[r][t] = _mm512_fmadd_ps(p[t], sc, a[r][t]);
                     if (s == 3) a[r][t] = _mm512_fnmadd_ps(st[r].m, _mm512_loadu_ps(X[t] + 16 * (b - b0)), a[r][t]);
@@ -453,7 +454,7 @@ INLINE void kq_run(const int K, const int bf, const dsf_wmat *w, const float *xf
     int64_t rr[4];
     if (T == 1) {
         float X[16384 / 16];
-        uint16_t xp[K == K2 || K == K4 ? 16384 : 1];
+        uint16_t xp[16384]; /* Q2_K, Q4_K: the permuted activations */
         if (hx) kq_xsums(xb, nb, K != K2, X);
         if (bf && (K == K2 || K == K4)) {
             kq_perm(xb, nb, K == K4, xp);
@@ -475,7 +476,7 @@ INLINE void kq_run(const int K, const int bf, const dsf_wmat *w, const float *xf
         return;
     }
     float Xc[XTC * XKB * 16];
-    uint16_t xpc[K == K2 || K == K4 ? XTC * XKB * QK : 1];
+    uint16_t xpc[XTC * XKB * QK]; /* 256 KiB */
     for (int64_t tc = 0; tc < T; tc += TCH) {
         const int64_t tc1 = tc + TCH < T ? tc + TCH : T;
         for (int64_t b0 = 0; b0 < nb; b0 += KB) {
