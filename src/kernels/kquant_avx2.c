@@ -47,12 +47,10 @@ INLINE void put_scaled(__m128i bytes, int sgn, float d, float *out) { /* 16 byte
 INLINE void kq_prep(const int K, const uint8_t *b, kq_row *st) {
     if (K == K4 || K == K5) {
         const __m128 dd = kq_f16x2(b);
-        float tmp[16];
-        put_scaled(kq_k45_bytes(b), 0, 1.0f, tmp);
-        for (int j = 0; j < 8; j++) {
-            st->s[j] = tmp[j] * _mm_cvtss_f32(dd);
-            st->m[j] = tmp[8 + j] * _mm_cvtss_f32(_mm_movehdup_ps(dd));
-        }
+        const __m128i q = kq_k45_bytes(b);
+        _mm256_storeu_ps(st->s, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q)), _mm256_set1_ps(_mm_cvtss_f32(dd))));
+        _mm256_storeu_ps(st->m, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(q, 8))),
+                                              _mm256_set1_ps(_mm_cvtss_f32(_mm_movehdup_ps(dd)))));
     } else if (K == K2) {
         const __m128i s = _mm_loadu_si128((const __m128i *)(const void *)b);
         const __m128 dd = kq_f16x2(b + 80);

@@ -1,7 +1,9 @@
 /* kernels.c: every fast matmul kernel against its scalar twin (matmul_any_ref, which
  * dequantizes with dequant.c and accumulates in double) on random data and edge sizes.
  *
- * Guards against: wrong block decoding (nibble order, e8m0 subnormal scales, f16 scales),
+ * Guards against: wrong block decoding (nibble order, e8m0 subnormal scales, f16 scales, the
+ * K-quants' packed 6-bit sub-scales, 2-bit planes, high bits and the activation permutations
+ * of their BF16-activation kernels),
  * dropped or repeated tails (n_in = 32/64/96/4128, n_out not a multiple of the row tile,
  * T not a multiple of the token tile, K chunk boundaries), writes outside [r0, r1) or past
  * the rows of y (NaN sentinels must survive), wrong ldy handling, dispatch that ignores
