@@ -14,14 +14,13 @@
  * 32-entry fp32 table of the sub-block's values (vpermps / vpermt2ps on the codes) or, for
  * Q6_K, a conversion; then fp32 FMA with the activations, as matmul_avx512.c does for Q8_0.
  * BF16 family (vdpbf16ps; products exact, fp32 sums): the codes become BF16 through a word
- * permute of a table of q (exact). Q2_K and Q4_K: each dot's lanes hold 4 sub-blocks (4 lanes
- * each) of one 2-bit plane / nibble, the activations permuted to match once per token and K
- * chunk (kq_perm), so that the dots of a plane / nibble add into one P and one FMA applies
- * its 4 scales d*sc (kq2_w, kq4_idx). Q3_K: a table of sc * q (at most 128 in magnitude, exact
- * in BF16) per half, so a super-block's 8 dots add into one P and y += d * P. Q5_K, Q6_K: each
- * group's dot starts from zero and y += (d * sc) * P. The offsets of Q2_K, Q4_K and Q5_K are
- * factored: - (dmin * m) * X with X the sum of the activations of the sub-block, computed once
- * per token and K chunk (kq_xsums), not per row.
+ * permute of a table of q (exact). Q2_K, Q3_K and Q4_K: each dot's lanes hold 4 sub-blocks
+ * (4 lanes each) of one 2-bit plane / nibble, the activations permuted to match once per
+ * token and K chunk (kq_perm), so that the dots of a plane / nibble add into one P and one
+ * FMA applies its 4 scales d*sc (kq2_w, kq3_w, kq4_idx). Q5_K, Q6_K: each group's dot starts
+ * from zero and y += (d * sc) * P. The offsets of Q2_K, Q4_K and Q5_K are factored:
+ * - (dmin * m) * X with X the sum of the activations of the sub-block, computed once per token
+ * and K chunk (kq_xsums), not per row.
  *
  * Tiles and batch invariance as matmul_avx512.c: T = 1 takes 4 rows from far-apart streams,
  * T > 1 tiles of 4 rows x 4 tokens decode each row's super-block once for the 4 tokens; every
@@ -50,11 +49,9 @@ static const int kq_bytes[5] = {84, 110, 144, 176, 210};
 
 /* A super-block's decoded scales (kq_prep). */
 typedef struct {
-    __m512 v;     /* Q2_K, Q3_K, Q6_K: d * sc per sub-block of 16 (BF16 family Q2_K: in plane order,
-                     kq2_w); Q4_K, Q5_K: [d*sc_0..7 | dmin*m_0..7] */
+    __m512 v;     /* Q2_K, Q3_K, Q6_K: d * sc per sub-block of 16 (BF16 family Q2_K, Q3_K: in plane
+                     order, kq2_w); Q4_K, Q5_K: [d*sc_0..7 | dmin*m_0..7] */
     __m512 m;     /* Q2_K: dmin * m per sub-block of 16 */
-    __m512i t[4]; /* BF16 family, Q2_K (t[0..1]) and Q3_K (t[0..3]): sc * code tables */
-    float d;      /* BF16 family, Q2_K and Q3_K: the super-block's d */
     float s[16];  /* v's lanes, broadcast from memory */
 } kq_row;
 
@@ -64,11 +61,7 @@ INLINE __m512 iota16(float o) {
 INLINE __m128i ld16(const uint8_t *p) { return _mm_loadu_si128((const __m128i *)(const void *)p); }
 INLINE __m512i zx32w(const uint8_t *p) { return _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)p)); }
 INLINE __m512i zx16d(const uint8_t *p) { return _mm512_cvtepu8_epi32(ld16(p)); }
-/* lane i of the result: lane (k + i / n) of v, times lane i % n of pat (n = 4: Q2_K, 8: Q3_K) */
-INLINE __m512 rep_mul(__m512 v, int k, int n, __m512 pat) {
-    __m512i i = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), n == 4 ? 2 : 3);
-    return _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_add_epi32(i, _mm512_set1_epi32(k)), v), pat);
-}
+/* lane i of the result: lane k + i / n of v (n = 4: Q2_K, 8: Q3_K) */
 INLINE __m512 rep_only(__m512 v, int k, int n) {
     __m512i i = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), n == 4 ? 2 : 3);
     return _mm512_permutexvar_ps(_mm512_add_epi32(i, _mm512_set1_epi32(k)), v);
@@ -106,15 +99,10 @@ INLINE void kq_prep(const int K, const uint8_t *b, kq_row *st, const int bf) {
         const __m128 dd = kq_f16x2(b + 80);
         st->m = _mm512_mul_ps(mn, _mm512_set1_ps(_mm_cvtss_f32(_mm_movehdup_ps(dd)))); /* exact */
         st->v = _mm512_mul_ps(sc, _mm512_set1_ps(_mm_cvtss_f32(dd))); /* exact */
-    } else if (K == K3) {
-        const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(kq_k3_bytes(b + 94)));
-        st->d = _mm_cvtss_f32(_mm_movehdup_ps(kq_f16x2(b + 106))); /* d at 108: the last 2 bytes */
-        if (bf) {
-            const __m512 pat = pat_mod(8, -4); /* per half: entry 8(j % 8) + c: sc_j * (c - 4) */
-            UNROLL for (int k = 0; k < 4; k++)
-                st->t[k] = (__m512i)_mm512_cvtne2ps_pbh(rep_mul(sc, 4 * k + 2, 8, pat), rep_mul(sc, 4 * k, 8, pat));
-        } else
-            st->v = _mm512_mul_ps(sc, _mm512_set1_ps(st->d));
+    } else if (K == K3) { /* d at 108: the block's last 2 bytes; BF16 family: plane order, as Q2_K */
+        __m128i q = kq_k3_bytes(b + 94);
+        if (bf) q = _mm_shuffle_epi8(q, _mm_setr_epi8(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15));
+        st->v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), _mm512_set1_ps(_mm_cvtss_f32(_mm_movehdup_ps(kq_f16x2(b + 106)))));
     } else {
         const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ld16(b + 192)));
         st->v = _mm512_mul_ps(sc, _mm512_set1_ps(_mm_cvtss_f32(_mm_movehdup_ps(kq_f16x2(b + 206))))); /* exact */
@@ -128,11 +116,12 @@ INLINE void kq_prep(const int K, const uint8_t *b, kq_row *st, const int bf) {
  * a low nibble's word is the high nibble's, ignored by the repetition), Q5_K bf16(i), Q6_K
  * (two registers) bf16(i - 32). */
 typedef struct {
-    __m512i q2, q4, q5, q6lo, q6hi;
+    __m512i q2, q3, q4, q5, q6lo, q6hi;
 } kq_tabs;
 INLINE kq_tabs kq_tables(void) {
     kq_tabs c;
     c.q2 = (__m512i)_mm512_cvtne2ps_pbh(pat_mod(4, 0), pat_mod(4, 0));
+    c.q3 = (__m512i)_mm512_cvtne2ps_pbh(pat_mod(8, -4), pat_mod(8, -4));
     c.q4 = (__m512i)_mm512_cvtne2ps_pbh(iota16(0), iota16(0));
     c.q5 = (__m512i)_mm512_cvtne2ps_pbh(iota16(16), iota16(0));
     c.q6lo = (__m512i)_mm512_cvtne2ps_pbh(iota16(-16), iota16(-32));
@@ -153,8 +142,8 @@ static const uint8_t kq2_idx[64] __attribute__((aligned(64))) = {
     19, 19, 34, 34, 35, 35, 50, 50, 51, 51, 4,  4,  5,  5,  20, 20, 21, 21, 36, 36, 37, 37,
     52, 52, 53, 53, 6,  6,  7,  7,  22, 22, 23, 23, 38, 38, 39, 39, 54, 54, 55, 55}; /* dot k: + 8k */
 
-/* A token's activations, super-blocks [0, nb), in the order of the Q2_K or Q4_K dots (q4):
- * Q2_K dot g = 2s + k, dword 4i + c is dword 8j + 4k + i of the super-block, j the sub-block
+/* A token's activations, super-blocks [0, nb), in the order of the Q2_K/Q3_K or Q4_K dots (q4):
+ * Q2_K/Q3_K dot g = 2s + k, dword 4i + c is dword 8j + 4k + i of the super-block, j the sub-block
  * of (plane s, c); Q4_K dot g = 4k + m, dword 4i + c is dword 16(2c + k) + 4m + i. */
 static void kq_perm(const uint16_t *x, int64_t nb, int q4, uint16_t *xp) {
     const __m512i i0 = q4 ? _mm512_setr_epi32(0, 32, 64, 96, 1, 33, 65, 97, 2, 34, 66, 98, 3, 35, 67, 99)
@@ -175,6 +164,19 @@ static const uint8_t kq4_idx[64] __attribute__((aligned(64))) = {
     0, 0, 1, 1, 32, 32, 33, 33, 64, 64, 65, 65, 96, 96, 97, 97, 2, 2, 3, 3, 34, 34, 35, 35, 66, 66, 67, 67, 98, 98, 99, 99,
     4, 4, 5, 5, 36, 36, 37, 37, 68, 68, 69, 69, 100, 100, 101, 101, 6, 6, 7, 7, 38, 38, 39, 39, 70, 70, 71, 71, 102, 102, 103, 103};
 
+/* Q3_K: the same dots, code q + 4 * (bit 4h + s of hmask[16p + l]), value code - 4 (a period-8
+ * table of code - 4; hb: the hmask bytes of the dot's words, shifted so that the lane's bit
+ * lands on bit 2). */
+INLINE __m512i kq3_w(const uint8_t *b, const __m512i t8, int s, int k) {
+    const __m512i idx = _mm512_add_epi8(_mm512_load_si512((const void *)kq2_idx), _mm512_set1_epi8((char)(8 * k)));
+    __m512i z = _mm512_maskz_permutexvar_epi8(0x5555555555555555ull, idx, _mm512_loadu_si512((const void *)(b + 32)));
+    __m512i hb = _mm512_maskz_permutexvar_epi8(0x5555555555555555ull, _mm512_and_si512(idx, _mm512_set1_epi8(31)),
+                                               _mm512_loadu_si512((const void *)b));
+    /* lane 4i + c, c = 2h + p: bit 4h + s -> bit 2 */
+    hb = _mm512_srlv_epi16(_mm512_slli_epi16(hb, 2), _mm512_add_epi16(_mm512_set4_epi32(0x00040004, 0x00040004, 0, 0), _mm512_set1_epi16((short)s)));
+    return _mm512_permutex2var_epi16(t8, SEL(_mm512_srli_epi16(z, 2 * s), hb, _mm512_set1_epi16(3)), t8);
+}
+
 /* Q2_K: the BF16 codes of dot k of plane s (a period-4 table: vpermt2w reads 6 index bits,
  * the shifted word holds the higher planes' bits above bit 1) */
 INLINE __m512i kq2_w(const uint8_t *b, const __m512i t4, int s, int k) {
@@ -184,17 +186,9 @@ INLINE __m512i kq2_w(const uint8_t *b, const __m512i t4, int s, int k) {
     return _mm512_permutex2var_epi16(t4, _mm512_srli_epi16(z, 2 * s), t4);
 }
 
-/* words 0-15: a, 16-31: b */
-INLINE __m512i w2(int a, int b) { return _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16((short)a), _mm512_set1_epi16((short)b)); }
 
-INLINE __m512i kq_wx(const int K, const uint8_t *b, const kq_row *st, const kq_tabs *c, const int g) {
+INLINE __m512i kq_wx(const int K, const uint8_t *b, const kq_tabs *c, const int g) {
     const int h = g >> 2, s = g & 3;
-    if (K == K3) { /* code q + 4 * (bit g of hmask[l]); index 8 (j % 8) + code within half h */
-        __m512i z = _mm512_srli_epi16(zx32w(b + 32 + 32 * h), 2 * s);
-        __m512i hb = MOVB16(zx32w(b), g, 2);
-        __m512i i = ANDOR(SEL(z, hb, _mm512_set1_epi16(3)), _mm512_set1_epi16(7), w2(16 * s, 16 * s + 8));
-        return _mm512_permutex2var_epi16(st->t[2 * h], i, st->t[2 * h + 1]);
-    }
     if (K == K5) { /* sub-block g: nibble g % 2 of qs[32(g/2) + l] + 16 * bit g of qh[l] */
         __m512i z = zx32w(b + 48 + 32 * (g >> 1));
         if (g & 1) z = _mm512_srli_epi16(z, 4);
@@ -235,7 +229,7 @@ static void kq_xsums(const uint16_t *x, int64_t nb, int pairs, float *X) {
     }
 }
 
-INLINE int kq_pb(const int K) { return K == K3; } /* one P per super-block */
+INLINE int kq_permuted(const int K) { return K == K2 || K == K3 || K == K4; } /* kq_perm */
 INLINE int kq_hasx(const int K) { return K == K2 || K == K4 || K == K5; }
 
 INLINE void kq_pf(const int K, const uint8_t *p) {
@@ -276,14 +270,14 @@ INLINE void kq_xtile(const int K, const int NT, const uint8_t *const *wr, const 
         const uint8_t *blk[4];
         kq_row st[4];
         kq_rows(K, NT, wr, b, 1, blk, st);
-        if (K == K2) {
-            /* per (row, plane): P = 2 dots from zero, acc += P * the plane's scales; then the
-             * mins. Decode interleaves the rows (s outer), prefill keeps one row (r outer). */
+        if (K == K2 || K == K3) {
+            /* per (row, plane): P = 2 dots from zero, acc += P * the plane's scales; then
+             * (Q2_K) the mins. Decode interleaves the rows (s outer), prefill keeps one row. */
             UNROLL for (int i = 0; i < 16; i++) {
                 const int r = NT == 1 ? i & 3 : i >> 2, s = NT == 1 ? i >> 2 : i & 3;
                 __m512 p[4];
                 UNROLL for (int k = 0; k < 2; k++) {
-                    const __m512i wv = kq2_w(blk[r], c.q2, s, k);
+                    const __m512i wv = K == K2 ? kq2_w(blk[r], c.q2, s, k) : kq3_w(blk[r], c.q3, s, k);
                     UNROLL for (int t = 0; t < NT; t++) {
                         __m512i xv = _mm512_loadu_si512((const void *)(x[t] + (b - b0) * QK + 32 * (2 * s + k)));
                         p[t] = _mm512_dpbf16_ps(k ? p[t] : _mm512_setzero_ps(), as_bh(wv), as_bh(xv));
@@ -293,7 +287,7 @@ INLINE void kq_xtile(const int K, const int NT, const uint8_t *const *wr, const 
                     _mm512_add_epi32(_mm512_set4_epi32(3, 2, 1, 0), _mm512_set1_epi32(4 * s)), st[r].v);
                 UNROLL for (int t = 0; t < NT; t++) {
                     a[r][t] = _mm512_fmadd_ps(p[t], sc, a[r][t]);
-                    if (s == 3) a[r][t] = _mm512_fnmadd_ps(st[r].m, _mm512_loadu_ps(X[t] + 16 * (b - b0)), a[r][t]);
+                    if (K == K2 && s == 3) a[r][t] = _mm512_fnmadd_ps(st[r].m, _mm512_loadu_ps(X[t] + 16 * (b - b0)), a[r][t]);
                 }
             }
             continue;
@@ -326,30 +320,9 @@ INLINE void kq_xtile(const int K, const int NT, const uint8_t *const *wr, const 
             }
             continue;
         }
-        if (kq_pb(K)) {
-            /* two chains per output (even and odd groups), P = their sum: decode interleaves the
-             * 4 rows' chains (g outer), prefill keeps one row's 8 chains at a time (r outer) */
-            __m512 p[4][4][2];
-            UNROLL for (int r = 0; r < 4; r++)
-                UNROLL for (int t = 0; t < NT; t++) p[r][t][0] = p[r][t][1] = _mm512_setzero_ps();
-            _Pragma("GCC unroll 32") for (int i = 0; i < 32; i++) {
-                const int r = NT == 1 ? i & 3 : i >> 3, g = NT == 1 ? i >> 2 : i & 7;
-                const __m512i wv = kq_wx(K, blk[r], &st[r], &c, g);
-                UNROLL for (int t = 0; t < NT; t++) {
-                    __m512i xv = _mm512_loadu_si512((const void *)(x[t] + (b - b0) * QK + 32 * g));
-                    p[r][t][g & 1] = _mm512_dpbf16_ps(p[r][t][g & 1], as_bh(wv), as_bh(xv));
-                }
-                if (NT == 1 ? i < 28 : g < 7) continue;
-                UNROLL for (int t = 0; t < NT; t++) {
-                    const __m512 pt = _mm512_add_ps(p[r][t][0], p[r][t][1]);
-                    a[r][t] = _mm512_fmadd_ps(pt, _mm512_set1_ps(st[r].d), a[r][t]);
-                }
-            }
-            continue;
-        }
         UNROLL for (int g = 0; g < 8; g++)
             UNROLL for (int r = 0; r < 4; r++) {
-                const __m512i wv = kq_wx(K, blk[r], &st[r], &c, g);
+                const __m512i wv = kq_wx(K, blk[r], &c, g);
                 const __m512 sc = kq_gscale(K, &st[r], g);
                 UNROLL for (int t = 0; t < NT; t++) {
                     __m512i xv = _mm512_loadu_si512((const void *)(x[t] + (b - b0) * QK + 32 * g));
@@ -454,9 +427,9 @@ INLINE void kq_run(const int K, const int bf, const dsf_wmat *w, const float *xf
     int64_t rr[4];
     if (T == 1) {
         float X[16384 / 16];
-        uint16_t xp[16384]; /* Q2_K, Q4_K: the permuted activations */
+        uint16_t xp[16384]; /* Q2_K, Q3_K, Q4_K: the permuted activations */
         if (hx) kq_xsums(xb, nb, K != K2, X);
-        if (bf && (K == K2 || K == K4)) {
+        if (bf && kq_permuted(K)) {
             kq_perm(xb, nb, K == K4, xp);
             xb = xp;
         }
@@ -483,7 +456,7 @@ INLINE void kq_run(const int K, const int bf, const dsf_wmat *w, const float *xf
             const int64_t b1 = b0 + KB < nb ? b0 + KB : nb;
             if (hx)
                 for (int64_t t = tc; t < tc1; t++) kq_xsums(xb + t * w->n_in + b0 * QK, b1 - b0, K != K2, Xc + (t - tc) * XKB * 16);
-            if (bf && (K == K2 || K == K4))
+            if (bf && kq_permuted(K))
                 for (int64_t t = tc; t < tc1; t++) kq_perm(xb + t * w->n_in + b0 * QK, b1 - b0, K == K4, xpc + (t - tc) * XKB * QK);
             const int64_t len = t1_stream_len(r0, r1, 4, 1);
             for (int64_t k = 0; k < len; k++) {
@@ -495,7 +468,7 @@ INLINE void kq_run(const int K, const int bf, const dsf_wmat *w, const float *xf
                     for (int j = 0; j < 4; j++) {
                         const int64_t tt = t + j < tc1 ? t + j : tc1 - 1;
                         xt[j] = xf + tt * w->n_in;
-                        xbt[j] = bf && (K == K2 || K == K4) ? xpc + (tt - tc) * XKB * QK : xb + tt * w->n_in + b0 * QK;
+                        xbt[j] = bf && kq_permuted(K) ? xpc + (tt - tc) * XKB * QK : xb + tt * w->n_in + b0 * QK;
                         Xt[j] = Xc + (tt - tc) * XKB * 16;
                     }
                     if (bf) kq_xtile(K, 4, wr, xbt, Xt, b0, b1, out);
