@@ -249,6 +249,9 @@ INLINE void kq_rows(const int K, const int NT, const uint8_t *const *wr, int64_t
         if (NT == 1) kq_pf(K, blk[r]);
         kq_prep(K, blk[r], &st[r], bf);
     }
+    /* the scales kq_row.s are read back from memory (as broadcast loads) rather than moved lane
+     * by lane out of kq_row.v (a permute each) */
+    __asm__ volatile("" ::: "memory");
 }
 INLINE void kq_red(const int NT, __m512 a[4][4], float *out) {
     if (NT == 1) {
