@@ -117,8 +117,9 @@ INLINE void kq_tile(const int K, const int NR, const int NT, const uint8_t *cons
                 for (int o = 0; o < BB; o += 64) _mm_prefetch((const char *)(wr[r] + b * BB + 2048 + o), _MM_HINT_T0);
             kq_prep(K, wr[r] + b * BB, &st[r]);
         }
-        UNROLL for (int g = 0; g < 8; g++)
-            UNROLL for (int r = 0; r < NR; r++) {
+        __asm__ volatile("" ::: "memory"); /* the scales are read back as broadcast loads, not moved out of registers */
+        UNROLL for (int r = 0; r < NR; r++) /* row by row: the codes' shared widenings stay in registers */
+            UNROLL for (int g = 0; g < 8; g++) {
                 __m256 w[4];
                 kq_dec(K, wr[r] + b * BB, &st[r], g, w);
                 UNROLL for (int t = 0; t < NT; t++)
