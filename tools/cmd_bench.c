@@ -198,6 +198,15 @@ static void sanitize_blocks(uint8_t *p, uint64_t n, uint32_t type) {
     else if (type == GGML_TYPE_IQ2_XXS || type == GGML_TYPE_IQ2_XS || type == GGML_TYPE_IQ2_S || type == GGML_TYPE_IQ4_XS)
         for (uint64_t i = 0, bs = ggml_type_size(type); i + bs <= n; i += bs) /* the f16 d at offset 0 */
             p[i + 1] = (uint8_t)((p[i + 1] & 0x83) | 0x20);
+    else if (type >= GGML_TYPE_Q2_K && type <= GGML_TYPE_Q6_K) {
+        /* the f16 d (and dmin) of each super-block: finite, moderate (high byte 0x20..0x23) */
+        static const int bb[] = {84, 110, 144, 176, 210}, o0[] = {80, 108, 0, 0, 208}, o1[] = {82, -1, 2, 2, -1};
+        const int k = (int)type - GGML_TYPE_Q2_K;
+        for (uint64_t i = 0; i + (uint64_t)bb[k] <= n; i += (uint64_t)bb[k]) {
+            p[i + (uint64_t)o0[k] + 1] = (uint8_t)(0x20 | (p[i + (uint64_t)o0[k] + 1] & 3));
+            if (o1[k] >= 0) p[i + (uint64_t)o1[k] + 1] = (uint8_t)(0x20 | (p[i + (uint64_t)o1[k] + 1] & 3));
+        }
+    }
 }
 
 /* The CPU as /proc/cpuinfo names it (model name, family and model): the host these machines
@@ -365,6 +374,15 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
         {"iq2_s down", GGML_TYPE_IQ2_S, 2304, 5120, 1, 0},
         {"iq2_s dense", GGML_TYPE_IQ2_S, 4096, 4096, 1, 0},
         {"iq2_s gemm xbf16", GGML_TYPE_IQ2_S, 5120, 2304, 64, 1},
+        /* the K-quants (kquant_*.c): expert gate/up slice, down slice, a dense 4096 x 4096, both
+         * families; a prefill tile row in reference mode */
+#define KQ_CASES(N, T)                                                                                 \
+    {N " gemv", T, 5120, 2304, 1, 0}, {N " down", T, 2304, 5120, 1, 0}, {N " dense", T, 4096, 4096, 1, 0}, \
+        {N " gemv xbf16", T, 5120, 2304, 1, 1}, {N " down xbf16", T, 2304, 5120, 1, 1},                  \
+        {N " dense xbf16", T, 4096, 4096, 1, 1}, {N " gemm xbf16", T, 5120, 2304, 64, 1}
+        KQ_CASES("q4_k", GGML_TYPE_Q4_K), KQ_CASES("q2_k", GGML_TYPE_Q2_K), KQ_CASES("q6_k", GGML_TYPE_Q6_K),
+        KQ_CASES("q5_k", GGML_TYPE_Q5_K), KQ_CASES("q3_k", GGML_TYPE_Q3_K),
+#undef KQ_CASES
     };
     const int n_cases = (int)(sizeof cases / sizeof *cases);
     for (int c = 0; c < n_cases; c++) {

@@ -7,6 +7,7 @@
  * same operations whatever T and the tile). Only the register budget differs (16 ymm): the
  * T > 1 tile is 2 rows x 4 tokens. */
 #include "kernels/matmul.h"
+#include "kernels/kquant.h"
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
@@ -311,6 +312,11 @@ const dsf_kernels kernels_avx2 = {
         [GGML_TYPE_IQ2_XS] = xmm_iq2_xs_avx2,
         [GGML_TYPE_IQ2_S] = xmm_iq2_s_avx2,
         [GGML_TYPE_IQ4_XS] = xmm_iq4_xs_avx2,
+        [GGML_TYPE_Q2_K] = xmm_q2_k_avx2, /* kquant_avx2.c */
+        [GGML_TYPE_Q3_K] = xmm_q3_k_avx2,
+        [GGML_TYPE_Q4_K] = xmm_q4_k_avx2,
+        [GGML_TYPE_Q5_K] = xmm_q5_k_avx2,
+        [GGML_TYPE_Q6_K] = xmm_q6_k_avx2,
     },
     .matmul = {
         [GGML_TYPE_F32] = mm_f32_any,
@@ -322,6 +328,11 @@ const dsf_kernels kernels_avx2 = {
         [GGML_TYPE_IQ2_XS] = mm_iq2_xs_avx2,
         [GGML_TYPE_IQ2_S] = mm_iq2_s_avx2,
         [GGML_TYPE_IQ4_XS] = mm_iq4_xs_avx2,
+        [GGML_TYPE_Q2_K] = mm_q2_k_avx2, /* kquant_avx2.c */
+        [GGML_TYPE_Q3_K] = mm_q3_k_avx2,
+        [GGML_TYPE_Q4_K] = mm_q4_k_avx2,
+        [GGML_TYPE_Q5_K] = mm_q5_k_avx2,
+        [GGML_TYPE_Q6_K] = mm_q6_k_avx2,
     },
 };
 

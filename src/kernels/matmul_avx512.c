@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "kernels/iq2k.h"
+#include "kernels/kquant.h"
 #include "kernels/tile512.h"
 
 #define RB 4     /* rows per tile, T = 1: one row from each of NS far-apart row streams */
@@ -470,6 +471,11 @@ const dsf_kernels kernels_avx512 = {
         [GGML_TYPE_IQ2_XS] = xmm_iq2_xs_avx512,
         [GGML_TYPE_IQ2_S] = xmm_iq2_s_avx512,
         [GGML_TYPE_IQ4_XS] = xmm_iq4_xs_avx512,
+        [GGML_TYPE_Q2_K] = xmm_q2_k_avx512, /* kquant_avx512.c */
+        [GGML_TYPE_Q3_K] = xmm_q3_k_avx512,
+        [GGML_TYPE_Q4_K] = xmm_q4_k_avx512,
+        [GGML_TYPE_Q5_K] = xmm_q5_k_avx512,
+        [GGML_TYPE_Q6_K] = xmm_q6_k_avx512,
     },
     .matmul = {
         [GGML_TYPE_F32] = mm_f32_any,
@@ -481,6 +487,11 @@ const dsf_kernels kernels_avx512 = {
         [GGML_TYPE_IQ2_XS] = mm_iq2_xs_avx512,
         [GGML_TYPE_IQ2_S] = mm_iq2_s_avx512,
         [GGML_TYPE_IQ4_XS] = mm_iq4_xs_avx512,
+        [GGML_TYPE_Q2_K] = mm_q2_k_avx512, /* kquant_avx512.c */
+        [GGML_TYPE_Q3_K] = mm_q3_k_avx512,
+        [GGML_TYPE_Q4_K] = mm_q4_k_avx512,
+        [GGML_TYPE_Q5_K] = mm_q5_k_avx512,
+        [GGML_TYPE_Q6_K] = mm_q6_k_avx512,
     },
     .mxfp4r_xbf16 = xmm_mxfp4r_avx512,
     .act_to_bf16 = act_to_bf16,

@@ -1,7 +1,9 @@
 /* kernels.c: every fast matmul kernel against its scalar twin (matmul_any_ref, which
  * dequantizes with dequant.c and accumulates in double) on random data and edge sizes.
  *
- * Guards against: wrong block decoding (nibble order, e8m0 subnormal scales, f16 scales),
+ * Guards against: wrong block decoding (nibble order, e8m0 subnormal scales, f16 scales, the
+ * K-quants' packed 6-bit sub-scales, 2-bit planes, high bits and the activation permutations
+ * of their BF16-activation kernels),
  * dropped or repeated tails (n_in = 32/64/96/4128, n_out not a multiple of the row tile,
  * T not a multiple of the token tile, K chunk boundaries), writes outside [r0, r1) or past
  * the rows of y (NaN sentinels must survive), wrong ldy handling, dispatch that ignores
@@ -33,6 +35,24 @@ static uint64_t rnd(void) {
     return rng_s * 0x2545F4914F6CDD1Dull;
 }
 static float rnd_unit(void) { return (float)((double)(rnd() >> 11) / 9007199254740992.0) * 2.0f - 1.0f; }
+
+/* K-quant (and Q4_1) blocks (random bytes: every code and sub-scale) get finite f16 d / dmin
+ * of moderate size at their layout's offsets (gguf-layout §1.5), so that sums stay far from
+ * overflow. */
+static void kq_sane(uint32_t type, uint8_t *b) {
+    int off[2] = {-1, -1};
+    switch (type) {
+    case GGML_TYPE_Q2_K: off[0] = 80, off[1] = 82; break;
+    case GGML_TYPE_Q3_K: off[0] = 108; break;
+    case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q4_1: off[0] = 0, off[1] = 2; break;
+    case GGML_TYPE_Q6_K: off[0] = 208; break;
+    default: return;
+    }
+    for (int k = 0; k < 2 && off[k] >= 0; k++) {
+        uint16_t h = f32_to_f16(0.0005f + 0.01f * (rnd_unit() + 1.0f));
+        memcpy(b + off[k], &h, 2);
+    }
+}
 
 /* Fills a [n_out][n_in] matrix of the given type with random, never-constant content. */
 static uint8_t *make_weights(uint32_t type, int64_t n_in, int64_t n_out, uint64_t *row_bytes) {
@@ -84,6 +104,7 @@ static uint8_t *make_weights(uint32_t type, int64_t n_in, int64_t n_out, uint64_
             default: {
                 for (uint32_t j = 0; j < ggml_type_size(type); j++)
                     row[(uint64_t)i / ggml_blck_size(type) * ggml_type_size(type) + j] = (uint8_t)rnd();
+                kq_sane(type, row + (uint64_t)i / ggml_blck_size(type) * ggml_type_size(type));
             }
             }
         }
@@ -143,9 +164,10 @@ static int check_case(test_ctx *t, const dsf_kernels *k, uint32_t type, int64_t 
     return rc;
 }
 
-static const uint32_t k_types[] = {GGML_TYPE_F32,     GGML_TYPE_BF16,   GGML_TYPE_F16,   GGML_TYPE_Q8_0,
-                                   GGML_TYPE_MXFP4,   GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S,
-                                   GGML_TYPE_IQ4_XS};
+static const uint32_t k_types[] = {GGML_TYPE_F32,    GGML_TYPE_BF16,   GGML_TYPE_F16,     GGML_TYPE_Q8_0,
+                                   GGML_TYPE_MXFP4,  GGML_TYPE_Q2_K,   GGML_TYPE_Q3_K,    GGML_TYPE_Q4_K,
+                                   GGML_TYPE_Q5_K,   GGML_TYPE_Q6_K,   GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS,
+                                   GGML_TYPE_IQ2_S,  GGML_TYPE_IQ4_XS};
 
 /* A row length for a test's n_in: types of 256-weight super-blocks get 8 n_in for the short rows
  * (32, 64, 96 -> 256, 512, 768: one to three super-blocks) and the long ones rounded up to whole
@@ -306,9 +328,9 @@ TEST(kernels_dispatch_bad_name) {
 }
 
 TEST(kernels_fallback_untabled_type) {
-    /* a type without a fast kernel (Q4_K) goes to the generic twin, never crashes */
+    /* a type without a fast kernel (Q4_1) goes to the generic twin, never crashes */
     const dsf_kernels *k = kernels_get();
-    if (check_case(t, k, GGML_TYPE_Q4_K, 512, 5, 3, 0, 5)) return;
+    if (check_case(t, k, GGML_TYPE_Q4_1, 512, 5, 3, 0, 5)) return;
     /* and odd row lengths of plain types go to the twin too */
     if (check_case(t, k, GGML_TYPE_F32, 40, 5, 2, 0, 5)) return;
 }
@@ -360,8 +382,10 @@ static int check_xbf16(test_ctx *t, const dsf_kernels *k, uint32_t type, int64_t
 
 TEST(kernels_xbf16_vs_ref) {
     static const char *names[] = {"avx512", "avx2", "ref", "amx", "amx-mxfp4"};
-    static const uint32_t types[] = {GGML_TYPE_BF16,    GGML_TYPE_MXFP4,  GGML_TYPE_F32,   GGML_TYPE_F16,   GGML_TYPE_Q8_0,
-                                     GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S, GGML_TYPE_IQ4_XS};
+    static const uint32_t types[] = {GGML_TYPE_BF16,   GGML_TYPE_MXFP4,   GGML_TYPE_F32,    GGML_TYPE_F16,
+                                     GGML_TYPE_Q8_0,   GGML_TYPE_Q2_K,    GGML_TYPE_Q3_K,   GGML_TYPE_Q4_K,
+                                     GGML_TYPE_Q5_K,   GGML_TYPE_Q6_K,    GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS,
+                                     GGML_TYPE_IQ2_S,  GGML_TYPE_IQ4_XS};
     static const int64_t n_ins[] = {32, 96, 2048 + 96};
     static const int64_t Ts[] = {1, 2, 3, 7, 9, 17, 70, 133}; /* 133: two token chunks of XTC, MXTC (128) */
     for (int n = 0; n < 5; n++) {
@@ -398,27 +422,30 @@ TEST(kernels_act_to_bf16) {
 /* The amx table's tiles are 16 rows x 16 tokens (two of each per step) with K chunks of 16
  * blocks, so it also runs a shape with whole and partial tiles of both (batch_shape 1). */
 static void batch_invariant(test_ctx *t, const char *name, int shape) {
-    static const uint32_t types[] = {GGML_TYPE_F32, GGML_TYPE_BF16, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_MXFP4},
-                          sb_types[] = {GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S, GGML_TYPE_IQ4_XS};
+    static const uint32_t types[] = {GGML_TYPE_F32, GGML_TYPE_BF16, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_MXFP4,
+                                     GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
+                                     GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S, GGML_TYPE_IQ4_XS};
     /* shape 0: two K chunks plus a partial one; shape 1: 3 row tiles + 2 rows, 2 token tiles + 8;
-     * shape 2 (the super-block types): K chunks of 1024 then one super-block, a token chunk of 64
-     * then 3 tokens */
-    const int64_t n_in = shape == 2 ? 4096 + 256 : shape ? 1024 + 96 : 4096 + 2048 + 96, n_out = shape == 1 ? 50 : 11;
-    const int64_t T = shape == 2 ? 67 : shape ? 40 : 9;
-    const int64_t cut[4] = {0, shape == 1 ? 5 : 3, shape == 1 ? 37 : 10, n_out}, first = shape ? 17 : 5;
-    const uint32_t *ty = shape == 2 ? sb_types : types;
+     * shape 2 (the super-block types only): a prefill crossing the K chunks (1024, 2048) and the
+     * token chunks (64, 128) of the super-block kernels */
+    const int64_t n_in0 = shape == 2 ? 4096 + 256 : shape ? 1024 + 96 : 4096 + 2048 + 96;
+    const int64_t n_out = shape == 1 ? 50 : 11, T = shape == 2 ? 133 : shape ? 40 : 9;
+    const int64_t cut[4] = {0, shape == 1 ? 5 : 3, shape == 1 ? 37 : 10, n_out}, first = shape == 1 ? 17 : 5;
     {
         const dsf_kernels *k = kernels_by_name(name);
         if (!k) return;
-        for (unsigned a = 0; a < (shape == 2 ? 4u : 5u); a++) {
-            dsf_wmat w = {.type = ty[a], .n_in = n_in, .n_out = n_out};
-            uint8_t *data = make_weights(ty[a], n_in, n_out, &w.row_bytes);
+        for (unsigned a = 0; a < sizeof types / sizeof *types; a++) {
+            const int sb = ggml_blck_size(types[a]) == 256; /* n_in: whole super-blocks */
+            if (shape == 2 && !sb) continue;
+            const int64_t n_in = sb ? n_in0 / 256 * 256 + 256 * (n_in0 % 256 != 0) : n_in0;
+            dsf_wmat w = {.type = types[a], .n_in = n_in, .n_out = n_out};
+            uint8_t *data = make_weights(types[a], n_in, n_out, &w.row_bytes);
             w.data = data;
             float *x = malloc((size_t)(T * n_in) * sizeof *x);
             uint16_t *xb = malloc((size_t)(T * n_in) * sizeof *xb);
             for (int64_t i = 0; i < T * n_in; i++) x[i] = rnd_unit();
             kern_act_to_bf16(x, xb, T * n_in);
-            float yb[40 * 50], y1[50], yc[40 * 50];
+            float yb[133 * 11 > 40 * 50 ? 133 * 11 : 40 * 50], y1[50], yc[sizeof yb / sizeof *yb];
             const size_t ny = (size_t)(T * n_out) * sizeof *yb;
             for (int fam = 0; fam < 2; fam++) {
                 if (fam == 0) kern_matmul(k, &w, x, T, yb, n_out, 0, n_out);
@@ -432,7 +459,7 @@ static void batch_invariant(test_ctx *t, const char *name, int shape) {
                     kern_matmul_xbf16(k, &w, xb + first * n_in, T - first, yc + first * n_out, n_out, 0, n_out);
                 }
                 CHECKF(!memcmp(yb, yc, ny), "%s %s %s: chunked prefill differs from one prefill", name,
-                       fam ? "xbf16" : "fp32", ggml_type_name(ty[a]));
+                       fam ? "xbf16" : "fp32", ggml_type_name(types[a]));
                 for (int64_t tt = 0; tt < T; tt++) {
                     /* token by token, rows split unevenly at cut[] */
                     for (int c = 0; c < 3; c++) {
@@ -441,7 +468,7 @@ static void batch_invariant(test_ctx *t, const char *name, int shape) {
                     }
                     CHECKF(!memcmp(y1, yb + tt * n_out, (size_t)n_out * sizeof *y1),
                            "%s %s %s: token %lld decoded alone differs from the batch", name, fam ? "xbf16" : "fp32",
-                           ggml_type_name(ty[a]), (long long)tt);
+                           ggml_type_name(types[a]), (long long)tt);
                 }
             }
             free(data);
