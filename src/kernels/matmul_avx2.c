@@ -12,6 +12,8 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kernels/iq13.h"
+
 #define RB1 8    /* rows per tile, T == 1 (8 independent accumulator chains) */
 #define RBN 2    /* rows per tile, T > 1 */
 #define TB 4     /* tokens per tile */
@@ -305,6 +307,10 @@ const dsf_kernels kernels_avx2 = {
         [GGML_TYPE_F16] = xw_f16,
         [GGML_TYPE_Q8_0] = xw_q8_0,
         [GGML_TYPE_MXFP4] = xw_mxfp4,
+        [GGML_TYPE_IQ3_XXS] = matmul_iq3xxs_bf16_avx2, /* iq13_avx2.c */
+        [GGML_TYPE_IQ3_S] = matmul_iq3s_bf16_avx2,
+        [GGML_TYPE_IQ1_S] = matmul_iq1s_bf16_avx2,
+        [GGML_TYPE_IQ1_M] = matmul_iq1m_bf16_avx2,
     },
     .matmul = {
         [GGML_TYPE_F32] = mm_f32_any,
@@ -312,6 +318,10 @@ const dsf_kernels kernels_avx2 = {
         [GGML_TYPE_F16] = mm_f16_any,
         [GGML_TYPE_Q8_0] = mm_q8_0_any,
         [GGML_TYPE_MXFP4] = mm_mxfp4_any,
+        [GGML_TYPE_IQ3_XXS] = matmul_iq3xxs_f32_avx2, /* iq13_avx2.c */
+        [GGML_TYPE_IQ3_S] = matmul_iq3s_f32_avx2,
+        [GGML_TYPE_IQ1_S] = matmul_iq1s_f32_avx2,
+        [GGML_TYPE_IQ1_M] = matmul_iq1m_f32_avx2,
     },
 };
 

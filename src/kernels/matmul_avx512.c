@@ -27,6 +27,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kernels/iq13.h"
 #include "kernels/tile512.h"
 
 #define RB 4     /* rows per tile, T = 1: one row from each of NS far-apart row streams */
@@ -465,6 +466,10 @@ const dsf_kernels kernels_avx512 = {
         [GGML_TYPE_F16] = xw_f16,
         [GGML_TYPE_Q8_0] = xw_q8_0,
         [GGML_TYPE_MXFP4] = xmm_mxfp4_avx512,
+        [GGML_TYPE_IQ3_XXS] = matmul_iq3xxs_bf16_avx512, /* iq13_avx512.c */
+        [GGML_TYPE_IQ3_S] = matmul_iq3s_bf16_avx512,
+        [GGML_TYPE_IQ1_S] = matmul_iq1s_bf16_avx512,
+        [GGML_TYPE_IQ1_M] = matmul_iq1m_bf16_avx512,
     },
     .matmul = {
         [GGML_TYPE_F32] = mm_f32_any,
@@ -472,6 +477,10 @@ const dsf_kernels kernels_avx512 = {
         [GGML_TYPE_F16] = mm_f16_any,
         [GGML_TYPE_Q8_0] = mm_q8_0_any,
         [GGML_TYPE_MXFP4] = mm_mxfp4_any,
+        [GGML_TYPE_IQ3_XXS] = matmul_iq3xxs_f32_avx512, /* iq13_avx512.c */
+        [GGML_TYPE_IQ3_S] = matmul_iq3s_f32_avx512,
+        [GGML_TYPE_IQ1_S] = matmul_iq1s_f32_avx512,
+        [GGML_TYPE_IQ1_M] = matmul_iq1m_f32_avx512,
     },
     .mxfp4r_xbf16 = xmm_mxfp4r_avx512,
     .act_to_bf16 = act_to_bf16,

@@ -73,6 +73,20 @@ static uint8_t *make_weights(uint32_t type, int64_t n_in, int64_t n_out, uint64_
                 for (int j = 0; j < 16; j++) b[1 + j] = (uint8_t)rnd();
                 break;
             }
+            case GGML_TYPE_IQ3_XXS:
+            case GGML_TYPE_IQ3_S:
+            case GGML_TYPE_IQ1_S:
+            case GGML_TYPE_IQ1_M: {
+                /* random grid indices, signs and sub-scales; a moderate f16 d (IQ1_M: in the
+                 * top nibbles of its 4 scale words) */
+                uint8_t *b = row + i / 256 * ggml_type_size(type);
+                for (uint32_t j = 0; j < ggml_type_size(type); j++) b[j] = (uint8_t)rnd();
+                uint16_t h = f32_to_f16(0.001f + 0.05f * (rnd_unit() + 1.0f));
+                if (type != GGML_TYPE_IQ1_M) memcpy(b, &h, 2);
+                else
+                    for (int j = 0; j < 4; j++) b[49 + 2 * j] = (uint8_t)((b[49 + 2 * j] & 0x0F) | ((h >> (4 * j)) & 0xF) << 4);
+                break;
+            }
             default: {
                 for (uint32_t j = 0; j < ggml_type_size(type); j++)
                     row[(uint64_t)i / ggml_blck_size(type) * ggml_type_size(type) + j] = (uint8_t)rnd();
@@ -135,7 +149,8 @@ static int check_case(test_ctx *t, const dsf_kernels *k, uint32_t type, int64_t 
     return rc;
 }
 
-static const uint32_t k_types[] = {GGML_TYPE_F32, GGML_TYPE_BF16, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_MXFP4};
+static const uint32_t k_types[] = {GGML_TYPE_F32, GGML_TYPE_BF16, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_MXFP4,
+                                   GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ3_S, GGML_TYPE_IQ1_S, GGML_TYPE_IQ1_M};
 
 static void run_table(test_ctx *t, const char *name) {
     const dsf_kernels *k = kernels_by_name(name);
@@ -147,7 +162,8 @@ static void run_table(test_ctx *t, const char *name) {
         CHECKF(k->matmul[k_types[a]] != NULL, "%s has no %s kernel", name, ggml_type_name(k_types[a]));
         for (unsigned b = 0; b < sizeof n_ins / sizeof *n_ins; b++)
             for (unsigned c = 0; c < sizeof Ts / sizeof *Ts; c++) {
-                int64_t n_in = n_ins[b], T = Ts[c];
+                const int64_t bs = ggml_blck_size(k_types[a]); /* whole blocks: 256 for the IQ types */
+                int64_t n_in = (n_ins[b] + bs - 1) / bs * bs, T = Ts[c];
                 int64_t n_out = n_in > 1000 ? 7 : 13; /* not a multiple of the 4-row tile */
                 if (check_case(t, k, k_types[a], n_in, n_out, T, 0, n_out)) return;
                 if (check_case(t, k, k_types[a], n_in, n_out, T, 1, n_out - 1)) return; /* unaligned */
@@ -342,7 +358,8 @@ static int check_xbf16(test_ctx *t, const dsf_kernels *k, uint32_t type, int64_t
 
 TEST(kernels_xbf16_vs_ref) {
     static const char *names[] = {"avx512", "avx2", "ref", "amx", "amx-mxfp4"};
-    static const uint32_t types[] = {GGML_TYPE_BF16, GGML_TYPE_MXFP4, GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0};
+    static const uint32_t types[] = {GGML_TYPE_BF16, GGML_TYPE_MXFP4, GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0,
+                                     GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ3_S, GGML_TYPE_IQ1_S, GGML_TYPE_IQ1_M};
     static const int64_t n_ins[] = {32, 96, 2048 + 96};
     static const int64_t Ts[] = {1, 2, 3, 7, 9, 17, 70, 133}; /* 133: two token chunks of XTC, MXTC (128) */
     for (int n = 0; n < 5; n++) {
@@ -352,8 +369,9 @@ TEST(kernels_xbf16_vs_ref) {
             for (unsigned b = 0; b < 3; b++)
                 for (unsigned c = 0; c < sizeof Ts / sizeof *Ts; c++) {
                     if (n_ins[b] > 1000 && Ts[c] > 17) continue; /* keep the test fast */
-                    if (check_xbf16(t, k, types[a], n_ins[b], 11, Ts[c], 0, 11)) return;
-                    if (check_xbf16(t, k, types[a], n_ins[b], 11, Ts[c], 3, 10)) return;
+                    const int64_t bs = ggml_blck_size(types[a]), n_in = (n_ins[b] + bs - 1) / bs * bs;
+                    if (check_xbf16(t, k, types[a], n_in, 11, Ts[c], 0, 11)) return;
+                    if (check_xbf16(t, k, types[a], n_in, 11, Ts[c], 3, 10)) return;
                 }
     }
 }
@@ -378,14 +396,20 @@ TEST(kernels_act_to_bf16) {
 /* The amx table's tiles are 16 rows x 16 tokens (two of each per step) with K chunks of 16
  * blocks, so it also runs a shape with whole and partial tiles of both (batch_shape 1). */
 static void batch_invariant(test_ctx *t, const char *name, int shape) {
-    static const uint32_t types[] = {GGML_TYPE_F32, GGML_TYPE_BF16, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_MXFP4};
-    /* shape 0: two K chunks plus a partial one; shape 1: 3 row tiles + 2 rows, 2 token tiles + 8 */
-    const int64_t n_in = shape ? 1024 + 96 : 4096 + 2048 + 96, n_out = shape ? 50 : 11, T = shape ? 40 : 9;
-    const int64_t cut[4] = {0, shape ? 5 : 3, shape ? 37 : 10, n_out}, first = shape ? 17 : 5;
+    static const uint32_t types0[] = {GGML_TYPE_F32, GGML_TYPE_BF16, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_MXFP4};
+    /* the 256-weight grid types (iq13_*.c): whole blocks, K chunks of 1024 and token chunks of 64 */
+    static const uint32_t types2[] = {GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ3_S, GGML_TYPE_IQ1_S, GGML_TYPE_IQ1_M};
+    const uint32_t *types = shape == 2 ? types2 : types0;
+    const unsigned n_types = shape == 2 ? 4 : 5;
+    /* shape 0: two K chunks plus a partial one; shape 1: 3 row tiles + 2 rows, 2 token tiles + 8;
+     * shape 2: 4 K chunks + a partial one, a token chunk + 3 */
+    const int64_t n_in = shape == 2 ? 4096 + 256 : shape ? 1024 + 96 : 4096 + 2048 + 96;
+    const int64_t n_out = shape == 1 ? 50 : 11, T = shape == 2 ? 67 : shape ? 40 : 9;
+    const int64_t cut[4] = {0, shape == 1 ? 5 : 3, shape == 1 ? 37 : 10, n_out}, first = shape == 1 ? 17 : 5;
     {
         const dsf_kernels *k = kernels_by_name(name);
         if (!k) return;
-        for (unsigned a = 0; a < sizeof types / sizeof *types; a++) {
+        for (unsigned a = 0; a < n_types; a++) {
             dsf_wmat w = {.type = types[a], .n_in = n_in, .n_out = n_out};
             uint8_t *data = make_weights(types[a], n_in, n_out, &w.row_bytes);
             w.data = data;
@@ -434,6 +458,8 @@ TEST(kernels_batch_invariant) {
     batch_invariant(t, "amx-mxfp4", 0);
     batch_invariant(t, "amx-mxfp4", 1);
     batch_invariant(t, "avx512", 1);
+    batch_invariant(t, "avx512", 2);
+    batch_invariant(t, "avx2", 2);
 }
 
 /* DSF_TYPE_MXFP4R (the experts repacked at load) against the MXFP4 rows it was made from.
