@@ -195,6 +195,14 @@ static void sanitize_blocks(uint8_t *p, uint64_t n, uint32_t type) {
         for (uint64_t i = 0; i + 34 <= n; i += 34) p[i + 1] = (uint8_t)((p[i + 1] & 0x83) | 0x20);
     else if (type == GGML_TYPE_MXFP4)
         for (uint64_t i = 0; i + 17 <= n; i += 17) p[i] = (uint8_t)(120 + p[i] % 16);
+    else if (type == GGML_TYPE_IQ3_XXS || type == GGML_TYPE_IQ3_S || type == GGML_TYPE_IQ1_S)
+        for (uint64_t i = 0, bs = ggml_type_size(type); i + bs <= n; i += bs) p[i + 1] = (uint8_t)((p[i + 1] & 0x83) | 0x20);
+    else if (type == GGML_TYPE_IQ1_M) /* the f16 d's high byte: the top nibbles of bytes 53 and 55 */
+        for (uint64_t i = 0; i + 56 <= n; i += 56) {
+            uint8_t h = (uint8_t)((((p[i + 53] >> 4) | (p[i + 55] & 0xF0)) & 0x83) | 0x20);
+            p[i + 53] = (uint8_t)((p[i + 53] & 0x0F) | h << 4);
+            p[i + 55] = (uint8_t)((p[i + 55] & 0x0F) | (h & 0xF0));
+        }
 }
 
 /* The CPU as /proc/cpuinfo names it (model name, family and model): the host these machines
@@ -326,6 +334,18 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
         {"mxfp4r gemm xbf16", DSF_TYPE_MXFP4R, 5120, 2304, 64, 1},
         {"q8_0 gemm xbf16", GGML_TYPE_Q8_0, 5120, 4096, 64, 1}, /* widened to the fp32 tile */
         {"bf16 gemm xbf16 256", GGML_TYPE_BF16, 5120, 4096, 256, 1},
+        {"iq3_xxs expert gemv", GGML_TYPE_IQ3_XXS, 5120, 2304, 1, 0}, /* the grid types (iq13_*.c) */
+        {"iq3_xxs gemv xbf16", GGML_TYPE_IQ3_XXS, 5120, 2304, 1, 1},
+        {"iq3_xxs gemm xbf16", GGML_TYPE_IQ3_XXS, 5120, 2304, 64, 1},
+        {"iq3_s expert gemv", GGML_TYPE_IQ3_S, 5120, 2304, 1, 0},
+        {"iq3_s gemv xbf16", GGML_TYPE_IQ3_S, 5120, 2304, 1, 1},
+        {"iq3_s gemm xbf16", GGML_TYPE_IQ3_S, 5120, 2304, 64, 1},
+        {"iq1_s expert gemv", GGML_TYPE_IQ1_S, 5120, 2304, 1, 0},
+        {"iq1_s gemv xbf16", GGML_TYPE_IQ1_S, 5120, 2304, 1, 1},
+        {"iq1_s gemm xbf16", GGML_TYPE_IQ1_S, 5120, 2304, 64, 1},
+        {"iq1_m expert gemv", GGML_TYPE_IQ1_M, 5120, 2304, 1, 0},
+        {"iq1_m gemv xbf16", GGML_TYPE_IQ1_M, 5120, 2304, 1, 1},
+        {"iq1_m gemm xbf16", GGML_TYPE_IQ1_M, 5120, 2304, 64, 1},
     };
     const int n_cases = (int)(sizeof cases / sizeof *cases);
 
