@@ -13,8 +13,8 @@
  * decodes to one 16-bit code per weight, an index into a 16-entry table of v (bits 0-2 the
  * magnitude and bit 3 the sign for IQ3; bits 0-1 the grid value + 1 and bit 2 the delta's
  * sign for IQ1) and 2 scales per group of 32 weights (IQ1_M's per 16 weights; the others'
- * twice the same). The grid entries are gathered (vpgatherdd) 16 at a time, the IQ1 2-bit
- * fields spread into bytes by vpmultishiftqb.
+ * twice the same). The grid entries are loaded one by one (LUT16), the IQ1 2-bit fields
+ * spread into bytes by vpmultishiftqb.
  * - fp32 family: the table times the scale (exact: at most 11 + 5 + 6 significant bits) is
  *   permuted into fp32 weights, exactly dequant.c's values, and FMA'd with the activations.
  * - BF16 family: v is exact in BF16, so the codes permute (vpermw) into BF16 weights whose
@@ -52,26 +52,49 @@ INLINE __m512 code_values(const int ty) {
     return _mm512_setr_ps(-0.875f, 0.125f, 1.125f, 0, -1.125f, -0.125f, 0.875f, 0, 0, 0, 0, 0, 0, 0, 0, 0);
 }
 
+/* 16 table entries t[ix[i]] in dword lanes, by scalar loads (vpgatherdd took ~13 ns per 16
+ * lanes on the Zen 5 hosts, several times the whole decode of a block otherwise). */
+#define LUT16(t, ix)                                                                                                 \
+    _mm512_setr_epi32((int)(t)[ix[0]], (int)(t)[ix[1]], (int)(t)[ix[2]], (int)(t)[ix[3]], (int)(t)[ix[4]],          \
+                      (int)(t)[ix[5]], (int)(t)[ix[6]], (int)(t)[ix[7]], (int)(t)[ix[8]], (int)(t)[ix[9]],          \
+                      (int)(t)[ix[10]], (int)(t)[ix[11]], (int)(t)[ix[12]], (int)(t)[ix[13]], (int)(t)[ix[14]],     \
+                      (int)(t)[ix[15]])
+
 /* ---- block decoders: one 256-weight block -> q[g] (32 codes of group g, 16-bit words) and
  * sc[2g], sc[2g + 1] (the scales of its weights 0-15 and 16-31) ---- */
+
+/* The sign masks of IQ3_XXS's 8 groups (32 bits each, bit 8k + j: value j of sub-group k
+ * negated): selector k of group g is bits 7k..7k+6 of the group's word, its mask the
+ * selector with its parity in bit 7 (grid_iq2_signs' rule, grids.json), computed for all 32
+ * selectors at once. */
+INLINE void iq3xxs_signs(const uint8_t *b, uint32_t *m) {
+    /* per qword (2 words): selectors at bits 0, 7, 14, 21 and 32, 39, 46, 53 */
+    const __m256i ctl = _mm256_set1_epi64x(0x352E2720150E0700ll);
+    const __m256i sel = _mm256_and_si256(_mm256_multishift_epi64_epi8(ctl, _mm256_loadu_si256((const __m256i *)(const void *)(b + 66))),
+                                         _mm256_set1_epi8(0x7F));
+    const __m256i par4 = _mm256_setr_epi8(0, 1, 1, 0, 1, 0, 0, 1, 1, 0, 0, 1, 0, 1, 1, 0, 0, 1, 1, 0, 1, 0, 0, 1, 1, 0, 0, 1, 0,
+                                          1, 1, 0); /* parity of a nibble */
+    const __m256i lo = _mm256_and_si256(sel, _mm256_set1_epi8(0x0F)), hi = _mm256_srli_epi16(sel, 4); /* sel < 128 */
+    const __m256i par = _mm256_xor_si256(_mm256_shuffle_epi8(par4, lo),
+                                         _mm256_shuffle_epi8(par4, _mm256_and_si256(hi, _mm256_set1_epi8(0x0F))));
+    _mm256_storeu_si256((__m256i *)(void *)m, _mm256_or_si256(sel, _mm256_slli_epi16(par, 7)));
+}
 
 /* IQ3_XXS (dequant.c deq_iq3_xxs): codes = grid byte >> 3 (the values are 4, 12, .., 52, 62),
  * bit 3 from the sign mask of the group's 7-bit selectors. */
 INLINE void dec_iq3xxs(const uint8_t *b, __m512i *q, float *sc) {
     const float d = f16s(iq13_rd16(b));
+    uint32_t m[8];
+    iq3xxs_signs(b, m);
     for (int p = 0; p < 4; p++) {
-        __m512i ix = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(b + 2 + 16 * p)));
-        __m512i gv = _mm512_i32gather_epi32(ix, (const void *)grid_iq3xxs, 4);
+        const uint8_t *ix = b + 2 + 16 * p;
+        __m512i gv = LUT16(grid_iq3xxs, ix);
         __m256i half[2] = {_mm512_castsi512_si256(gv), _mm512_extracti64x4_epi64(gv, 1)};
         for (int h = 0; h < 2; h++) {
             const int g = 2 * p + h;
-            const uint32_t w = iq13_rd32(b + 66 + 4 * g);
-            const uint32_t m = (uint32_t)grid_iq2_signs[w & 127] | (uint32_t)grid_iq2_signs[(w >> 7) & 127] << 8 |
-                               (uint32_t)grid_iq2_signs[(w >> 14) & 127] << 16 |
-                               (uint32_t)grid_iq2_signs[(w >> 21) & 127] << 24;
             __m512i c = _mm512_srli_epi16(_mm512_cvtepu8_epi16(half[h]), 3);
-            q[g] = _mm512_mask_add_epi16(c, _cvtu32_mask32(m), c, _mm512_set1_epi16(8));
-            sc[2 * g] = sc[2 * g + 1] = d * (0.5f + (float)(w >> 28)) * 0.5f;
+            q[g] = _mm512_mask_add_epi16(c, _cvtu32_mask32(m[g]), c, _mm512_set1_epi16(8));
+            sc[2 * g] = sc[2 * g + 1] = d * (0.5f + (float)(iq13_rd32(b + 66 + 4 * g) >> 28)) * 0.5f;
         }
     }
 }
@@ -81,9 +104,11 @@ INLINE void dec_iq3xxs(const uint8_t *b, __m512i *q, float *sc) {
 INLINE void dec_iq3s(const uint8_t *b, __m512i *q, float *sc) {
     const float d = f16s(iq13_rd16(b));
     for (int p = 0; p < 4; p++) {
-        __m512i ix = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(b + 2 + 16 * p)));
-        ix = _mm512_mask_or_epi32(ix, _cvtu32_mask16(iq13_rd16(b + 66 + 2 * p)), ix, _mm512_set1_epi32(256));
-        __m512i gv = _mm512_i32gather_epi32(ix, (const void *)grid_iq3s, 4);
+        __m512i iv = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(b + 2 + 16 * p)));
+        iv = _mm512_mask_or_epi32(iv, _cvtu32_mask16(iq13_rd16(b + 66 + 2 * p)), iv, _mm512_set1_epi32(256));
+        _Alignas(64) uint32_t ix[16];
+        _mm512_store_si512((void *)ix, iv);
+        __m512i gv = LUT16(grid_iq3s, ix);
         __m256i half[2] = {_mm512_castsi512_si256(gv), _mm512_extracti64x4_epi64(gv, 1)};
         for (int h = 0; h < 2; h++) {
             const int g = 2 * p + h;
@@ -95,12 +120,17 @@ INLINE void dec_iq3s(const uint8_t *b, __m512i *q, float *sc) {
     }
 }
 
-/* 16 IQ1 grid entries (11-bit indices in dword lanes) as 16 words. The dword at entry idx & ~1
- * holds entries idx & ~1 and idx | 1, both inside the table. */
-INLINE __m256i iq1_lookup(__m512i idx) {
-    const __m512i one = _mm512_set1_epi32(1);
-    __m512i v = _mm512_i32gather_epi32(_mm512_andnot_si512(one, idx), (const void *)grid_iq1s, 2);
-    return _mm512_cvtepi32_epi16(_mm512_srlv_epi32(v, _mm512_slli_epi32(_mm512_and_si512(idx, one), 4)));
+/* The IQ1 grid entries of 32 sub-groups (11-bit indices in the dword lanes of idx[0], idx[1])
+ * as 8 qwords, qword g = the 4 entries of group g. */
+INLINE __m512i iq1_lookup(const __m512i *idx) {
+    _Alignas(64) uint32_t ix[32];
+    _mm512_store_si512((void *)ix, idx[0]);
+    _mm512_store_si512((void *)(ix + 16), idx[1]);
+    uint64_t e[8];
+    for (int g = 0; g < 8; g++)
+        e[g] = (uint64_t)grid_iq1s[ix[4 * g]] | (uint64_t)grid_iq1s[ix[4 * g + 1]] << 16 |
+               (uint64_t)grid_iq1s[ix[4 * g + 2]] << 32 | (uint64_t)grid_iq1s[ix[4 * g + 3]] << 48;
+    return _mm512_loadu_si512((const void *)e);
 }
 
 /* The 2-bit fields of groups 2p and 2p + 1 (E: qword g = the 4 grid entries of group g, value
@@ -122,14 +152,14 @@ INLINE void dec_iq1s(const uint8_t *b, __m512i *q, float *sc) {
     const float d = f16s(iq13_rd16(b));
     const __m512i hv = _mm512_cvtepu16_epi32(_mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(b + 34))));
     const __m512i sh = _mm512_setr_epi32(0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9);
-    __m256i e[2];
+    __m512i iv[2];
     for (int h = 0; h < 2; h++) {
         __m512i gi = _mm512_add_epi32(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3), _mm512_set1_epi32(4 * h));
         __m512i hi = _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutexvar_epi32(gi, hv), sh), _mm512_set1_epi32(7));
         __m512i ix = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(b + 2 + 16 * h)));
-        e[h] = iq1_lookup(_mm512_or_si512(ix, _mm512_slli_epi32(hi, 8)));
+        iv[h] = _mm512_or_si512(ix, _mm512_slli_epi32(hi, 8));
     }
-    const __m512i E = _mm512_inserti64x4(_mm512_castsi256_si512(e[0]), e[1], 1);
+    const __m512i E = iq1_lookup(iv);
     for (int p = 0; p < 4; p++) {
         const uint16_t w0 = iq13_rd16(b + 34 + 4 * p), w1 = iq13_rd16(b + 36 + 4 * p);
         const __mmask64 neg = (w0 & 0x8000 ? 0xFFFFFFFFull : 0) | (w1 & 0x8000 ? 0xFFFFFFFF00000000ull : 0);
@@ -150,14 +180,14 @@ INLINE void dec_iq1m(const uint8_t *b, __m512i *q, float *sc) {
     const float d = f16s((uint16_t)((sw[0] >> 12) | ((sw[1] >> 12) << 4) | ((sw[2] >> 12) << 8) | ((sw[3] >> 12) << 12)));
     const __m512i qv = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(b + 32)));
     const __m512i sh = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
-    __m256i e[2];
+    __m512i iv[2];
     for (int h = 0; h < 2; h++) {
         __m512i bi = _mm512_add_epi32(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7), _mm512_set1_epi32(8 * h));
         __m512i hi = _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutexvar_epi32(bi, qv), sh), _mm512_set1_epi32(7));
         __m512i ix = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(b + 16 * h)));
-        e[h] = iq1_lookup(_mm512_or_si512(ix, _mm512_slli_epi32(hi, 8)));
+        iv[h] = _mm512_or_si512(ix, _mm512_slli_epi32(hi, 8));
     }
-    const __m512i E = _mm512_inserti64x4(_mm512_castsi256_si512(e[0]), e[1], 1);
+    const __m512i E = iq1_lookup(iv);
     /* byte e of a pair takes the sign of sub-group e / 8, bit 4(e/8) + 3 of the pair's 4 qh
      * bytes, moved to bit 2 */
     static const uint8_t sctl[64] __attribute__((aligned(64))) = {
