@@ -13,8 +13,11 @@
  * decodes to one 16-bit code per weight, an index into a 16-entry table of v (bits 0-2 the
  * magnitude and bit 3 the sign for IQ3; bits 0-1 the grid value + 1 and bit 2 the delta's
  * sign for IQ1) and 2 scales per group of 32 weights (IQ1_M's per 16 weights; the others'
- * twice the same). The grid entries are loaded one by one (LUT16), the IQ1 2-bit fields
- * spread into bytes by vpmultishiftqb.
+ * twice the same). IQ3 grid entries are looked up 32 at a time (vpermt2w) in a table of
+ * their class codes built per call (iq3_classes, 0.5-1 KiB); IQ1's (4 KiB) by scalar loads.
+ * No vpgatherdd: on the Zen 5 hosts one 16-lane gather took ~13 ns, about what a whole
+ * block's decode takes otherwise. vpmultishiftqb spreads the 4-bit (IQ3) and 2-bit (IQ1)
+ * fields into bytes.
  * - fp32 family: the table times the scale (exact: at most 11 + 5 + 6 significant bits) is
  *   permuted into fp32 weights, exactly dequant.c's values, and FMA'd with the activations.
  * - BF16 family: v is exact in BF16, so the codes permute (vpermw) into BF16 weights whose
@@ -32,6 +35,7 @@
 
 #if defined(__x86_64__) && defined(__AVX512F__)
 #include <immintrin.h>
+#include <string.h>
 
 #include "kernels/dtype.h"
 #include "kernels/grids.h"
@@ -51,14 +55,6 @@ INLINE __m512 code_values(const int ty) {
     /* IQ1: grid value c - 1 plus the delta, +1/8 (bit 2 clear) or -1/8; c = 3 never occurs */
     return _mm512_setr_ps(-0.875f, 0.125f, 1.125f, 0, -1.125f, -0.125f, 0.875f, 0, 0, 0, 0, 0, 0, 0, 0, 0);
 }
-
-/* 16 table entries t[ix[i]] in dword lanes, by scalar loads (vpgatherdd took ~13 ns per 16
- * lanes on the Zen 5 hosts, several times the whole decode of a block otherwise). */
-#define LUT16(t, ix)                                                                                                 \
-    _mm512_setr_epi32((int)(t)[ix[0]], (int)(t)[ix[1]], (int)(t)[ix[2]], (int)(t)[ix[3]], (int)(t)[ix[4]],          \
-                      (int)(t)[ix[5]], (int)(t)[ix[6]], (int)(t)[ix[7]], (int)(t)[ix[8]], (int)(t)[ix[9]],          \
-                      (int)(t)[ix[10]], (int)(t)[ix[11]], (int)(t)[ix[12]], (int)(t)[ix[13]], (int)(t)[ix[14]],     \
-                      (int)(t)[ix[15]])
 
 /* ---- block decoders: one 256-weight block -> q[g] (32 codes of group g, 16-bit words) and
  * sc[2g], sc[2g + 1] (the scales of its weights 0-15 and 16-31) ---- */
@@ -80,42 +76,61 @@ INLINE void iq3xxs_signs(const uint8_t *b, uint32_t *m) {
     _mm256_storeu_si256((__m256i *)(void *)m, _mm256_or_si256(sel, _mm256_slli_epi16(par, 7)));
 }
 
-/* IQ3_XXS (dequant.c deq_iq3_xxs): codes = grid byte >> 3 (the values are 4, 12, .., 52, 62),
- * bit 3 from the sign mask of the group's 7-bit selectors. */
-INLINE void dec_iq3xxs(const uint8_t *b, __m512i *q, float *sc) {
-    const float d = f16s(iq13_rd16(b));
-    uint32_t m[8];
-    iq3xxs_signs(b, m);
-    for (int p = 0; p < 4; p++) {
-        const uint8_t *ix = b + 2 + 16 * p;
-        __m512i gv = LUT16(grid_iq3xxs, ix);
-        __m256i half[2] = {_mm512_castsi512_si256(gv), _mm512_extracti64x4_epi64(gv, 1)};
-        for (int h = 0; h < 2; h++) {
-            const int g = 2 * p + h;
-            __m512i c = _mm512_srli_epi16(_mm512_cvtepu8_epi16(half[h]), 3);
-            q[g] = _mm512_mask_add_epi16(c, _cvtu32_mask32(m[g]), c, _mm512_set1_epi16(8));
-            sc[2 * g] = sc[2 * g + 1] = d * (0.5f + (float)(iq13_rd32(b + 66 + 4 * g) >> 28)) * 0.5f;
-        }
+/* The IQ3 grids as class codes (byte >> sh, 0..7 for both grids), 4 nibbles per entry:
+ * built once per call into a 16-bit table small enough for vpermt2w lookups. */
+INLINE void iq3_classes(const uint32_t *grid, int n, int sh, uint16_t *out) {
+    for (int i = 0; i < n; i += 16) {
+        /* byte j: (byte >> sh) & 7 (sh <= 5: the bits shifted in from byte j + 1 are masked) */
+        __m512i t = _mm512_and_si512(_mm512_srli_epi32(_mm512_loadu_si512((const void *)(grid + i)), sh),
+                                     _mm512_set1_epi32(0x07070707));
+        t = _mm512_and_si512(_mm512_or_si512(t, _mm512_srli_epi32(t, 4)), _mm512_set1_epi32(0x00FF00FF));
+        _mm256_storeu_si256((__m256i *)(void *)(out + i), _mm512_cvtepi32_epi16(_mm512_or_si512(t, _mm512_srli_epi32(t, 8))));
     }
 }
 
-/* IQ3_S (deq_iq3_s): 9-bit indices (bit 8 from qh), codes = grid byte >> 1 (odd 1..15), bit 3
- * from the sub-group's sign byte. */
-INLINE void dec_iq3s(const uint8_t *b, __m512i *q, float *sc) {
+/* 32 entries tab[idx] (idx < 64 np, words), np pairs of 32-word table registers. */
+INLINE __m512i iq3_lookup(const uint16_t *tab, __m512i idx, const int np) {
+    __m512i r = _mm512_permutex2var_epi16(_mm512_load_si512((const void *)tab), idx, _mm512_load_si512((const void *)(tab + 32)));
+    const __m512i hi = _mm512_srli_epi16(idx, 6);
+    for (int j = 1; j < np; j++) {
+        __m512i v = _mm512_permutex2var_epi16(_mm512_load_si512((const void *)(tab + 64 * j)), idx,
+                                              _mm512_load_si512((const void *)(tab + 64 * j + 32)));
+        r = _mm512_mask_mov_epi16(r, _mm512_cmpeq_epi16_mask(hi, _mm512_set1_epi16((short)j)), v);
+    }
+    return r;
+}
+
+/* IQ3_XXS (dequant.c deq_iq3_xxs) and IQ3_S (deq_iq3_s): codes = the grid values' classes
+ * (cls: iq3_classes; IQ3_XXS's values are 4, 12, .., 52, 62, class byte >> 3; IQ3_S's odd
+ * 1..15, class byte >> 1; IQ3_S's indices take bit 8 from qh), bit 3 from the group's sign
+ * mask (IQ3_XXS: iq3xxs_signs; IQ3_S: the sub-groups' sign bytes). */
+INLINE void dec_iq3(const uint8_t *b, __m512i *q, float *sc, const uint16_t *cls, const int ty) {
     const float d = f16s(iq13_rd16(b));
+    const int xxs = ty == GGML_TYPE_IQ3_XXS;
+    uint32_t m[8];
+    if (xxs) iq3xxs_signs(b, m);
+    else memcpy(m, b + 74, 32);
+    __m512i e[2];
+    for (int h = 0; h < 2; h++) {
+        __m512i ix = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(b + 2 + 32 * h)));
+        if (!xxs) ix = _mm512_mask_add_epi16(ix, _cvtu32_mask32(iq13_rd32(b + 66 + 4 * h)), ix, _mm512_set1_epi16(256));
+        e[h] = iq3_lookup(cls, ix, xxs ? 4 : 8);
+    }
+    /* pair p: lane l holds values 8l..8l+7, nibbles 8(l % 2).. of qword (l % 4) / 2 of group
+     * 2p + l / 4 (4 qwords per half) */
+    const __m512i ctl = _mm512_set_epi64(0x3C3834302C282420ll, 0x1C1814100C080400ll, 0x3C3834302C282420ll, 0x1C1814100C080400ll,
+                                         0x3C3834302C282420ll, 0x1C1814100C080400ll, 0x3C3834302C282420ll, 0x1C1814100C080400ll);
     for (int p = 0; p < 4; p++) {
-        __m512i iv = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(b + 2 + 16 * p)));
-        iv = _mm512_mask_or_epi32(iv, _cvtu32_mask16(iq13_rd16(b + 66 + 2 * p)), iv, _mm512_set1_epi32(256));
-        _Alignas(64) uint32_t ix[16];
-        _mm512_store_si512((void *)ix, iv);
-        __m512i gv = LUT16(grid_iq3s, ix);
-        __m256i half[2] = {_mm512_castsi512_si256(gv), _mm512_extracti64x4_epi64(gv, 1)};
+        const long long o = 4 * (p % 2);
+        __m512i data = _mm512_permutexvar_epi64(_mm512_set_epi64(o + 3, o + 3, o + 2, o + 2, o + 1, o + 1, o, o), e[p / 2]);
+        __m512i c = _mm512_and_si512(_mm512_multishift_epi64_epi8(ctl, data), _mm512_set1_epi8(7));
+        c = _mm512_mask_add_epi8(c, _cvtu64_mask64((uint64_t)m[2 * p] | (uint64_t)m[2 * p + 1] << 32), c, _mm512_set1_epi8(8));
+        q[2 * p] = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(c));
+        q[2 * p + 1] = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(c, 1));
         for (int h = 0; h < 2; h++) {
             const int g = 2 * p + h;
-            __m512i c = _mm512_srli_epi16(_mm512_cvtepu8_epi16(half[h]), 1);
-            q[g] = _mm512_mask_add_epi16(c, _cvtu32_mask32(iq13_rd32(b + 74 + 4 * g)), c, _mm512_set1_epi16(8));
-            const int s = (b[106 + g / 2] >> (4 * (g % 2))) & 0xF;
-            sc[2 * g] = sc[2 * g + 1] = d * (float)(1 + 2 * s);
+            if (xxs) sc[2 * g] = sc[2 * g + 1] = d * (0.5f + (float)(iq13_rd32(b + 66 + 4 * g) >> 28)) * 0.5f;
+            else sc[2 * g] = sc[2 * g + 1] = d * (float)(1 + 2 * ((b[106 + g / 2] >> (4 * (g % 2))) & 0xF));
         }
     }
 }
@@ -208,9 +223,8 @@ INLINE void dec_iq1m(const uint8_t *b, __m512i *q, float *sc) {
     }
 }
 
-INLINE void dec_blk(const uint8_t *b, __m512i *q, float *sc, const int ty) {
-    if (ty == GGML_TYPE_IQ3_XXS) dec_iq3xxs(b, q, sc);
-    else if (ty == GGML_TYPE_IQ3_S) dec_iq3s(b, q, sc);
+INLINE void dec_blk(const uint8_t *b, __m512i *q, float *sc, const uint16_t *cls, const int ty) {
+    if (ty == GGML_TYPE_IQ3_XXS || ty == GGML_TYPE_IQ3_S) dec_iq3(b, q, sc, cls, ty);
     else if (ty == GGML_TYPE_IQ1_S) dec_iq1s(b, q, sc);
     else dec_iq1m(b, q, sc);
 }
@@ -282,7 +296,7 @@ INLINE __m512 bf16_group(__m512 acc, __m512i wv, __m512i xv, __m512 s) {
 /* T = 1: 4 rows (far-apart streams) over blocks [b0, b1), one accumulator per row. Per group,
  * fp32: acc = fma(w0, x0, acc), fma(w1, x1, acc) (f32_tile's order); BF16 (bf): bf16_group
  * (bf16_tile's). */
-INLINE void iq_t1(const uint8_t *const *wr, const void *xv, int64_t b0, int64_t b1, float *out, const int ty,
+INLINE void iq_t1(const uint8_t *const *wr, const void *xv, int64_t b0, int64_t b1, float *out, const uint16_t *cls, const int ty,
                   const int bf) {
     const __m512 kv = code_values(ty);
     const __m512i tbl = bf16_values(ty);
@@ -297,7 +311,7 @@ INLINE void iq_t1(const uint8_t *const *wr, const void *xv, int64_t b0, int64_t 
             _mm_prefetch((const char *)(p + PF_DIST), _MM_HINT_T0);
             __m512i q[8];
             float sc[16];
-            dec_blk(p, q, sc, ty);
+            dec_blk(p, q, sc, cls, ty);
             UNROLL for (int g = 0; g < 8; g++) {
                 if (bf) {
                     a[r] = bf16_group(a[r], _mm512_permutexvar_epi16(q[g], tbl),
@@ -346,6 +360,9 @@ INLINE void iq_mm(const dsf_wmat *w, const void *xv, int64_t T, float *y, int64_
     }
     const int64_t nbk = w->n_in / 256;
     const int bb = iq13_block_bytes(ty);
+    _Alignas(64) uint16_t cls[512];
+    if (ty == GGML_TYPE_IQ3_XXS) iq3_classes(grid_iq3xxs, 256, 3, cls);
+    if (ty == GGML_TYPE_IQ3_S) iq3_classes(grid_iq3s, 512, 1, cls);
     const uint8_t *wr[4];
     int64_t rr[4];
     if (T == 1) {
@@ -355,7 +372,7 @@ INLINE void iq_mm(const dsf_wmat *w, const void *xv, int64_t T, float *y, int64_
             for (int64_t b0 = 0; b0 < nbk; b0 += IQ_KB) {
                 const int64_t b1 = b0 + IQ_KB < nbk ? b0 + IQ_KB : nbk;
                 float o[4];
-                iq_t1(wr, xv, b0, b1, o, ty, bf);
+                iq_t1(wr, xv, b0, b1, o, cls, ty, bf);
                 for (int i = 0; i < 4; i++)
                     if (rr[i] >= 0) y[rr[i]] = b0 == 0 ? o[i] : y[rr[i]] + o[i];
             }
@@ -381,7 +398,7 @@ INLINE void iq_mm(const dsf_wmat *w, const void *xv, int64_t T, float *y, int64_
                 for (int r = 0; r < 4; r++)
                     for (int64_t b = 0; b < nb; b++) {
                         __m512i q[8];
-                        dec_blk(wr[r] + (b0 + b) * bb, q, &pscale[r][b * 16], ty);
+                        dec_blk(wr[r] + (b0 + b) * bb, q, &pscale[r][b * 16], cls, ty);
                         for (int g = 0; g < 8; g++) {
                             if (bf) {
                                 _mm512_store_si512((void *)(pb[r] + b * 256 + 32 * g), _mm512_permutexvar_epi16(q[g], tbl));
