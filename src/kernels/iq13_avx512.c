@@ -100,6 +100,17 @@ INLINE __m512i iq3_lookup(const uint16_t *tab, __m512i idx, const int np) {
     return r;
 }
 
+/* sc[i] = d * (2 s_i + 1) for the 16 lanes s (dequant.c's products, exact). */
+INLINE void odd_scales(float *sc, __m512i s, float d) {
+    __m512i o = _mm512_add_epi32(_mm512_add_epi32(s, s), _mm512_set1_epi32(1));
+    _mm512_storeu_ps(sc, _mm512_mul_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(o)));
+}
+
+/* Lane 2g and 2g + 1 = lane g (a group's two halves share its scale). */
+INLINE __m512i dup_lanes(__m512i v) {
+    return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7), v);
+}
+
 /* IQ3_XXS (dequant.c deq_iq3_xxs) and IQ3_S (deq_iq3_s): codes = the grid values' classes
  * (cls: iq3_classes; IQ3_XXS's values are 4, 12, .., 52, 62, class byte >> 3; IQ3_S's odd
  * 1..15, class byte >> 1; IQ3_S's indices take bit 8 from qh), bit 3 from the group's sign
@@ -127,25 +138,32 @@ INLINE void dec_iq3(const uint8_t *b, __m512i *q, float *sc, const uint16_t *cls
         c = _mm512_mask_add_epi8(c, _cvtu64_mask64((uint64_t)m[2 * p] | (uint64_t)m[2 * p + 1] << 32), c, _mm512_set1_epi8(8));
         q[2 * p] = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(c));
         q[2 * p + 1] = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(c, 1));
-        for (int h = 0; h < 2; h++) {
-            const int g = 2 * p + h;
-            if (xxs) sc[2 * g] = sc[2 * g + 1] = d * (0.5f + (float)(iq13_rd32(b + 66 + 4 * g) >> 28)) * 0.5f;
-            else sc[2 * g] = sc[2 * g + 1] = d * (float)(1 + 2 * ((b[106 + g / 2] >> (4 * (g % 2))) & 0xF));
-        }
+    }
+    if (xxs) { /* d * (0.5 + s) * 0.5, s = the top 4 bits of the group's word */
+        __m512i sv = _mm512_srli_epi32(dup_lanes(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(b + 66)))), 28);
+        _mm512_storeu_ps(sc, _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(d), _mm512_add_ps(_mm512_set1_ps(0.5f), _mm512_cvtepi32_ps(sv))),
+                                           _mm512_set1_ps(0.5f)));
+    } else { /* d * (1 + 2s), s nibble g of the 4 scale bytes */
+        const __m512i sh = _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28);
+        odd_scales(sc, _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32((int)iq13_rd32(b + 106)), sh), _mm512_set1_epi32(15)), d);
     }
 }
 
+/* The 4 IQ1 grid entries of indices ix[0..3] as one qword. */
+INLINE long long iq1_entries4(const uint16_t *ix) {
+    return (long long)((uint64_t)grid_iq1s[ix[0]] | (uint64_t)grid_iq1s[ix[1]] << 16 | (uint64_t)grid_iq1s[ix[2]] << 32 |
+                       (uint64_t)grid_iq1s[ix[3]] << 48);
+}
+
 /* The IQ1 grid entries of 32 sub-groups (11-bit indices in the dword lanes of idx[0], idx[1])
- * as 8 qwords, qword g = the 4 entries of group g. */
+ * as 8 qwords, qword g = the 4 entries of group g (assembled in registers: a qword array read
+ * back as a vector stalled on store forwarding). */
 INLINE __m512i iq1_lookup(const __m512i *idx) {
-    _Alignas(64) uint32_t ix[32];
-    _mm512_store_si512((void *)ix, idx[0]);
-    _mm512_store_si512((void *)(ix + 16), idx[1]);
-    uint64_t e[8];
-    for (int g = 0; g < 8; g++)
-        e[g] = (uint64_t)grid_iq1s[ix[4 * g]] | (uint64_t)grid_iq1s[ix[4 * g + 1]] << 16 |
-               (uint64_t)grid_iq1s[ix[4 * g + 2]] << 32 | (uint64_t)grid_iq1s[ix[4 * g + 3]] << 48;
-    return _mm512_loadu_si512((const void *)e);
+    _Alignas(64) uint16_t ix[32];
+    _mm256_store_si256((__m256i *)(void *)ix, _mm512_cvtepi32_epi16(idx[0]));
+    _mm256_store_si256((__m256i *)(void *)(ix + 16), _mm512_cvtepi32_epi16(idx[1]));
+    return _mm512_set_epi64(iq1_entries4(ix + 28), iq1_entries4(ix + 24), iq1_entries4(ix + 20), iq1_entries4(ix + 16),
+                            iq1_entries4(ix + 12), iq1_entries4(ix + 8), iq1_entries4(ix + 4), iq1_entries4(ix));
 }
 
 /* The 2-bit fields of groups 2p and 2p + 1 (E: qword g = the 4 grid entries of group g, value
@@ -182,9 +200,8 @@ INLINE void dec_iq1s(const uint8_t *b, __m512i *q, float *sc) {
         c = _mm512_mask_add_epi8(c, neg, c, _mm512_set1_epi8(4));
         q[2 * p] = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(c));
         q[2 * p + 1] = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(c, 1));
-        sc[4 * p] = sc[4 * p + 1] = d * (float)(2 * ((w0 >> 12) & 7) + 1);
-        sc[4 * p + 2] = sc[4 * p + 3] = d * (float)(2 * ((w1 >> 12) & 7) + 1);
     }
+    odd_scales(sc, _mm512_and_si512(_mm512_srli_epi32(dup_lanes(hv), 12), _mm512_set1_epi32(7)), d);
 }
 
 /* IQ1_M (deq_iq1_m): index = qs[4g + k] | bits 0-2 of nibble k%2 of qh[2g + k/2] << 8, bit 3
@@ -215,12 +232,12 @@ INLINE void dec_iq1m(const uint8_t *b, __m512i *q, float *sc) {
         __m512i c = _mm512_or_si512(iq1_fields(E, p), _mm512_and_si512(sg, _mm512_set1_epi8(4)));
         q[2 * p] = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(c));
         q[2 * p + 1] = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(c, 1));
-        for (int h = 0; h < 2; h++) {
-            const int g = 2 * p + h, s = sw[g / 2] >> (6 * (g % 2));
-            sc[2 * g] = d * (float)(2 * (s & 7) + 1);
-            sc[2 * g + 1] = d * (float)(2 * ((s >> 3) & 7) + 1);
-        }
     }
+    /* lane 2g + h: bits 6(g % 2) + 3h.. of word g / 2 */
+    const __m512i wv = _mm512_cvtepu16_epi32(_mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)(const void *)(b + 48))));
+    const __m512i wi = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const __m512i wsh = _mm512_setr_epi32(0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9);
+    odd_scales(sc, _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutexvar_epi32(wi, wv), wsh), _mm512_set1_epi32(7)), d);
 }
 
 INLINE void dec_blk(const uint8_t *b, __m512i *q, float *sc, const uint16_t *cls, const int ty) {
