@@ -50,6 +50,17 @@ static inline int iq13_block_bytes(int ty) {
     return ty == GGML_TYPE_IQ3_XXS ? 98 : ty == GGML_TYPE_IQ3_S ? 110 : ty == GGML_TYPE_IQ1_S ? 50 : 56;
 }
 
+/* The cases a driver leaves to the scalar twins (bf: BF16 activations): rows that are not
+ * whole blocks; true when the call is done (an empty range is done as well). */
+static inline int iq13_twin(const dsf_wmat *w, const void *x, int64_t T, float *y, int64_t ldy, int64_t r0,
+                            int64_t r1, int bf) {
+    if (r1 <= r0 || T <= 0) return 1;
+    if (w->n_in % 256 == 0) return 0;
+    if (bf) matmul_xbf16_any_ref(w, x, T, y, ldy, r0, r1);
+    else matmul_any_ref(w, x, T, y, ldy, r0, r1);
+    return 1;
+}
+
 /* Defines ISA's 8 entries (in its own file) over that file's driver
  * DRV(w, x, T, y, ldy, r0, r1, type, bf): x const void *, bf = 1 for BF16 activations. */
 #define IQ13_DEF1(ISA, NAME, TY, DRV)                                                                                \

@@ -29,7 +29,6 @@
 
 #define IQ2_KB 4    /* K chunk in 256-weight blocks, every T */
 #define IQ2_TC 32   /* T > 1: tokens per chunk */
-#define IQ2_XW 65536 /* BF16 family: widened activations on the stack (256 KiB), whole tokens */
 
 INLINE float f16s(uint16_t h) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h))); }
 
@@ -132,16 +131,31 @@ INLINE void iq_tile(const float *const *pw, const float *const *x, int64_t n, fl
         UNROLL for (int t = 0; t < 4; t++) out[r * 4 + t] = lane_sum(a[r][t]);
 }
 
-INLINE void iq_f32(const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy, int64_t r0, int64_t r1,
-                   const int ty) {
-    if (r1 <= r0 || T <= 0) return;
-    if (w->n_in % 256 != 0) {
-        matmul_any_ref(w, x, T, y, ldy, r0, r1);
-        return;
+/* dst[i] = the fp32 value of BF16 src[i] (exact), n a multiple of 8. */
+INLINE void widen(const uint16_t *src, float *dst, int64_t n) {
+    for (int64_t i = 0; i < n; i += 8) {
+        __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(src + i)));
+        _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
     }
+}
+
+/* The driver of both families (bf: BF16 activations, widened exactly: T = 1 the whole token,
+ * T > 1 each token chunk's K chunk, so that every panel serves IQ2_TC tokens). T = 1: tiles of
+ * 4 rows from far-apart streams; T > 1: per token chunk and K chunk, 2 adjacent rows decoded
+ * into a panel, the 2 x 4 tile over it for every 4 tokens. Both sum in K chunks of IQ2_KB
+ * blocks, results added in chunk order. */
+INLINE void iq_mm(const dsf_wmat *w, const void *xv, int64_t T, float *y, int64_t ldy, int64_t r0, int64_t r1,
+                  const int ty, const int bf) {
+    if (iq13_twin(w, xv, T, y, ldy, r0, r1, bf)) return;
     const int64_t nbk = w->n_in / 256;
     const int bb = iq13_block_bytes(ty);
-    if (T == 1) {
+    const float *x = xv;
+    if (T == 1 && (!bf || w->n_in <= 16384)) { /* (wider BF16 rows: the T > 1 path, the same operations) */
+        float buf[16384];
+        if (bf) {
+            widen(xv, buf, w->n_in);
+            x = buf;
+        }
         /* 4 streams of len rows each; rows past r1 repeat row r1 - 1, results dropped */
         const int64_t len = (r1 - r0 + 3) / 4;
         for (int64_t k = 0; k < len; k++) {
@@ -162,11 +176,20 @@ INLINE void iq_f32(const dsf_wmat *w, const float *x, int64_t T, float *y, int64
         return;
     }
     _Alignas(32) float panel[2][IQ2_KB * 256];
+    float xw[IQ2_TC * IQ2_KB * 256]; /* bf: a chunk's widened activations (128 KiB) */
     const float *pw[2] = {panel[0], panel[1]};
     for (int64_t tc = 0; tc < T; tc += IQ2_TC) {
         const int64_t tc1 = tc + IQ2_TC < T ? tc + IQ2_TC : T;
         for (int64_t b0 = 0; b0 < nbk; b0 += IQ2_KB) {
             const int64_t nb = b0 + IQ2_KB < nbk ? IQ2_KB : nbk - b0;
+            const float *xc = x + tc * w->n_in + b0 * 256;
+            int64_t ldx = w->n_in;
+            if (bf) {
+                for (int64_t t = tc; t < tc1; t++)
+                    widen((const uint16_t *)xv + t * w->n_in + b0 * 256, xw + (t - tc) * nb * 256, nb * 256);
+                xc = xw;
+                ldx = nb * 256;
+            }
             for (int64_t r = r0; r < r1; r += 2) {
                 for (int i = 0; i < 2; i++) {
                     const uint8_t *row = w->data + (uint64_t)(r + i < r1 ? r + i : r1 - 1) * w->row_bytes;
@@ -180,7 +203,7 @@ INLINE void iq_f32(const dsf_wmat *w, const float *x, int64_t T, float *y, int64
                 for (int64_t t = tc; t < tc1; t += 4) {
                     const float *xt[4];
                     float out[8];
-                    for (int j = 0; j < 4; j++) xt[j] = x + (t + j < tc1 ? t + j : tc1 - 1) * w->n_in + b0 * 256;
+                    for (int j = 0; j < 4; j++) xt[j] = xc + ((t + j < tc1 ? t + j : tc1 - 1) - tc) * ldx;
                     iq_tile(pw, xt, nb * 256, out);
                     for (int i = 0; i < 2 && r + i < r1; i++)
                         for (int j = 0; j < 4 && t + j < tc1; j++) {
@@ -191,34 +214,6 @@ INLINE void iq_f32(const dsf_wmat *w, const float *x, int64_t T, float *y, int64
             }
         }
     }
-}
-
-/* BF16 activations: whole tokens widened (exactly) into a stack buffer, then the fp32 kernel
- * (batch invariance makes the split into calls change no value). */
-INLINE void iq_bf16(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, int64_t ldy, int64_t r0, int64_t r1,
-                    const int ty) {
-    if (r1 <= r0 || T <= 0) return;
-    if (w->n_in % 256 != 0 || w->n_in > 16384) {
-        matmul_xbf16_any_ref(w, x, T, y, ldy, r0, r1);
-        return;
-    }
-    float buf[IQ2_XW];
-    const int64_t per = IQ2_XW / w->n_in;
-    for (int64_t t0 = 0; t0 < T; t0 += per) {
-        const int64_t nt = T - t0 < per ? T - t0 : per;
-        const uint16_t *src = x + t0 * w->n_in;
-        for (int64_t i = 0; i < nt * w->n_in; i += 8) {
-            __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(src + i)));
-            _mm256_storeu_ps(buf + i, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
-        }
-        iq_f32(w, buf, nt, y + t0 * ldy, ldy, r0, r1, ty);
-    }
-}
-
-INLINE void iq_mm(const dsf_wmat *w, const void *x, int64_t T, float *y, int64_t ldy, int64_t r0, int64_t r1,
-                  const int ty, const int bf) {
-    if (bf) iq_bf16(w, x, T, y, ldy, r0, r1, ty);
-    else iq_f32(w, x, T, y, ldy, r0, r1, ty);
 }
 
 IQ13_DEFINE(avx2, iq_mm)

@@ -370,12 +370,7 @@ INLINE void bf16_tile(const uint16_t *const *pw, const float *const *ps, const u
  * their scales) and the 4 x 4 tile runs over it for every 4 tokens of the chunk. */
 INLINE void iq_mm(const dsf_wmat *w, const void *xv, int64_t T, float *y, int64_t ldy, int64_t r0, int64_t r1,
                   const int ty, const int bf) {
-    if (r1 <= r0 || T <= 0) return;
-    if (w->n_in % 256 != 0) {
-        if (bf) matmul_xbf16_any_ref(w, xv, T, y, ldy, r0, r1);
-        else matmul_any_ref(w, xv, T, y, ldy, r0, r1);
-        return;
-    }
+    if (iq13_twin(w, xv, T, y, ldy, r0, r1, bf)) return;
     const int64_t nbk = w->n_in / 256;
     const int bb = iq13_block_bytes(ty);
     _Alignas(64) uint16_t cls[512];
