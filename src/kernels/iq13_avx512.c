@@ -251,10 +251,13 @@ INLINE __m512 scale_vec(const float *s, const int ty) {
 
 /* ---- fp32 activations ---- */
 
-/* Group g's 32 fp32 weights (exactly dequant.c's: code value x scale, both exact). */
-INLINE void f32_weights(__m512i q, const float *s, __m512 kv, __m512 *w0, __m512 *w1) {
-    *w0 = _mm512_permutexvar_ps(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(q)), _mm512_mul_ps(kv, _mm512_set1_ps(s[0])));
-    *w1 = _mm512_permutexvar_ps(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(q, 1)), _mm512_mul_ps(kv, _mm512_set1_ps(s[1])));
+/* Group g's 32 fp32 weights (exactly dequant.c's: code value x scale, both exact); one table
+ * for both halves but for IQ1_M. */
+INLINE void f32_weights(__m512i q, const float *s, __m512 kv, __m512 *w0, __m512 *w1, const int ty) {
+    const __m512 t0 = _mm512_mul_ps(kv, _mm512_set1_ps(s[0]));
+    const __m512 t1 = ty == GGML_TYPE_IQ1_M ? _mm512_mul_ps(kv, _mm512_set1_ps(s[1])) : t0;
+    *w0 = _mm512_permutexvar_ps(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(q)), t0);
+    *w1 = _mm512_permutexvar_ps(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(q, 1)), t1);
 }
 
 /* T > 1: 4 rows x 4 tokens over a panel of nb blocks (pw[r]: row r's fp32 weights) and the
@@ -337,7 +340,7 @@ INLINE void iq_t1(const uint8_t *const *wr, const void *xv, int64_t b0, int64_t 
                     continue;
                 }
                 __m512 w0, w1;
-                f32_weights(q[g], sc + 2 * g, kv, &w0, &w1);
+                f32_weights(q[g], sc + 2 * g, kv, &w0, &w1, ty);
                 a[r] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + b * 256 + 32 * g), a[r]);
                 a[r] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + b * 256 + 32 * g + 16), a[r]);
             }
@@ -418,7 +421,7 @@ INLINE void iq_mm(const dsf_wmat *w, const void *xv, int64_t T, float *y, int64_
                                 continue;
                             }
                             __m512 w0, w1;
-                            f32_weights(q[g], &pscale[r][b * 16 + 2 * g], kv, &w0, &w1);
+                            f32_weights(q[g], &pscale[r][b * 16 + 2 * g], kv, &w0, &w1, ty);
                             _mm512_store_ps(&panel[r][b * 256 + 32 * g], w0);
                             _mm512_store_ps(&panel[r][b * 256 + 32 * g + 16], w1);
                         }
