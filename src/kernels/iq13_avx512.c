@@ -45,7 +45,6 @@
 
 INLINE float f16s(uint16_t h) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h))); }
 
-
 /* The 16 values v of a type's codes (see the header). */
 INLINE __m512 code_values(const int ty) {
     if (ty == GGML_TYPE_IQ3_XXS)
