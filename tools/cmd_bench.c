@@ -207,6 +207,14 @@ static void sanitize_blocks(uint8_t *p, uint64_t n, uint32_t type) {
             if (o1[k] >= 0) p[i + (uint64_t)o1[k] + 1] = (uint8_t)(0x20 | (p[i + (uint64_t)o1[k] + 1] & 3));
         }
     }
+    else if (type == GGML_TYPE_IQ3_XXS || type == GGML_TYPE_IQ3_S || type == GGML_TYPE_IQ1_S)
+        for (uint64_t i = 0, bs = ggml_type_size(type); i + bs <= n; i += bs) p[i + 1] = (uint8_t)((p[i + 1] & 0x83) | 0x20);
+    else if (type == GGML_TYPE_IQ1_M) /* the f16 d's high byte: the top nibbles of bytes 53 and 55 */
+        for (uint64_t i = 0; i + 56 <= n; i += 56) {
+            uint8_t h = (uint8_t)((((p[i + 53] >> 4) | (p[i + 55] & 0xF0)) & 0x83) | 0x20);
+            p[i + 53] = (uint8_t)((p[i + 53] & 0x0F) | h << 4);
+            p[i + 55] = (uint8_t)((p[i + 55] & 0x0F) | (h & 0xF0));
+        }
 }
 
 /* The CPU as /proc/cpuinfo names it (model name, family and model): the host these machines
@@ -383,6 +391,18 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
         KQ_CASES("q4_k", GGML_TYPE_Q4_K), KQ_CASES("q2_k", GGML_TYPE_Q2_K), KQ_CASES("q6_k", GGML_TYPE_Q6_K),
         KQ_CASES("q5_k", GGML_TYPE_Q5_K), KQ_CASES("q3_k", GGML_TYPE_Q3_K),
 #undef KQ_CASES
+        {"iq3_xxs expert gemv", GGML_TYPE_IQ3_XXS, 5120, 2304, 1, 0}, /* the grid types (iq13_*.c) */
+        {"iq3_xxs gemv xbf16", GGML_TYPE_IQ3_XXS, 5120, 2304, 1, 1},
+        {"iq3_xxs gemm xbf16", GGML_TYPE_IQ3_XXS, 5120, 2304, 64, 1},
+        {"iq3_s expert gemv", GGML_TYPE_IQ3_S, 5120, 2304, 1, 0},
+        {"iq3_s gemv xbf16", GGML_TYPE_IQ3_S, 5120, 2304, 1, 1},
+        {"iq3_s gemm xbf16", GGML_TYPE_IQ3_S, 5120, 2304, 64, 1},
+        {"iq1_s expert gemv", GGML_TYPE_IQ1_S, 5120, 2304, 1, 0},
+        {"iq1_s gemv xbf16", GGML_TYPE_IQ1_S, 5120, 2304, 1, 1},
+        {"iq1_s gemm xbf16", GGML_TYPE_IQ1_S, 5120, 2304, 64, 1},
+        {"iq1_m expert gemv", GGML_TYPE_IQ1_M, 5120, 2304, 1, 0},
+        {"iq1_m gemv xbf16", GGML_TYPE_IQ1_M, 5120, 2304, 1, 1},
+        {"iq1_m gemm xbf16", GGML_TYPE_IQ1_M, 5120, 2304, 64, 1},
     };
     const int n_cases = (int)(sizeof cases / sizeof *cases);
     for (int c = 0; c < n_cases; c++) {

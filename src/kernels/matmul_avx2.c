@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "kernels/iq2k.h"
+#include "kernels/iq13.h"
 
 #define RB1 8    /* rows per tile, T == 1 (8 independent accumulator chains) */
 #define RBN 2    /* rows per tile, T > 1 */
@@ -317,6 +318,10 @@ const dsf_kernels kernels_avx2 = {
         [GGML_TYPE_Q4_K] = xmm_q4_k_avx2,
         [GGML_TYPE_Q5_K] = xmm_q5_k_avx2,
         [GGML_TYPE_Q6_K] = xmm_q6_k_avx2,
+        [GGML_TYPE_IQ3_XXS] = matmul_iq3xxs_bf16_avx2, /* iq13_avx2.c */
+        [GGML_TYPE_IQ3_S] = matmul_iq3s_bf16_avx2,
+        [GGML_TYPE_IQ1_S] = matmul_iq1s_bf16_avx2,
+        [GGML_TYPE_IQ1_M] = matmul_iq1m_bf16_avx2,
     },
     .matmul = {
         [GGML_TYPE_F32] = mm_f32_any,
@@ -333,6 +338,10 @@ const dsf_kernels kernels_avx2 = {
         [GGML_TYPE_Q4_K] = mm_q4_k_avx2,
         [GGML_TYPE_Q5_K] = mm_q5_k_avx2,
         [GGML_TYPE_Q6_K] = mm_q6_k_avx2,
+        [GGML_TYPE_IQ3_XXS] = matmul_iq3xxs_f32_avx2, /* iq13_avx2.c */
+        [GGML_TYPE_IQ3_S] = matmul_iq3s_f32_avx2,
+        [GGML_TYPE_IQ1_S] = matmul_iq1s_f32_avx2,
+        [GGML_TYPE_IQ1_M] = matmul_iq1m_f32_avx2,
     },
 };
 

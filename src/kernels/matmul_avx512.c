@@ -29,6 +29,7 @@
 
 #include "kernels/iq2k.h"
 #include "kernels/kquant.h"
+#include "kernels/iq13.h"
 #include "kernels/tile512.h"
 
 #define RB 4     /* rows per tile, T = 1: one row from each of NS far-apart row streams */
@@ -476,6 +477,10 @@ const dsf_kernels kernels_avx512 = {
         [GGML_TYPE_Q4_K] = xmm_q4_k_avx512,
         [GGML_TYPE_Q5_K] = xmm_q5_k_avx512,
         [GGML_TYPE_Q6_K] = xmm_q6_k_avx512,
+        [GGML_TYPE_IQ3_XXS] = matmul_iq3xxs_bf16_avx512, /* iq13_avx512.c */
+        [GGML_TYPE_IQ3_S] = matmul_iq3s_bf16_avx512,
+        [GGML_TYPE_IQ1_S] = matmul_iq1s_bf16_avx512,
+        [GGML_TYPE_IQ1_M] = matmul_iq1m_bf16_avx512,
     },
     .matmul = {
         [GGML_TYPE_F32] = mm_f32_any,
@@ -492,6 +497,10 @@ const dsf_kernels kernels_avx512 = {
         [GGML_TYPE_Q4_K] = mm_q4_k_avx512,
         [GGML_TYPE_Q5_K] = mm_q5_k_avx512,
         [GGML_TYPE_Q6_K] = mm_q6_k_avx512,
+        [GGML_TYPE_IQ3_XXS] = matmul_iq3xxs_f32_avx512, /* iq13_avx512.c */
+        [GGML_TYPE_IQ3_S] = matmul_iq3s_f32_avx512,
+        [GGML_TYPE_IQ1_S] = matmul_iq1s_f32_avx512,
+        [GGML_TYPE_IQ1_M] = matmul_iq1m_f32_avx512,
     },
     .mxfp4r_xbf16 = xmm_mxfp4r_avx512,
     .act_to_bf16 = act_to_bf16,

@@ -101,6 +101,20 @@ static uint8_t *make_weights(uint32_t type, int64_t n_in, int64_t n_out, uint64_
                 memcpy(b, &h, 2);
                 break;
             }
+            case GGML_TYPE_IQ3_XXS:
+            case GGML_TYPE_IQ3_S:
+            case GGML_TYPE_IQ1_S:
+            case GGML_TYPE_IQ1_M: {
+                /* random grid indices, signs and sub-scales; a moderate f16 d (IQ1_M: in the
+                 * top nibbles of its 4 scale words) */
+                uint8_t *b = row + i / 256 * ggml_type_size(type);
+                for (uint32_t j = 0; j < ggml_type_size(type); j++) b[j] = (uint8_t)rnd();
+                uint16_t h = f32_to_f16(0.001f + 0.05f * (rnd_unit() + 1.0f));
+                if (type != GGML_TYPE_IQ1_M) memcpy(b, &h, 2);
+                else
+                    for (int j = 0; j < 4; j++) b[49 + 2 * j] = (uint8_t)((b[49 + 2 * j] & 0x0F) | ((h >> (4 * j)) & 0xF) << 4);
+                break;
+            }
             default: {
                 for (uint32_t j = 0; j < ggml_type_size(type); j++)
                     row[(uint64_t)i / ggml_blck_size(type) * ggml_type_size(type) + j] = (uint8_t)rnd();
@@ -167,7 +181,7 @@ static int check_case(test_ctx *t, const dsf_kernels *k, uint32_t type, int64_t 
 static const uint32_t k_types[] = {GGML_TYPE_F32,    GGML_TYPE_BF16,   GGML_TYPE_F16,     GGML_TYPE_Q8_0,
                                    GGML_TYPE_MXFP4,  GGML_TYPE_Q2_K,   GGML_TYPE_Q3_K,    GGML_TYPE_Q4_K,
                                    GGML_TYPE_Q5_K,   GGML_TYPE_Q6_K,   GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS,
-                                   GGML_TYPE_IQ2_S,  GGML_TYPE_IQ4_XS};
+                                   GGML_TYPE_IQ2_S,  GGML_TYPE_IQ4_XS, GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ3_S, GGML_TYPE_IQ1_S, GGML_TYPE_IQ1_M};
 
 /* A row length for a test's n_in: types of 256-weight super-blocks get 8 n_in for the short rows
  * (32, 64, 96 -> 256, 512, 768: one to three super-blocks) and the long ones rounded up to whole
@@ -385,7 +399,7 @@ TEST(kernels_xbf16_vs_ref) {
     static const uint32_t types[] = {GGML_TYPE_BF16,   GGML_TYPE_MXFP4,   GGML_TYPE_F32,    GGML_TYPE_F16,
                                      GGML_TYPE_Q8_0,   GGML_TYPE_Q2_K,    GGML_TYPE_Q3_K,   GGML_TYPE_Q4_K,
                                      GGML_TYPE_Q5_K,   GGML_TYPE_Q6_K,    GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS,
-                                     GGML_TYPE_IQ2_S,  GGML_TYPE_IQ4_XS};
+                                     GGML_TYPE_IQ2_S,  GGML_TYPE_IQ4_XS, GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ3_S, GGML_TYPE_IQ1_S, GGML_TYPE_IQ1_M};
     static const int64_t n_ins[] = {32, 96, 2048 + 96};
     static const int64_t Ts[] = {1, 2, 3, 7, 9, 17, 70, 133}; /* 133: two token chunks of XTC, MXTC (128) */
     for (int n = 0; n < 5; n++) {
@@ -424,7 +438,8 @@ TEST(kernels_act_to_bf16) {
 static void batch_invariant(test_ctx *t, const char *name, int shape) {
     static const uint32_t types[] = {GGML_TYPE_F32, GGML_TYPE_BF16, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_MXFP4,
                                      GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
-                                     GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S, GGML_TYPE_IQ4_XS};
+                                     GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S, GGML_TYPE_IQ4_XS,
+                                     GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ3_S, GGML_TYPE_IQ1_S, GGML_TYPE_IQ1_M};
     /* shape 0: two K chunks plus a partial one; shape 1: 3 row tiles + 2 rows, 2 token tiles + 8;
      * shape 2 (the super-block types only): a prefill crossing the K chunks (1024, 2048) and the
      * token chunks (64, 128) of the super-block kernels */
