@@ -46,6 +46,26 @@ typedef void (*matmul_fn)(const dsf_wmat *w, const float *x, int64_t T, float *y
  * kern_act_to_bf16); it lets prefill run at the BF16 dot peak. */
 typedef void (*matmul_xbf16_fn)(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, int64_t ldy,
                                 int64_t r0, int64_t r1);
+/* Q8_K activations: the opt-in mode in which the activations entering a product with a K or IQ
+ * weight type are quantized as ggml quantizes them (its vec_dot_type for those types): per 256
+ * values an fp32 scale d, 256 int8 codes q (value = d * q) and the 16 sums of 16 codes (ggml's
+ * block_q8_K, 292 bytes; quant.h quantize_row_q8k writes it bit for bit as ggml does). It changes
+ * the results (up to ~2e-2 of sum|w x| on rows with outlier channels: fixtures README), so it is
+ * never the default. */
+typedef struct {
+    float d;
+    int8_t qs[256];
+    int16_t bsums[16];
+} dsf_q8k;
+_Static_assert(sizeof(dsf_q8k) == 292, "ggml's block_q8_K layout");
+
+/* y[t*ldy + r] = sum_i W[r][i] * (d * q)[t][i] for x = T rows of n_in/256 Q8_K blocks, r in
+ * [r0, r1). Accuracy contract: within fp32 rounding of the exact sum of the dequantized weights
+ * times the dequantized activations, as ggml's vec_dot (the fixtures README bound: 2e-6 of
+ * sum|w a|). Batch invariance as matmul_fn. n_in a multiple of 256. */
+typedef void (*matmul_q8k_fn)(const dsf_wmat *w, const dsf_q8k *x, int64_t T, float *y, int64_t ldy,
+                              int64_t r0, int64_t r1);
+
 /* Benchmark probes (never on a model path; `dsflash bench --kernels` compares the kernels
  * with them). read_probe reads n bytes (n a multiple of 256, p 64-byte aligned) with the
  * widest loads and returns a checksum so that the reads cannot be elided. peak_probe runs
@@ -59,6 +79,7 @@ typedef struct {
     const char *name;                 /* "ref", "avx2", "avx512" */
     matmul_fn matmul[GGML_TYPE_COUNT]; /* by weight type; NULL -> ref */
     matmul_xbf16_fn matmul_xbf16[GGML_TYPE_COUNT]; /* BF16 activations; NULL -> ref */
+    matmul_q8k_fn matmul_q8k[GGML_TYPE_COUNT];     /* Q8_K activations; NULL -> matmul_q8k_any_ref */
     /* DSF_TYPE_MXFP4R with BF16 activations. NULL: the table has no fast kernel for it, and
      * the engine does not repack (the fp32 family always runs it through the twin). */
     matmul_xbf16_fn mxfp4r_xbf16;
@@ -84,6 +105,10 @@ void matmul_any_ref(const dsf_wmat *w, const float *x, int64_t T, float *y, int6
 /* Scalar twin of matmul_xbf16 (exact products, double accumulation, no flushing). */
 void matmul_xbf16_any_ref(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, int64_t ldy,
                           int64_t r0, int64_t r1);
+/* Scalar twin of matmul_q8k for any type dequant_row() supports with 256-value blocks or
+ * blocks dividing 256 (dequantized weights times dequantized activations, double accumulation). */
+void matmul_q8k_any_ref(const dsf_wmat *w, const dsf_q8k *x, int64_t T, float *y, int64_t ldy,
+                        int64_t r0, int64_t r1);
 /* Scalar twin of kern_act_to_bf16 (the rounding rule of quant.c's f32_to_bf16). */
 bool act_to_bf16_ref(const float *x, uint16_t *xb, int64_t n);
 

@@ -67,6 +67,23 @@ void matmul_xbf16_any_ref(const dsf_wmat *w, const uint16_t *x, int64_t T, float
     }
 }
 
+void matmul_q8k_any_ref(const dsf_wmat *w, const dsf_q8k *x, int64_t T, float *y, int64_t ldy,
+                        int64_t r0, int64_t r1) {
+    float wr[16384];
+    const int64_t nb = w->n_in / 256;
+    DSF_ASSERT(w->n_in <= 16384 && w->n_in % 256 == 0);
+    for (int64_t r = r0; r < r1; r++) {
+        wmat_dequant_row(w, r, wr);
+        for (int64_t t = 0; t < T; t++) {
+            const dsf_q8k *xb = x + t * nb;
+            double acc = 0.0;
+            for (int64_t b = 0; b < nb; b++)
+                for (int i = 0; i < 256; i++) acc += (double)wr[b * 256 + i] * ((double)xb[b].d * xb[b].qs[i]);
+            y[t * ldy + r] = (float)acc;
+        }
+    }
+}
+
 static double read_probe_ref(const uint8_t *p, uint64_t n) {
     uint64_t acc[4] = {0, 0, 0, 0};
     for (uint64_t i = 0; i + 32 <= n; i += 32) {

@@ -239,3 +239,36 @@ void mxfp4_repack_row(const uint8_t *packed, const uint8_t *scales, int64_t n_in
         }
     }
 }
+
+void quantize_row_q8k(const float *x, int64_t n, void *out) {
+    uint8_t *o = out;
+    for (int64_t b = 0; b < n / 256; b++, x += 256, o += 292) {
+        float amax = 0.0f, max = 0.0f;
+        for (int i = 0; i < 256; i++)
+            if (fabsf(x[i]) > amax) {
+                amax = fabsf(x[i]);
+                max = x[i];
+            }
+        int8_t q[256];
+        int16_t bs[16];
+        float d = 0.0f;
+        if (amax == 0.0f) {
+            memset(q, 0, sizeof q);
+        } else {
+            const float iscale = -127.0f / max;
+            for (int i = 0; i < 256; i++) {
+                long v = lrintf(iscale * x[i]); /* the default rounding: to nearest, ties to even */
+                q[i] = (int8_t)(v < 127 ? v : 127);
+            }
+            d = 1.0f / iscale;
+        }
+        for (int j = 0; j < 16; j++) {
+            int s = 0;
+            for (int i = 0; i < 16; i++) s += q[16 * j + i];
+            bs[j] = (int16_t)s;
+        }
+        memcpy(o, &d, 4);
+        memcpy(o + 4, q, 256);
+        memcpy(o + 260, bs, 32);
+    }
+}

@@ -34,6 +34,13 @@ bool ggml_type_supported(uint32_t type);
  * as ggml 0.25.1's to_float (-0.0 and subnormals included). */
 void dequant_row(uint32_t type, const void *src, float *dst, int64_t n);
 
+/* Q8_K activations (matmul.h dsf_q8k), n a multiple of 256, out n/256 blocks (292 bytes each,
+ * ggml's block_q8_K; out is void * so that this header need not know the struct). Bit for bit
+ * ggml's quantize_row_q8_K: per block the element of largest magnitude m (the first one on
+ * ties) gets code -127, iscale = -127/m, q = round-half-even(iscale * x) capped at 127,
+ * d = 1/iscale, bsums[j] = the sum of codes 16j..16j+15; an all-zero block has d = 0, codes 0. */
+void quantize_row_q8k(const float *x, int64_t n, void *out);
+
 /* ---- QDQ operators (architecture.md §3.3), in place, fp32 values ----
  * n must be a multiple of the group size. */
 void qdq_fp8_e8m0(float *x, int64_t n);   /* QDQ_FP8: groups of 32, pow2 scale */

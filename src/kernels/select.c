@@ -143,6 +143,13 @@ void kern_matmul_xbf16(const dsf_kernels *k, const dsf_wmat *w, const uint16_t *
     fn(w, x, T, y, ldy, r0, r1);
 }
 
+void kern_matmul_q8k(const dsf_kernels *k, const dsf_wmat *w, const dsf_q8k *x, int64_t T, float *y,
+                     int64_t ldy, int64_t r0, int64_t r1) {
+    matmul_q8k_fn fn = (k && w->type < GGML_TYPE_COUNT) ? k->matmul_q8k[w->type] : NULL;
+    if (!fn) fn = matmul_q8k_any_ref;
+    fn(w, x, T, y, ldy, r0, r1);
+}
+
 bool kern_act_to_bf16(const float *x, uint16_t *xb, int64_t n) {
     const dsf_kernels *k = kernels_get();
     return (k->act_to_bf16 ? k->act_to_bf16 : act_to_bf16_ref)(x, xb, n);

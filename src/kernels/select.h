@@ -32,6 +32,9 @@ void kern_matmul(const dsf_kernels *k, const dsf_wmat *w, const float *x, int64_
 /* BF16-activation matmul through the table, with fallback to the scalar twin. */
 void kern_matmul_xbf16(const dsf_kernels *k, const dsf_wmat *w, const uint16_t *x, int64_t T, float *y,
                        int64_t ldy, int64_t r0, int64_t r1);
+/* matmul_q8k through k's table (NULL entry: matmul_q8k_any_ref). */
+void kern_matmul_q8k(const dsf_kernels *k, const dsf_wmat *w, const dsf_q8k *x, int64_t T, float *y,
+                     int64_t ldy, int64_t r0, int64_t r1);
 /* Rounds n fp32 activations to BF16 (round to nearest even). Returns true iff every value
  * was already exact in BF16 (then kern_matmul_xbf16 computes the same exact products as
  * kern_matmul; only the summation order, and the flushing of subnormals, differ). Its scalar twin is act_to_bf16_ref (matmul.h). */
