@@ -779,7 +779,7 @@ static int bench_prefill(bench_run *b) {
 }
 
 static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads, const char *csv, int plain,
-                       uint64_t arena_mb, int cold, int repack, int resident) {
+                       uint64_t arena_mb, int cold, int repack, int resident, int act_q8k) {
     char err[DSF_ERR_LEN] = "";
     bench_run run = {.path = path, .csv = csv, .n_prompt = n_prompt, .n_gen = n_gen, .n_threads = n_threads,
                      .plain = plain};
@@ -800,6 +800,7 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
     ep.numerics = plain ? DSF_NUMERICS_PLAIN : DSF_NUMERICS_REFERENCE;
     ep.repack = repack;
     ep.resident = resident;
+    ep.act_q8k = act_q8k;
     dsf_engine *e = dsf_engine_open(path, &ep, err);
     if (!e) {
         fprintf(stderr, "dsflash bench: %s\n", err);
@@ -843,7 +844,7 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
 
 static void usage(FILE *f) {
     fprintf(f, "usage: dsflash bench -m MODEL [--prompt N] [--gen N] [--threads N] [--csv FILE] [--plain] [--cold]\n"
-               "                     [--no-repack] [--mmap]\n"
+               "                     [--no-repack] [--mmap] [--act-q8k]\n"
                "       dsflash bench --kernels [--threads N] [--set ref|avx2|avx512] [--arena-mb MB] [--reps N]\n"
                "\n"
                "  -m MODEL      end to end: a prefill of --prompt tokens (default 512), then --gen greedy\n"
@@ -852,6 +853,7 @@ static void usage(FILE *f) {
                "                fraction, prefill GFLOP/s against the BF16 dot peak probed around it\n"
                "  --csv FILE    append one row of results (a header first if the file is new)\n"
                "  --plain       numerics plain (fp32, no QDQ) instead of reference\n"
+               "  --act-q8k     Q8_K activations (ggml's) for K / IQ weights: faster there, changes results\n"
                "  --no-repack   keep the routed experts in the file instead of repacking them in memory\n"
                "  --mmap        read the dense weights from the file mapping instead of copying them\n"
                "                into memory\n"
@@ -873,7 +875,7 @@ static int cmd_bench(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    int kernels = 0, reps = 5, n_prompt = 512, n_gen = 64, plain = 0, cold = 0, repack = 0, resident = 0;
+    int kernels = 0, reps = 5, n_prompt = 512, n_gen = 64, plain = 0, cold = 0, repack = 0, resident = 0, act_q8k = 0;
     const char *model = NULL, *csv = NULL;
     long threads = sysconf(_SC_NPROCESSORS_ONLN);
     const char *set = NULL;
@@ -898,6 +900,8 @@ static int cmd_bench(int argc, char **argv) {
             repack = -1;
         } else if (!strcmp(a, "--mmap")) {
             resident = -1;
+        } else if (!strcmp(a, "--act-q8k")) {
+            act_q8k = 1;
         } else if ((!strcmp(a, "--prompt") || !strcmp(a, "--gen")) && v) {
             long n = strtol(v, &end, 10);
             if (*end || n < (a[2] == 'p' ? 2 : 1) || n > 1000000) {
@@ -942,7 +946,7 @@ static int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "dsflash bench: give either -m MODEL or --kernels (try --help)\n");
         return 2;
     }
-    if (model) return bench_model(model, n_prompt, n_gen, (int)threads, csv, plain, arena_mb, cold, repack, resident);
+    if (model) return bench_model(model, n_prompt, n_gen, (int)threads, csv, plain, arena_mb, cold, repack, resident, act_q8k);
     return bench_kernels((int)threads, set, arena_mb, reps);
 }
 
