@@ -1,5 +1,5 @@
 /* q8k.h: the entry points of the Q8_K-activation kernels (matmul.h matmul_q8k_fn: the opt-in
- * mode in which the activations are quantized as ggml quantizes them) of the K-quants:
+ * mode in which the activations are quantized as ggml quantizes them) of the K-quants (Q2_K..Q6_K):
  * q8k_avx512.c (entries of kernels_avx512).
  *
  * Owns: declarations only. Each function honours matmul_q8k_fn's contract: within fp32 rounding
@@ -10,7 +10,14 @@
 
 #include "kernels/matmul.h"
 
-void mq8_q2_k_avx512(const dsf_wmat *w, const dsf_q8k *x, int64_t T, float *y, int64_t ldy, int64_t r0, int64_t r1);
-void mq8_q4_k_avx512(const dsf_wmat *w, const dsf_q8k *x, int64_t T, float *y, int64_t ldy, int64_t r0, int64_t r1);
+#define MQ8_DECL(T)                                                                                             \
+    void mq8_##T##_avx512(const dsf_wmat *w, const dsf_q8k *x, int64_t T_, float *y, int64_t ldy, int64_t r0, \
+                          int64_t r1);
+MQ8_DECL(q2_k)
+MQ8_DECL(q3_k)
+MQ8_DECL(q4_k)
+MQ8_DECL(q5_k)
+MQ8_DECL(q6_k)
+#undef MQ8_DECL
 
 #endif

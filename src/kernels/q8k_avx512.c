@@ -39,11 +39,13 @@
  * T > 1 (so n_in <= XBUF). */
 #define XBUF (128 * 1024)
 
-enum { Q2, Q4 };
-static const int q8_bytes[2] = {84, 144};
+enum { Q2, Q3, Q4, Q5, Q6 };
+static const int q8_bytes[5] = {84, 110, 144, 176, 210};
 
-/* 32-byte piece i of a permuted super-block is piece q8_order[K][i] of the original */
-static const uint8_t q8_order[2][8] = {{0, 4, 1, 5, 2, 6, 3, 7}, {0, 2, 1, 3, 4, 6, 5, 7}};
+/* 32-byte piece i of a permuted super-block is piece q8_order[K][i] of the original (Q2_K and
+ * Q3_K: planes; Q4_K and Q5_K: nibbles; Q6_K: already in order) */
+static const uint8_t q8_order[5][8] = {{0, 4, 1, 5, 2, 6, 3, 7}, {0, 4, 1, 5, 2, 6, 3, 7}, {0, 2, 1, 3, 4, 6, 5, 7},
+                                       {0, 2, 1, 3, 4, 6, 5, 7}, {0, 1, 2, 3, 4, 5, 6, 7}};
 
 static void q8_perm(const int K, const dsf_q8k *x, int64_t nb, int8_t *xp) {
     for (int64_t b = 0; b < nb; b++)
@@ -52,59 +54,99 @@ static void q8_perm(const int K, const dsf_q8k *x, int64_t nb, int8_t *xp) {
                                 _mm256_loadu_si256((const __m256i *)(const void *)(x[b].qs + 32 * q8_order[K][i])));
 }
 
-/* One row's super-block, decoded: 4 registers of 64 codes, their sub-block scales as words
- * (word lanes in 128-bit quarters: quarter L holds the scale of the codes of quarter L), the
- * minima as 16 words matching the Q8_K block's 16 bsums, d and dmin. */
+/* One row's super-block, decoded: 4 registers of 64 unsigned codes, their sub-block scales as
+ * words (in 128-bit quarters: quarter L holds the scale of the codes of quarter L), the words
+ * that multiply the Q8_K block's 16 bsums for the offset term, d and the offset's factor dmin:
+ * the block's sum is d dx isum - dmin dx imin. Offsets: Q2_K, Q4_K, Q5_K their minima (m
+ * words, dmin); Q3_K and Q6_K their code bias (codes u = q + 4 resp. q + 32 are unsigned: m
+ * the scales, dmin = 4 d resp. 32 d, exact). */
 typedef struct {
     __m512i w[4], s[4];
     __m256i m;
     float d, dmin;
 } q8_row;
 
-/* vpshufb indices: quarter L of register i takes scale byte q8_sidx[K][i][L] (high byte zero) */
-static const uint8_t q8_sidx[2][4][4] = {
-    {{0, 1, 8, 9}, {2, 3, 10, 11}, {4, 5, 12, 13}, {6, 7, 14, 15}}, /* Q2_K: sub-blocks 2s, 2s+1, 8+2s, 9+2s */
-    {{0, 0, 2, 2}, {1, 1, 3, 3}, {4, 4, 6, 6}, {5, 5, 7, 7}},       /* Q4_K: sub-blocks 2c+k, 2c+2+k (32 each) */
+/* vpshufb / vpermw sources: quarter L of register i belongs to sub-block q8_sidx[K][i][L] (Q2_K,
+ * Q3_K, Q6_K: sub-blocks of 16; Q4_K, Q5_K: of 32) */
+static const uint8_t q8_sidx[5][4][4] = {
+    {{0, 1, 8, 9}, {2, 3, 10, 11}, {4, 5, 12, 13}, {6, 7, 14, 15}}, /* Q2_K: 2s, 2s+1, 8+2s, 9+2s */
+    {{0, 1, 8, 9}, {2, 3, 10, 11}, {4, 5, 12, 13}, {6, 7, 14, 15}}, /* Q3_K: as Q2_K */
+    {{0, 0, 2, 2}, {1, 1, 3, 3}, {4, 4, 6, 6}, {5, 5, 7, 7}},       /* Q4_K: 2c+k, 2c+2+k */
+    {{0, 0, 2, 2}, {1, 1, 3, 3}, {4, 4, 6, 6}, {5, 5, 7, 7}},       /* Q5_K: as Q4_K */
+    {{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11}, {12, 13, 14, 15}}, /* Q6_K: in order */
 };
 
-INLINE __m512i q8_sshuf(const int K, int i) {
+/* the quarters' sub-block indices j, 4 x 2 per 64 bits: as vpshufb bytes (j, high byte zeroed)
+ * or as vpermw word indices (j) */
+INLINE __m512i q8_sshuf(const int K, int i, int words) {
     const uint8_t *s = q8_sidx[K][i];
-    const uint64_t rep = 0x0001000100010001ull, q0 = (0x8000u | s[0]) * rep, q1 = (0x8000u | s[1]) * rep,
-                   q2 = (0x8000u | s[2]) * rep, q3 = (0x8000u | s[3]) * rep;
+    const uint64_t rep = 0x0001000100010001ull, z = words ? 0 : 0x8000u;
+    const uint64_t q0 = (z | s[0]) * rep, q1 = (z | s[1]) * rep, q2 = (z | s[2]) * rep, q3 = (z | s[3]) * rep;
     return _mm512_set_epi64((long long)q3, (long long)q3, (long long)q2, (long long)q2, (long long)q1, (long long)q1,
                             (long long)q0, (long long)q0);
 }
 
+/* 32 bytes at p in both halves, rotated in each 64 bits right by ra (low half) or rb (high
+ * half): brings bit `from` of every byte to bit `to` with ra = (from - to) mod 64 */
+INLINE __m512i q8_hbits(const uint8_t *p, int ra, int rb) {
+    const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)p));
+    return _mm512_rorv_epi64(h, _mm512_set_epi64(rb, rb, rb, rb, ra, ra, ra, ra));
+}
+#define OR_MASKED(a, b, m) _mm512_ternarylogic_epi32(a, b, _mm512_set1_epi8(m), 0xF8) /* a | (b & m) */
+
 /* Decodes super-block b of a row (its first byte at p). */
 INLINE void q8_decode(const int K, const uint8_t *p, q8_row *o) {
     const __m512i lo2 = _mm512_set1_epi8(3), lo4 = _mm512_set1_epi8(15);
-    const __m512i q = _mm512_loadu_si512((const void *)(p + 16)); /* Q2_K: the 64 code bytes; Q4_K: the first 64 */
-    __m128i sc, mn;
-    if (K == Q2) {
-        const __m128i b = _mm_loadu_si128((const __m128i *)(const void *)p);
-        sc = _mm_and_si128(b, _mm_set1_epi8(15));
-        mn = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15));
-        const __m128 dd = kq_f16x2(p + 80);
-        o->d = _mm_cvtss_f32(dd);
-        o->dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
-        UNROLL for (int s = 0; s < 4; s++) o->w[s] = _mm512_and_si512(s ? _mm512_srli_epi16(q, 2 * s) : q, lo2);
-        o->m = _mm256_cvtepu8_epi16(mn); /* minimum j against bsum j */
-    } else {
-        const __m128i b = kq_k45_bytes(p); /* sc_0..7, m_0..7 */
-        sc = b;
-        mn = _mm_shuffle_epi8(b, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15));
-        const __m128 dd = kq_f16x2(p);
-        o->d = _mm_cvtss_f32(dd);
-        o->dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
-        const __m512i q1 = _mm512_loadu_si512((const void *)(p + 80));
-        o->w[0] = _mm512_and_si512(q, lo4);
-        o->w[1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4);
-        o->w[2] = _mm512_and_si512(q1, lo4);
-        o->w[3] = _mm512_and_si512(_mm512_srli_epi16(q1, 4), lo4);
-        o->m = _mm256_cvtepu8_epi16(mn); /* minimum j against bsums 2j, 2j+1 */
+    if (K == Q2 || K == Q3) { /* plane s of the 64 code bytes: elements 32s.. and 128 + 32s.. */
+        const __m512i q = _mm512_loadu_si512((const void *)(p + (K == Q2 ? 16 : 32)));
+        UNROLL for (int s = 0; s < 4; s++) {
+            o->w[s] = _mm512_and_si512(s ? _mm512_srli_epi16(q, 2 * s) : q, lo2);
+            /* Q3_K: + 4 * bit 4h + s of hmask[l] (element 128h + 32s + l) */
+            if (K == Q3) o->w[s] = OR_MASKED(o->w[s], q8_hbits(p, (s - 2) & 63, (s + 2) & 63), 4);
+        }
+    } else if (K == Q4 || K == Q5) { /* nibble k of 64 code bytes: sub-blocks 2c + k, 2c + 2 + k */
+        UNROLL for (int c = 0; c < 2; c++) {
+            const __m512i q = _mm512_loadu_si512((const void *)(p + (K == Q4 ? 16 : 48) + 64 * c));
+            o->w[2 * c] = _mm512_and_si512(q, lo4);
+            o->w[2 * c + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4);
+        }
+        if (K == Q5) /* + 16 * bit j of qh[l] (element 32j + l) */
+            UNROLL for (int i = 0; i < 4; i++)
+                o->w[i] = OR_MASKED(o->w[i], q8_hbits(p + 16, (q8_sidx[Q5][i][0] - 4) & 63, (q8_sidx[Q5][i][2] - 4) & 63), 16);
+    } else { /* Q6_K, half h: nibbles of ql[64h + l] (elements 128h + l, + 64), + 16 * 2 bits of qh[32h + l] */
+        UNROLL for (int h = 0; h < 2; h++) {
+            const __m512i q = _mm512_loadu_si512((const void *)(p + 64 * h));
+            o->w[2 * h] = OR_MASKED(_mm512_and_si512(q, lo4), q8_hbits(p + 128 + 32 * h, 60, 62), 0x30);
+            o->w[2 * h + 1] = OR_MASKED(_mm512_and_si512(_mm512_srli_epi16(q, 4), lo4), q8_hbits(p + 128 + 32 * h, 0, 2), 0x30);
+        }
     }
-    const __m512i sb = _mm512_broadcast_i32x4(sc);
-    UNROLL for (int i = 0; i < 4; i++) o->s[i] = _mm512_shuffle_epi8(sb, q8_sshuf(K, i));
+    if (K == Q2 || K == Q4 || K == Q5) { /* unsigned scales as bytes, minima */
+        __m128i sc, mn;
+        float d, dmin;
+        if (K == Q2) {
+            const __m128i b = _mm_loadu_si128((const __m128i *)(const void *)p);
+            sc = _mm_and_si128(b, _mm_set1_epi8(15));
+            mn = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15)); /* minimum j against bsum j */
+            const __m128 dd = kq_f16x2(p + 80);
+            d = _mm_cvtss_f32(dd), dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
+        } else {
+            sc = kq_k45_bytes(p); /* sc_0..7, m_0..7 */
+            mn = _mm_shuffle_epi8(sc, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15)); /* bsums 2j, 2j+1 */
+            const __m128 dd = kq_f16x2(p);
+            d = _mm_cvtss_f32(dd), dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
+        }
+        o->m = _mm256_cvtepu8_epi16(mn);
+        o->d = d, o->dmin = dmin;
+        const __m512i sb = _mm512_broadcast_i32x4(sc);
+        UNROLL for (int i = 0; i < 4; i++) o->s[i] = _mm512_shuffle_epi8(sb, q8_sshuf(K, i, 0));
+    } else { /* signed scales as words: Q3_K 6-bit (bias removed), Q6_K int8 */
+        const __m128i sc = K == Q3 ? kq_k3_bytes(p + 94) : _mm_loadu_si128((const __m128i *)(const void *)(p + 192));
+        o->m = _mm256_cvtepi8_epi16(sc);
+        const __m512i sw = _mm512_castsi256_si512(o->m);
+        UNROLL for (int i = 0; i < 4; i++) o->s[i] = _mm512_permutexvar_epi16(q8_sshuf(K, i, 1), sw);
+        o->d = _mm_cvtss_f32(_mm_movehdup_ps(kq_f16x2(p + (K == Q3 ? 106 : 206))));
+        o->dmin = o->d * (K == Q3 ? 4.0f : 32.0f);
+    }
 }
 
 /* acc += the super-block's contribution of one row (st) and one token (xp: its permuted codes
@@ -186,11 +228,15 @@ INLINE void q8_run(const int K, const dsf_wmat *w, const dsf_q8k *x, int64_t T, 
     }
 }
 
-void mq8_q2_k_avx512(const dsf_wmat *w, const dsf_q8k *x, int64_t T, float *y, int64_t ldy, int64_t r0, int64_t r1) {
-    q8_run(Q2, w, x, T, y, ldy, r0, r1);
-}
-void mq8_q4_k_avx512(const dsf_wmat *w, const dsf_q8k *x, int64_t T, float *y, int64_t ldy, int64_t r0, int64_t r1) {
-    q8_run(Q4, w, x, T, y, ldy, r0, r1);
-}
+#define MQ8_ENTRY(T, K)                                                                                        \
+    void mq8_##T##_avx512(const dsf_wmat *w, const dsf_q8k *x, int64_t T_, float *y, int64_t ldy, int64_t r0,  \
+                          int64_t r1) {                                                                      \
+        q8_run(K, w, x, T_, y, ldy, r0, r1);                                                                 \
+    }
+MQ8_ENTRY(q2_k, Q2)
+MQ8_ENTRY(q3_k, Q3)
+MQ8_ENTRY(q4_k, Q4)
+MQ8_ENTRY(q5_k, Q5)
+MQ8_ENTRY(q6_k, Q6)
 
 #endif
