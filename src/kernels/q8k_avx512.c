@@ -59,7 +59,7 @@ static void q8_perm(const int K, const dsf_q8k *x, int64_t nb, int8_t *xp) {
  * that multiply the Q8_K block's 16 bsums for the offset term, d and the offset's factor dmin:
  * the block's sum is d dx isum - dmin dx imin. Offsets: Q2_K, Q4_K, Q5_K their minima (m
  * words, dmin); Q3_K and Q6_K their code bias (codes u = q + 4 resp. q + 32 are unsigned: m
- * the scales, dmin = 4 d resp. 32 d, exact). */
+ * the scales times -4 resp. -32, added to isum in q8_dot; dmin unused). */
 typedef struct {
     __m512i w[4], s[4];
     __m256i m;
@@ -141,23 +141,29 @@ INLINE void q8_decode(const int K, const uint8_t *p, q8_row *o) {
         UNROLL for (int i = 0; i < 4; i++) o->s[i] = _mm512_shuffle_epi8(sb, q8_sshuf(K, i, 0));
     } else { /* signed scales as words: Q3_K 6-bit (bias removed), Q6_K int8 */
         const __m128i sc = K == Q3 ? kq_k3_bytes(p + 94) : _mm_loadu_si128((const __m128i *)(const void *)(p + 192));
-        o->m = _mm256_cvtepi8_epi16(sc);
-        const __m512i sw = _mm512_castsi256_si512(o->m);
-        UNROLL for (int i = 0; i < 4; i++) o->s[i] = _mm512_permutexvar_epi16(q8_sshuf(K, i, 1), sw);
+        const __m256i sw = _mm256_cvtepi8_epi16(sc);
+        UNROLL for (int i = 0; i < 4; i++) o->s[i] = _mm512_permutexvar_epi16(q8_sshuf(K, i, 1), _mm512_castsi256_si512(sw));
+        o->m = _mm256_mullo_epi16(sw, _mm256_set1_epi16(K == Q3 ? -4 : -32)); /* |.| <= 128 resp. 4096 */
         o->d = _mm_cvtss_f32(_mm_movehdup_ps(kq_f16x2(p + (K == Q3 ? 106 : 206))));
-        o->dmin = o->d * (K == Q3 ? 4.0f : 32.0f);
+        o->dmin = 0;
     }
 }
 
 /* acc += the super-block's contribution of one row (st) and one token (xp: its permuted codes
- * of the super-block, xb: its Q8_K block) */
-INLINE __m512 q8_dot(const q8_row *st, const int8_t *xp, const dsf_q8k *xb, __m512 acc) {
+ * of the super-block, xb: its Q8_K block). Q3_K, Q6_K: their bias is a multiple of d, so it
+ * joins the integer sum (st->m holds -4 resp. -32 times the scales) and one FMA scales both. */
+INLINE __m512 q8_dot(const int K, const q8_row *st, const int8_t *xp, const dsf_q8k *xb, __m512 acc) {
     __m512i is = _mm512_setzero_si512();
     UNROLL for (int i = 0; i < 4; i++) {
         const __m512i p = _mm512_maddubs_epi16(st->w[i], _mm512_loadu_si512((const void *)(xp + 64 * i)));
-        is = _mm512_dpwssd_epi32(is, p, st->s[i]);
+        is = i ? _mm512_dpwssd_epi32(is, p, st->s[i]) : _mm512_madd_epi16(p, st->s[i]);
     }
-    const __m256i im = _mm256_madd_epi16(st->m, _mm256_loadu_si256((const __m256i *)(const void *)xb->bsums));
+    const __m256i bs = _mm256_loadu_si256((const __m256i *)(const void *)xb->bsums);
+    if (K == Q3 || K == Q6) {
+        is = _mm512_dpwssd_epi32(is, _mm512_zextsi256_si512(bs), _mm512_zextsi256_si512(st->m));
+        return _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(st->d * xb->d), acc);
+    }
+    const __m256i im = _mm256_madd_epi16(st->m, bs);
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(st->d * xb->d), acc);
     return _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_zextsi256_si512(im)), _mm512_set1_ps(st->dmin * xb->d), acc);
 }
@@ -176,7 +182,7 @@ INLINE void q8_tile(const int K, const int NT, const uint8_t *const *wr, const i
                 for (int o = 0; o < q8_bytes[K]; o += 64) _mm_prefetch((const char *)(p + PF_DIST + o), _MM_HINT_T0);
             q8_row st;
             q8_decode(K, p, &st);
-            UNROLL for (int t = 0; t < NT; t++) a[r][t] = q8_dot(&st, xp[t] + b * QK, &xq[t][b], a[r][t]);
+            UNROLL for (int t = 0; t < NT; t++) a[r][t] = q8_dot(K, &st, xp[t] + b * QK, &xq[t][b], a[r][t]);
         }
     }
     if (NT == 1) {
