@@ -1,27 +1,33 @@
 /* q8k_avx512.c: AVX-512 kernels of the opt-in Q8_K activation mode (matmul.h matmul_q8k_fn) for
- * the K-quants Q2_K and Q4_K, decode (T = 1) and prefill (T > 1). Compiled with the Makefile's
- * AVX512_FLAGS only; its entries sit in kernels_avx512's matmul_q8k (matmul_avx512.c).
+ * the K-quants Q2_K, Q3_K, Q4_K, Q5_K and Q6_K, decode (T = 1) and prefill (T > 1). Compiled
+ * with the Makefile's AVX512_FLAGS only; its entries sit in kernels_avx512's matmul_q8k
+ * (matmul_avx512.c).
  *
  * Owns: the integer dot of a super-block's weight codes with the activation codes and its
  * scaling, the tiles and the driver. Must not: allocate (the permuted activations are on the
  * stack), call select.c; rows it does not handle (n_in not a multiple of 256, or over XBUF)
- * go to the scalar twin. dequant.c (deq_q2_k, deq_q4_k) stays the reference for what each byte
- * means; kquant_x86.h decodes the Q4_K scales.
+ * go to the scalar twin. dequant.c (deq_q*_k) stays the reference for what each byte means;
+ * kquant_x86.h decodes the Q3_K, Q4_K and Q5_K scales.
  *
  * The arithmetic, per super-block of one row and one token (weights w = d sc q - dmin m, codes q
  * unsigned, activation a = dx * c, c int8):
  *   sum w a = (d dx) * sum_j sc_j sum_{i in j} q_i c_i - (dmin dx) * sum_j m_j sum_{i in j} c_i
  * The inner sums are integers, exact: vpmaddubsw (u8 code x s8 activation, pairs summed: at most
- * 2 * 15 * 128 in magnitude, no saturation) then vpdpwssd with the sub-block scales as words
- * (4 registers of 64 codes, 16 int32 lanes); the minima's sums come from the Q8_K block's bsums
- * (vpmaddwd with the minima as words). Then per super-block, in this order: acc += cvt(isum) *
- * (d dx); acc -= cvt(imin) * (dmin dx) (fp32 lanes, one accumulator per row and token), and at
- * the end the 16 lanes' sum by red4 / red4x4's tree.
+ * 2 * 63 * 128 in magnitude, no saturation) then vpdpwssd with the sub-block scales as words
+ * (4 registers of 64 codes, 16 int32 lanes); Q2_K instead looks up code x scale (<= 45) in a
+ * vpermb table and dots with vpdpbusd. The minima's sums come from the Q8_K block's bsums
+ * (vpmaddwd with the minima as words). Q3_K and Q6_K have signed codes q - 4 / q - 32: their
+ * codes q are unsigned and the bias, a multiple of d, joins isum through the bsums. Then per
+ * super-block, in this order: acc += cvt(isum) * (d dx); acc -= cvt(imin) * (dmin dx) (fp32
+ * lanes, one accumulator per row and token; Q3_K, Q6_K: the first only), and at the end the 16
+ * lanes' sum by red4 / red4x4's tree.
  *
  * Layout: the weights' code registers are what one 64-byte load gives after a shift and a mask
- * (Q4_K: the low or high nibbles of 64 code bytes = sub-blocks 2c+k and 2c+2+k, 32 elements
- * each; Q2_K: plane s of the 64 code bytes = elements 32s.. and 128 + 32s.., 16 per sub-block),
- * and the activations are permuted once per token to match (q8_perm: 32-byte pieces moved).
+ * (Q4_K, Q5_K: the low or high nibbles of 64 code bytes = sub-blocks 2c+k and 2c+2+k, 32
+ * elements each; Q2_K, Q3_K: plane s of the 64 code bytes = elements 32s.. and 128 + 32s.., 16
+ * per sub-block; Q6_K: the nibbles of 64 ql bytes = 64 elements in order), the high bits (Q3_K,
+ * Q5_K, Q6_K) rotated into place per 256-bit half and merged by one ternlog; the activations
+ * are permuted once per token to match (q8_perm: 32-byte pieces moved).
  *
  * Batch invariance: every output gets the same operations (same super-block order, same lanes,
  * same final tree) whatever T, the tile and the row range: there are no K chunks. */
@@ -92,13 +98,26 @@ INLINE __m512i q8_hbits(const uint8_t *p, int ra, int rb) {
     const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)p));
     return _mm512_rorv_epi64(h, _mm512_set_epi64(rb, rb, rb, rb, ra, ra, ra, ra));
 }
+#define ANDOR(a, b, c) _mm512_ternarylogic_epi32(a, b, c, 0xEA) /* (a & b) | c */
 #define OR_MASKED(a, b, m) _mm512_ternarylogic_epi32(a, b, _mm512_set1_epi8(m), 0xF8) /* a | (b & m) */
 
 /* Decodes super-block b of a row (its first byte at p). */
 INLINE void q8_decode(const int K, const uint8_t *p, q8_row *o) {
     const __m512i lo2 = _mm512_set1_epi8(3), lo4 = _mm512_set1_epi8(15);
-    if (K == Q2 || K == Q3) { /* plane s of the 64 code bytes: elements 32s.. and 128 + 32s.. */
-        const __m512i q = _mm512_loadu_si512((const void *)(p + (K == Q2 ? 16 : 32)));
+    if (K == Q2) { /* plane s as below, each code times its scale (<= 45: u8) by a vpermb table */
+        const __m512i q = _mm512_loadu_si512((const void *)(p + 16));
+        const __m128i sc = _mm_and_si128(_mm_loadu_si128((const __m128i *)(const void *)p), _mm_set1_epi8(15));
+        const __m512i tab = _mm512_mullo_epi32(_mm512_cvtepu8_epi32(sc), _mm512_set1_epi32(0x03020100)); /* 4j + c: sc_j c */
+        UNROLL for (int s = 0; s < 4; s++) {
+            const uint8_t *j = q8_sidx[Q2][s];
+            const uint64_t r = 0x0404040404040404ull; /* quarter L: 4 j_L */
+            const __m512i base = _mm512_set_epi64((long long)(r * j[3]), (long long)(r * j[3]), (long long)(r * j[2]),
+                                                  (long long)(r * j[2]), (long long)(r * j[1]), (long long)(r * j[1]),
+                                                  (long long)(r * j[0]), (long long)(r * j[0]));
+            o->w[s] = _mm512_permutexvar_epi8(ANDOR(s ? _mm512_srli_epi16(q, 2 * s) : q, lo2, base), tab);
+        }
+    } else if (K == Q3) { /* plane s of the 64 code bytes: elements 32s.. and 128 + 32s.. */
+        const __m512i q = _mm512_loadu_si512((const void *)(p + 32));
         UNROLL for (int s = 0; s < 4; s++) {
             o->w[s] = _mm512_and_si512(s ? _mm512_srli_epi16(q, 2 * s) : q, lo2);
             /* Q3_K: + 4 * bit 4h + s of hmask[l] (element 128h + 32s + l) */
@@ -138,7 +157,7 @@ INLINE void q8_decode(const int K, const uint8_t *p, q8_row *o) {
         o->m = _mm256_cvtepu8_epi16(mn);
         o->d = d, o->dmin = dmin;
         const __m512i sb = _mm512_broadcast_i32x4(sc);
-        UNROLL for (int i = 0; i < 4; i++) o->s[i] = _mm512_shuffle_epi8(sb, q8_sshuf(K, i, 0));
+        if (K != Q2) UNROLL for (int i = 0; i < 4; i++) o->s[i] = _mm512_shuffle_epi8(sb, q8_sshuf(K, i, 0));
     } else { /* signed scales as words: Q3_K 6-bit (bias removed), Q6_K int8 */
         const __m128i sc = K == Q3 ? kq_k3_bytes(p + 94) : _mm_loadu_si128((const __m128i *)(const void *)(p + 192));
         const __m256i sw = _mm256_cvtepi8_epi16(sc);
@@ -155,7 +174,12 @@ INLINE void q8_decode(const int K, const uint8_t *p, q8_row *o) {
 INLINE __m512 q8_dot(const int K, const q8_row *st, const int8_t *xp, const dsf_q8k *xb, __m512 acc) {
     __m512i is = _mm512_setzero_si512();
     UNROLL for (int i = 0; i < 4; i++) {
-        const __m512i p = _mm512_maddubs_epi16(st->w[i], _mm512_loadu_si512((const void *)(xp + 64 * i)));
+        const __m512i x = _mm512_loadu_si512((const void *)(xp + 64 * i));
+        if (K == Q2) { /* the codes carry their scales */
+            is = _mm512_dpbusd_epi32(is, st->w[i], x);
+            continue;
+        }
+        const __m512i p = _mm512_maddubs_epi16(st->w[i], x);
         is = i ? _mm512_dpwssd_epi32(is, p, st->s[i]) : _mm512_madd_epi16(p, st->s[i]);
     }
     const __m256i bs = _mm256_loadu_si256((const __m256i *)(const void *)xb->bsums);
