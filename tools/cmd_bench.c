@@ -40,6 +40,7 @@ typedef struct {
     const dsf_wmat *w;
     const float *x;
     const uint16_t *xb; /* non-NULL: BF16-activation kernel */
+    const dsf_q8k *x8;  /* non-NULL: Q8_K-activation kernel (--act-q8k) */
     int64_t T;
     float *y;
 } mm_job;
@@ -47,7 +48,8 @@ typedef struct {
 static void mm_chunk(void *ctx, int64_t i0, int64_t i1, int tid) {
     (void)tid;
     mm_job *j = ctx;
-    if (j->xb) kern_matmul_xbf16(j->k, j->w, j->xb, j->T, j->y, j->w->n_out, i0, i1);
+    if (j->x8) kern_matmul_q8k(j->k, j->w, j->x8, j->T, j->y, j->w->n_out, i0, i1);
+    else if (j->xb) kern_matmul_xbf16(j->k, j->w, j->xb, j->T, j->y, j->w->n_out, i0, i1);
     else kern_matmul(j->k, j->w, j->x, j->T, j->y, j->w->n_out, i0, i1);
 }
 
@@ -132,7 +134,7 @@ typedef struct {
     const char *label;
     uint32_t type;
     int64_t n_in, n_out, T;
-    int xbf16; /* BF16 activations (reference-mode prefill path) */
+    int xbf16; /* 1: BF16 activations (reference-mode prefill path); 2: Q8_K (--act-q8k) */
 } bench_case;
 
 /* The probe / weight arena: anonymous memory in 2 MiB pages where the kernel grants them
@@ -387,7 +389,9 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
 #define KQ_CASES(N, T)                                                                                 \
     {N " gemv", T, 5120, 2304, 1, 0}, {N " down", T, 2304, 5120, 1, 0}, {N " dense", T, 4096, 4096, 1, 0}, \
         {N " gemv xbf16", T, 5120, 2304, 1, 1}, {N " down xbf16", T, 2304, 5120, 1, 1},                  \
-        {N " dense xbf16", T, 4096, 4096, 1, 1}, {N " gemm xbf16", T, 5120, 2304, 64, 1}
+        {N " dense xbf16", T, 4096, 4096, 1, 1}, {N " gemm xbf16", T, 5120, 2304, 64, 1},                 \
+        {N " gemv q8k", T, 5120, 2304, 1, 2}, {N " down q8k", T, 2304, 5120, 1, 2},                      \
+        {N " dense q8k", T, 4096, 4096, 1, 2}, {N " gemm q8k", T, 5120, 2304, 64, 2}
         KQ_CASES("q4_k", GGML_TYPE_Q4_K), KQ_CASES("q2_k", GGML_TYPE_Q2_K), KQ_CASES("q6_k", GGML_TYPE_Q6_K),
         KQ_CASES("q5_k", GGML_TYPE_Q5_K), KQ_CASES("q3_k", GGML_TYPE_Q3_K),
 #undef KQ_CASES
@@ -419,12 +423,14 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
     float *x = dsf_aligned_alloc(256 * 16384 * sizeof(float));
     float *y = dsf_aligned_alloc(256 * 16384 * sizeof(float));
     uint16_t *xb = dsf_aligned_alloc(256 * 16384 * sizeof(uint16_t));
-    if (!x || !y || !xb) {
+    dsf_q8k *x8 = dsf_aligned_alloc(256 * 64 * sizeof(dsf_q8k));
+    if (!x || !y || !xb || !x8) {
         fprintf(stderr, "dsflash bench: out of memory\n");
         return 1;
     }
     for (int i = 0; i < 256 * 16384; i++) x[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
     kern_act_to_bf16(x, xb, 256 * 16384);
+    quantize_row_q8k(x, 256 * 16384, x8);
 
     printf("dsflash bench --kernels: kernels %s, threads %d, arena %llu MiB, commit %s\n  cpu %s\n", k->name,
            dsf_pool_size(pool), (unsigned long long)arena_mb, dsf_build_commit, cpu_name());
@@ -465,7 +471,8 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
                 dsf_wmat w = {.type = bc->type, .n_in = bc->n_in, .n_out = bc->n_out, .row_bytes = row_bytes,
                               .data = arena + (uint64_t)m * mat_bytes};
                 if (rp) w.scales = w.data + row_bytes * (uint64_t)bc->n_out;
-                mm_job j = {.k = k, .w = &w, .x = x, .xb = bc->xbf16 ? xb : NULL, .T = bc->T, .y = y};
+                mm_job j = {.k = k, .w = &w, .x = x, .xb = bc->xbf16 == 1 ? xb : NULL, .x8 = bc->xbf16 == 2 ? x8 : NULL,
+                            .T = bc->T, .y = y};
                 dsf_parallel_for(pool, bc->n_out, 16, mm_chunk, &j);
             }
             double dt = dsf_now() - t0;
@@ -510,6 +517,7 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
     free(x);
     free(y);
     free(xb);
+    free(x8);
     return 0;
 }
 
