@@ -588,7 +588,7 @@ static int cmp_dbl(const void *a, const void *b) {
 /* One `bench -m` run: its settings, what it holds, and what it measured. */
 typedef struct {
     const char *path, *csv;
-    int n_prompt, n_gen, n_threads, plain;
+    int n_prompt, n_gen, n_threads, plain, act_q8k;
     dsf_engine *e;
     const dsf_kernels *k;
     dsf_pool *pool;
@@ -680,8 +680,8 @@ static int bench_report(const bench_run *b) {
     const double decode_tps = b->decode_tps, bw_med = b->bw_med, frac = b->frac;
     const long rss = b->rss;
     printf("dsflash bench: model %s\n", path);
-    printf("  kernels %s, threads %d, numerics %s, commit %s, peak RSS %.1f MiB\n  cpu %s\n", k->name, n_threads,
-           plain ? "plain" : "reference", dsf_build_commit, rss / 1024.0, cpu_name());
+    printf("  kernels %s, threads %d, numerics %s%s, commit %s, peak RSS %.1f MiB\n  cpu %s\n", k->name, n_threads,
+           plain ? "plain" : "reference", b->act_q8k ? " with Q8_K activations (--act-q8k)" : "", dsf_build_commit, rss / 1024.0, cpu_name());
     printf("  weights read per decoded token: %.3f GB (mean over the steps); matmul FLOPs per token: %.2f GFLOP (a "
            "prompt token without the LM head: %.2f, before the indexer projections a chunk skips)\n",
            step_bytes / 1e9, tok_flops / 1e9, (tok_flops - head_flops) / 1e9);
@@ -790,7 +790,7 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
                        uint64_t arena_mb, int cold, int repack, int resident, int act_q8k) {
     char err[DSF_ERR_LEN] = "";
     bench_run run = {.path = path, .csv = csv, .n_prompt = n_prompt, .n_gen = n_gen, .n_threads = n_threads,
-                     .plain = plain};
+                     .plain = plain, .act_q8k = act_q8k};
     bench_run *b = &run;
     if (cold) { /* drop the file's clean cached pages: the engine then reads it in 2 MiB folios */
         int fd = open(path, O_RDONLY);
