@@ -49,6 +49,15 @@ typedef struct {
      * the copy on the bench host (docs/perf-log.md, item 41). The values and the logits
      * are bit for bit the same either way. */
     int resident;
+    /* Opt-in (default false): the activations entering a product whose weights are a K-quant
+     * (Q2_K..Q6_K) or an IQ type with a Q8_K dot (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S,
+     * IQ3_XXS, IQ3_S, IQ4_XS), with n_in a multiple of 256 (at most 16384), are quantized to
+     * ggml's Q8_K (per 256 values an fp32 scale and int8 codes: ggml's own activation format
+     * for these types; after reference mode's FP8 QDQ when that is on) and the products are
+     * integer dots, as llama.cpp computes them: faster on those weights, but the results
+     * change (a relative error of the activations up to ~1/254 per block). Other products
+     * are unchanged. Decode and prefill still agree bit for bit. */
+    bool act_q8k;
 } dsf_engine_params;
 
 void dsf_engine_params_default(dsf_engine_params *p);

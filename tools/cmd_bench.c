@@ -40,6 +40,7 @@ typedef struct {
     const dsf_wmat *w;
     const float *x;
     const uint16_t *xb; /* non-NULL: BF16-activation kernel */
+    const dsf_q8k *x8;  /* non-NULL: Q8_K-activation kernel (--act-q8k) */
     int64_t T;
     float *y;
 } mm_job;
@@ -47,7 +48,8 @@ typedef struct {
 static void mm_chunk(void *ctx, int64_t i0, int64_t i1, int tid) {
     (void)tid;
     mm_job *j = ctx;
-    if (j->xb) kern_matmul_xbf16(j->k, j->w, j->xb, j->T, j->y, j->w->n_out, i0, i1);
+    if (j->x8) kern_matmul_q8k(j->k, j->w, j->x8, j->T, j->y, j->w->n_out, i0, i1);
+    else if (j->xb) kern_matmul_xbf16(j->k, j->w, j->xb, j->T, j->y, j->w->n_out, i0, i1);
     else kern_matmul(j->k, j->w, j->x, j->T, j->y, j->w->n_out, i0, i1);
 }
 
@@ -132,7 +134,7 @@ typedef struct {
     const char *label;
     uint32_t type;
     int64_t n_in, n_out, T;
-    int xbf16; /* BF16 activations (reference-mode prefill path) */
+    int xbf16; /* 1: BF16 activations (reference-mode prefill path); 2: Q8_K (--act-q8k) */
 } bench_case;
 
 /* The probe / weight arena: anonymous memory in 2 MiB pages where the kernel grants them
@@ -387,7 +389,9 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
 #define KQ_CASES(N, T)                                                                                 \
     {N " gemv", T, 5120, 2304, 1, 0}, {N " down", T, 2304, 5120, 1, 0}, {N " dense", T, 4096, 4096, 1, 0}, \
         {N " gemv xbf16", T, 5120, 2304, 1, 1}, {N " down xbf16", T, 2304, 5120, 1, 1},                  \
-        {N " dense xbf16", T, 4096, 4096, 1, 1}, {N " gemm xbf16", T, 5120, 2304, 64, 1}
+        {N " dense xbf16", T, 4096, 4096, 1, 1}, {N " gemm xbf16", T, 5120, 2304, 64, 1},                 \
+        {N " gemv q8k", T, 5120, 2304, 1, 2}, {N " down q8k", T, 2304, 5120, 1, 2},                      \
+        {N " dense q8k", T, 4096, 4096, 1, 2}, {N " gemm q8k", T, 5120, 2304, 64, 2}
         KQ_CASES("q4_k", GGML_TYPE_Q4_K), KQ_CASES("q2_k", GGML_TYPE_Q2_K), KQ_CASES("q6_k", GGML_TYPE_Q6_K),
         KQ_CASES("q5_k", GGML_TYPE_Q5_K), KQ_CASES("q3_k", GGML_TYPE_Q3_K),
 #undef KQ_CASES
@@ -419,12 +423,14 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
     float *x = dsf_aligned_alloc(256 * 16384 * sizeof(float));
     float *y = dsf_aligned_alloc(256 * 16384 * sizeof(float));
     uint16_t *xb = dsf_aligned_alloc(256 * 16384 * sizeof(uint16_t));
-    if (!x || !y || !xb) {
+    dsf_q8k *x8 = dsf_aligned_alloc(256 * 64 * sizeof(dsf_q8k));
+    if (!x || !y || !xb || !x8) {
         fprintf(stderr, "dsflash bench: out of memory\n");
         return 1;
     }
     for (int i = 0; i < 256 * 16384; i++) x[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
     kern_act_to_bf16(x, xb, 256 * 16384);
+    quantize_row_q8k(x, 256 * 16384, x8);
 
     printf("dsflash bench --kernels: kernels %s, threads %d, arena %llu MiB, commit %s\n  cpu %s\n", k->name,
            dsf_pool_size(pool), (unsigned long long)arena_mb, dsf_build_commit, cpu_name());
@@ -465,7 +471,8 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
                 dsf_wmat w = {.type = bc->type, .n_in = bc->n_in, .n_out = bc->n_out, .row_bytes = row_bytes,
                               .data = arena + (uint64_t)m * mat_bytes};
                 if (rp) w.scales = w.data + row_bytes * (uint64_t)bc->n_out;
-                mm_job j = {.k = k, .w = &w, .x = x, .xb = bc->xbf16 ? xb : NULL, .T = bc->T, .y = y};
+                mm_job j = {.k = k, .w = &w, .x = x, .xb = bc->xbf16 == 1 ? xb : NULL, .x8 = bc->xbf16 == 2 ? x8 : NULL,
+                            .T = bc->T, .y = y};
                 dsf_parallel_for(pool, bc->n_out, 16, mm_chunk, &j);
             }
             double dt = dsf_now() - t0;
@@ -510,6 +517,7 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
     free(x);
     free(y);
     free(xb);
+    free(x8);
     return 0;
 }
 
@@ -580,7 +588,7 @@ static int cmp_dbl(const void *a, const void *b) {
 /* One `bench -m` run: its settings, what it holds, and what it measured. */
 typedef struct {
     const char *path, *csv;
-    int n_prompt, n_gen, n_threads, plain;
+    int n_prompt, n_gen, n_threads, plain, act_q8k;
     dsf_engine *e;
     const dsf_kernels *k;
     dsf_pool *pool;
@@ -672,8 +680,8 @@ static int bench_report(const bench_run *b) {
     const double decode_tps = b->decode_tps, bw_med = b->bw_med, frac = b->frac;
     const long rss = b->rss;
     printf("dsflash bench: model %s\n", path);
-    printf("  kernels %s, threads %d, numerics %s, commit %s, peak RSS %.1f MiB\n  cpu %s\n", k->name, n_threads,
-           plain ? "plain" : "reference", dsf_build_commit, rss / 1024.0, cpu_name());
+    printf("  kernels %s, threads %d, numerics %s%s, commit %s, peak RSS %.1f MiB\n  cpu %s\n", k->name, n_threads,
+           plain ? "plain" : "reference", b->act_q8k ? " with Q8_K activations (--act-q8k)" : "", dsf_build_commit, rss / 1024.0, cpu_name());
     printf("  weights read per decoded token: %.3f GB (mean over the steps); matmul FLOPs per token: %.2f GFLOP (a "
            "prompt token without the LM head: %.2f, before the indexer projections a chunk skips)\n",
            step_bytes / 1e9, tok_flops / 1e9, (tok_flops - head_flops) / 1e9);
@@ -779,10 +787,10 @@ static int bench_prefill(bench_run *b) {
 }
 
 static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads, const char *csv, int plain,
-                       uint64_t arena_mb, int cold, int repack, int resident) {
+                       uint64_t arena_mb, int cold, int repack, int resident, int act_q8k) {
     char err[DSF_ERR_LEN] = "";
     bench_run run = {.path = path, .csv = csv, .n_prompt = n_prompt, .n_gen = n_gen, .n_threads = n_threads,
-                     .plain = plain};
+                     .plain = plain, .act_q8k = act_q8k};
     bench_run *b = &run;
     if (cold) { /* drop the file's clean cached pages: the engine then reads it in 2 MiB folios */
         int fd = open(path, O_RDONLY);
@@ -800,6 +808,7 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
     ep.numerics = plain ? DSF_NUMERICS_PLAIN : DSF_NUMERICS_REFERENCE;
     ep.repack = repack;
     ep.resident = resident;
+    ep.act_q8k = act_q8k;
     dsf_engine *e = dsf_engine_open(path, &ep, err);
     if (!e) {
         fprintf(stderr, "dsflash bench: %s\n", err);
@@ -843,7 +852,7 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
 
 static void usage(FILE *f) {
     fprintf(f, "usage: dsflash bench -m MODEL [--prompt N] [--gen N] [--threads N] [--csv FILE] [--plain] [--cold]\n"
-               "                     [--no-repack] [--mmap]\n"
+               "                     [--no-repack] [--mmap] [--act-q8k]\n"
                "       dsflash bench --kernels [--threads N] [--set ref|avx2|avx512] [--arena-mb MB] [--reps N]\n"
                "\n"
                "  -m MODEL      end to end: a prefill of --prompt tokens (default 512), then --gen greedy\n"
@@ -852,6 +861,7 @@ static void usage(FILE *f) {
                "                fraction, prefill GFLOP/s against the BF16 dot peak probed around it\n"
                "  --csv FILE    append one row of results (a header first if the file is new)\n"
                "  --plain       numerics plain (fp32, no QDQ) instead of reference\n"
+               "  --act-q8k     Q8_K activations (ggml's) for K / IQ weights: faster there, changes results\n"
                "  --no-repack   keep the routed experts in the file instead of repacking them in memory\n"
                "  --mmap        read the dense weights from the file mapping instead of copying them\n"
                "                into memory\n"
@@ -873,7 +883,7 @@ static int cmd_bench(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    int kernels = 0, reps = 5, n_prompt = 512, n_gen = 64, plain = 0, cold = 0, repack = 0, resident = 0;
+    int kernels = 0, reps = 5, n_prompt = 512, n_gen = 64, plain = 0, cold = 0, repack = 0, resident = 0, act_q8k = 0;
     const char *model = NULL, *csv = NULL;
     long threads = sysconf(_SC_NPROCESSORS_ONLN);
     const char *set = NULL;
@@ -898,6 +908,8 @@ static int cmd_bench(int argc, char **argv) {
             repack = -1;
         } else if (!strcmp(a, "--mmap")) {
             resident = -1;
+        } else if (!strcmp(a, "--act-q8k")) {
+            act_q8k = 1;
         } else if ((!strcmp(a, "--prompt") || !strcmp(a, "--gen")) && v) {
             long n = strtol(v, &end, 10);
             if (*end || n < (a[2] == 'p' ? 2 : 1) || n > 1000000) {
@@ -942,7 +954,7 @@ static int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "dsflash bench: give either -m MODEL or --kernels (try --help)\n");
         return 2;
     }
-    if (model) return bench_model(model, n_prompt, n_gen, (int)threads, csv, plain, arena_mb, cold, repack, resident);
+    if (model) return bench_model(model, n_prompt, n_gen, (int)threads, csv, plain, arena_mb, cold, repack, resident, act_q8k);
     return bench_kernels((int)threads, set, arena_mb, reps);
 }
 

@@ -13,11 +13,12 @@
 static const char *USAGE =
     "usage: dsflash logits -m MODEL.gguf (--tokens 1,2,3 | --tokens-file FILE) --out OUT.f32\n"
     "                      [--chunk N] [--numerics reference|plain] [--threads T]\n"
-    "                      [--rollback-to K] [--snapshot-at K] [--ctx N]\n"
+    "                      [--rollback-to K] [--snapshot-at K] [--ctx N] [--act-q8k]\n"
     "  Writes float32 [n_tokens][n_vocab]; row i holds the logits after consuming token i.\n"
     "  --chunk N        feed N tokens per eval (1 = token-by-token decode; default: all at once)\n"
     "  --rollback-to K  after all tokens, roll back to K and feed tokens[K:] again (rows >= K from that pass)\n"
-    "  --snapshot-at K  after K tokens, save the state, drop the session, restore it into a new one, continue\n";
+    "  --snapshot-at K  after K tokens, save the state, drop the session, restore it into a new one, continue\n"
+    "  --act-q8k        quantize the activations of K / IQ weights to Q8_K as ggml does (changes the logits)\n";
 
 static int fail(const char *fmt, const char *a, const char *b) {
     fprintf(stderr, "dsflash logits: ");
@@ -142,6 +143,7 @@ static int cmd_logits(int argc, char **argv) {
         else if (!strcmp(a, "--rollback-to")) { NEEDV(); if (parse_int(v, 0, &rollback)) return fail("bad --rollback-to '%s'%s", v, ""); }
         else if (!strcmp(a, "--snapshot-at")) { NEEDV(); if (parse_int(v, 0, &snap)) return fail("bad --snapshot-at '%s'%s", v, ""); }
         else if (!strcmp(a, "--ctx")) { NEEDV(); if (parse_int(v, 1, &ctx)) return fail("bad --ctx '%s'%s", v, ""); }
+        else if (!strcmp(a, "--act-q8k")) ep.act_q8k = true;
         else if (!strcmp(a, "--numerics")) {
             NEEDV();
             if (!strcmp(v, "reference")) ep.numerics = DSF_NUMERICS_REFERENCE;

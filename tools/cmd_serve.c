@@ -31,6 +31,8 @@ static void usage(void) {
            "  --prefill-chunk N    prompt tokens per forward; other slots run between chunks (default 256)\n"
            "  --timeout S          close a connection idle for S seconds (default 600)\n"
            "  --numerics MODE      reference (default) or plain\n"
+           "  --act-q8k            quantize the activations of K / IQ weights to Q8_K as ggml does (faster\n"
+           "                       there; changes the results: opt-in)\n"
            "  --port-file FILE     write the bound port to FILE once listening\n"
            "\nDecoding slots share one batched forward per token (weights read once for all).\n"
            "One log line per request goes to stderr (DSF_LOG=0 silences it; DSF_LOG=2 adds one line\n"
@@ -71,6 +73,9 @@ static int cmd_serve(int argc, char **argv) {
             takes = 0;
         } else if (!strcmp(a, "--mmap")) {
             p.resident = -1;
+            takes = 0;
+        } else if (!strcmp(a, "--act-q8k")) {
+            p.act_q8k = true;
             takes = 0;
         }
         else if (!strcmp(a, "--numerics")) {

@@ -35,7 +35,9 @@ const char *const GEN_CLI_OPTIONS_HELP =
     "  --threads T        worker threads (default: all cores)\n"
     "  --numerics M       reference (official FP8/FP4 QDQ, default) | plain (fp32)\n"
     "  --no-repack        keep the routed experts in the file instead of repacking them in memory\n"
-    "  --mmap             read the dense weights from the file mapping instead of copying them into memory\n";
+    "  --mmap             read the dense weights from the file mapping instead of copying them into memory\n"
+    "  --act-q8k          quantize the activations of K / IQ weights to Q8_K as ggml does (faster there;\n"
+    "                     changes the results: opt-in)\n";
 
 void gen_cli_defaults(gen_cli_opts *o, const char *cmd) {
     memset(o, 0, sizeof *o);
@@ -96,6 +98,7 @@ int gen_cli_option(gen_cli_opts *o, int argc, char **argv, int *i) {
         else if (!strcmp(a, "--ignore-eos")) o->sp.ignore_eos = true;
         else if (!strcmp(a, "--no-repack")) o->repack = -1;
         else if (!strcmp(a, "--mmap")) o->resident = -1;
+        else if (!strcmp(a, "--act-q8k")) o->act_q8k = true;
         else return 0;
         return 1;
     }
@@ -163,6 +166,7 @@ int gen_cli_load(const gen_cli_opts *o, gen_cli_model *m) {
     ep.n_threads = o->n_threads;
     ep.repack = o->repack;
     ep.resident = o->resident;
+    ep.act_q8k = o->act_q8k;
     m->e = dsf_engine_open(o->model, &ep, err);
     if (!m->e) goto fail;
     m->tok = dsf_tokenizer_load(o->model, err);

@@ -20,6 +20,7 @@ typedef struct {
     dsf_numerics numerics;
     int repack;               /* dsf_engine_params.repack (--no-repack: -1) */
     int resident;             /* dsf_engine_params.resident (--mmap: -1) */
+    bool act_q8k;             /* dsf_engine_params.act_q8k (--act-q8k) */
     dsf_sampler_params sp;    /* sampling + max_tokens (-n) + stop strings */
     bool seed_set;
     bool think;               /* thinking_mode "thinking" (default) or "chat" */

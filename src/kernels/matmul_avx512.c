@@ -29,6 +29,7 @@
 
 #include "kernels/iq2k.h"
 #include "kernels/kquant.h"
+#include "kernels/q8k.h"
 #include "kernels/iq13.h"
 #include "kernels/tile512.h"
 
@@ -501,6 +502,13 @@ const dsf_kernels kernels_avx512 = {
         [GGML_TYPE_IQ3_S] = matmul_iq3s_f32_avx512,
         [GGML_TYPE_IQ1_S] = matmul_iq1s_f32_avx512,
         [GGML_TYPE_IQ1_M] = matmul_iq1m_f32_avx512,
+    },
+    .matmul_q8k = {
+        [GGML_TYPE_Q2_K] = mq8_q2_k_avx512, /* q8k_avx512.c */
+        [GGML_TYPE_Q3_K] = mq8_q3_k_avx512,
+        [GGML_TYPE_Q4_K] = mq8_q4_k_avx512,
+        [GGML_TYPE_Q5_K] = mq8_q5_k_avx512,
+        [GGML_TYPE_Q6_K] = mq8_q6_k_avx512,
     },
     .mxfp4r_xbf16 = xmm_mxfp4r_avx512,
     .act_to_bf16 = act_to_bf16,

@@ -63,6 +63,7 @@ dsf_engine *dsf_engine_open(const char *path, const dsf_engine_params *p, char *
     op_rope_freqs(e->rope.freq_compress, e->shape.n_rot, e->shape.compress_rope_base, e->shape.yarn,
                   e->shape.yarn_factor, e->shape.yarn_orig_ctx, e->shape.yarn_beta_fast, e->shape.yarn_beta_slow);
     e->numerics = p->numerics;
+    e->act_q8k = p->act_q8k;
     e->kern = kernels_get();
     int nt = p->n_threads;
     if (nt <= 0) {

@@ -84,7 +84,7 @@ static int64_t mm_min_grain(const fwd *f, const dsf_wmat *w, int64_t T) {
  * time, GB/s and GFLOP/s, slowest first. A debugging aid for speed work; off by default (one
  * branch per call). Process-wide counters without locks: meant for one engine driven by one
  * thread (bench, logits, run). */
-enum { PROF_TYPES = 3, PROF_PATHS = 2, PROF_PRODS = 96 };
+enum { PROF_TYPES = 3, PROF_PATHS = 3, PROF_PRODS = 96 };
 typedef struct {
     int64_t n_out, n_in;
     uint32_t type;
@@ -126,7 +126,7 @@ static void prof_report_prods(const char *phase, prof_phase *q, double per) {
 }
 
 static void prof_report(void) {
-    static const char *path[PROF_PATHS] = {"fp32 act", "bf16 act"};
+    static const char *path[PROF_PATHS] = {"fp32 act", "bf16 act", "q8k act"};
     static const char *type[PROF_TYPES] = {"dense", "mxfp4", "mxfp4 (n_in < 4096)"};
     for (int ph = 0; ph < 2; ph++) {
         prof_phase *q = &prof.ph[ph];
@@ -217,8 +217,8 @@ void fwd_profile_end(int64_t T, double t0) {
 #endif
 #define MM_TOK_GRAIN 16 /* tokens: whole 4-token tiles */
 
-/* A product's rows, claimed guided (or its tokens: above); path: 0 fp32 activations, 1 BF16
- * (the profile's split). */
+/* A product's rows, claimed guided (or its tokens: above); path: 0 fp32 activations, 1 BF16,
+ * 2 Q8_K (the profile's split). */
 static void run_mm(const fwd *f, const dsf_wmat *w, int64_t T, dsf_range_fn fn, dsf_range_fn tfn, void *job,
                    int path) {
     double t0 = prof_enabled() ? dsf_now() : 0;
@@ -232,8 +232,76 @@ static void run_mm(const fwd *f, const dsf_wmat *w, int64_t T, dsf_range_fn fn, 
     }
 }
 
+/* ---- the Q8_K activation mode (dsf_engine_params.act_q8k) ----
+ * A product whose weight type has a Q8_K dot (ggml's vec_dot_type of the K-quants and of these
+ * IQ types) quantizes its activation rows with quantize_row_q8k into f->sc->xb and runs the
+ * matmul_q8k kernels. Whether a product does depends on its weight only (type, n_in), never on
+ * T, so prefill and decode take the same family. n_in is at most 16384 (the twin's row buffer)
+ * and a row's blocks must fit f->sc->xb's share of one token (xb_cap / max_chunk). */
+static bool q8k_type(uint32_t t) {
+    switch (t) {
+    case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K:
+    case GGML_TYPE_IQ1_S: case GGML_TYPE_IQ1_M: case GGML_TYPE_IQ2_XXS: case GGML_TYPE_IQ2_XS:
+    case GGML_TYPE_IQ2_S: case GGML_TYPE_IQ3_XXS: case GGML_TYPE_IQ3_S: case GGML_TYPE_IQ4_XS: return true;
+    default: return false;
+    }
+}
+/* uint16_t elements of f->sc->xb that one row of n_in values takes as Q8_K blocks (64-byte multiple) */
+static int64_t q8k_elems(int64_t n_in) { return (n_in / 256 * (int64_t)sizeof(dsf_q8k) + 63) / 64 * 32; }
+bool fwd_q8k_on(const fwd *f, const dsf_wmat *w) {
+    return f->e->act_q8k && q8k_type(w->type) && w->n_in % 256 == 0 && w->n_in <= 16384 &&
+           q8k_elems(w->n_in) <= f->sc->xb_cap / (f->sc->max_chunk > 0 ? f->sc->max_chunk : 1);
+}
+
+typedef struct {
+    const dsf_kernels *k;
+    const dsf_wmat *w;
+    const dsf_q8k *x; /* T rows of n_in / 256 blocks */
+    int64_t T, ldy;
+    float *y;
+} mq_job;
+
+static void mq_range(void *ctx, int64_t i0, int64_t i1, int tid) {
+    (void)tid;
+    const mq_job *j = ctx;
+    kern_matmul_q8k(j->k, j->w, j->x, j->T, j->y, j->ldy, i0, i1);
+}
+
+static void mq_tok_range(void *ctx, int64_t t0, int64_t t1, int tid) {
+    (void)tid;
+    const mq_job *j = ctx;
+    kern_matmul_q8k(j->k, j->w, j->x + t0 * (j->w->n_in / 256), t1 - t0, j->y + t0 * j->ldy, j->ldy, 0, j->w->n_out);
+}
+
+typedef struct {
+    const float *x;
+    dsf_q8k *q;
+    int64_t n;
+} q8_job;
+
+static void q8_range(void *ctx, int64_t t0, int64_t t1, int tid) {
+    (void)tid;
+    const q8_job *j = ctx;
+    for (int64_t t = t0; t < t1; t++) quantize_row_q8k(j->x + t * j->n, j->n, j->q + t * (j->n / 256));
+}
+
+/* The blocks of T rows are contiguous (the kernels' layout), so T rows take T * n_in / 256
+ * blocks: within q8k_elems(n_in) * T. */
+static void mm_q8k(const fwd *f, const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy) {
+    if (f->e->mm_obs) f->e->mm_obs(f->e->mm_obs_user, w, x, NULL, T);
+    q8_job q = {x, (dsf_q8k *)(void *)f->sc->xb, w->n_in};
+    if (T == 1) q8_range(&q, 0, 1, 0);
+    else dsf_parallel_for_guided(f->e->pool, T, 16384 / w->n_in + 1, q8_range, &q);
+    mq_job j = {f->e->kern, w, q.q, T, ldy, y};
+    run_mm(f, w, T, mq_range, mq_tok_range, &j, 2);
+}
+
 void fwd_mm(const fwd *f, const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy) {
     if (T <= 0) return;
+    if (fwd_q8k_on(f, w)) {
+        mm_q8k(f, w, x, T, y, ldy);
+        return;
+    }
     if (f->e->mm_obs) f->e->mm_obs(f->e->mm_obs_user, w, x, NULL, T);
     mm_job j = {f->e->kern, w, x, T, ldy, y};
     run_mm(f, w, T, mm_range, mm_tok_range, &j, 0);
@@ -302,7 +370,7 @@ void fwd_mm_xb(const fwd *f, const dsf_wmat *w, const uint16_t *xb, int64_t T, f
 void fwd_mm_act(const fwd *f, const dsf_wmat *w, const float *xq, int64_t T, float *y, int64_t ldy) {
     if (T <= 0) return;
     /* QDQ'd values are exact in BF16; anything else (non-finite input) keeps the fp32 path */
-    if (!f->ref || !fwd_to_bf16(f, xq, T, w->n_in, f->sc->xb)) {
+    if (fwd_q8k_on(f, w) || !f->ref || !fwd_to_bf16(f, xq, T, w->n_in, f->sc->xb)) {
         fwd_mm(f, w, xq, T, y, ldy);
         return;
     }
@@ -311,8 +379,9 @@ void fwd_mm_act(const fwd *f, const dsf_wmat *w, const float *xq, int64_t T, flo
 
 typedef struct {
     const dsf_wmat *w;
-    const float *x;    /* fp32 path when xb is NULL */
+    const float *x;    /* fp32 path when xb and x8 are NULL */
     const uint16_t *xb;
+    const dsf_q8k *x8; /* the Q8_K mode (fwd_q8k_on) */
     float *y;
     int64_t r0, r1;
 } mm_unit;
@@ -331,7 +400,8 @@ static void multi_range(void *ctx, int64_t i0, int64_t i1, int tid) {
         const mm_unit *u = &j->u[i];
         int64_t r1 = u->r1;
         for (i++; i < i1 && j->u[i].w == u->w && j->u[i].y == u->y && j->u[i].r0 == r1; i++) r1 = j->u[i].r1;
-        if (u->xb) kern_matmul_xbf16(j->k, u->w, u->xb, 1, u->y, u->w->n_out, u->r0, r1);
+        if (u->x8) kern_matmul_q8k(j->k, u->w, u->x8, 1, u->y, u->w->n_out, u->r0, r1);
+        else if (u->xb) kern_matmul_xbf16(j->k, u->w, u->xb, 1, u->y, u->w->n_out, u->r0, r1);
         else kern_matmul(j->k, u->w, u->x, 1, u->y, u->w->n_out, u->r0, r1);
     }
 }
@@ -356,24 +426,38 @@ static void run_units(const fwd *f, mm_unit *units, int64_t nu) {
 
 #define MULTI_MAX 64    /* products per call */
 /* act: products as fwd_mm_act computes them (BF16 activations when exact in reference mode);
- * otherwise as fwd_mm does (the fp32 family). */
+ * otherwise as fwd_mm does (the fp32 family); either way the Q8_K mode's products (fwd_q8k_on) as
+ * mm_q8k does. f->sc->xb holds the copies: a BF16 one (act) and a Q8_K one per activation, made
+ * when a product needs it and the last one made of its kind was of another activation. */
 static void mm_multi(const fwd *f, int n, const dsf_wmat *const *w, const float *const *xq, float *const *y, bool act) {
     DSF_ASSERT(n >= 0 && n <= MULTI_MAX);
     mm_unit units[MULTI_UNITS];
     int64_t nu = 0, used = 0;
     const uint16_t *b = NULL;
+    const dsf_q8k *b8 = NULL;
+    const float *bsrc = NULL, *b8src = NULL; /* the activations of b and b8 */
     double t0 = prof_enabled() ? dsf_now() : 0;
     for (int i = 0; i < n; i++) {
         DSF_ASSERT(w[i]->n_in <= f->sc->xb_cap);
+        const bool q8 = fwd_q8k_on(f, w[i]);
         if (f->e->mm_obs) f->e->mm_obs(f->e->mm_obs_user, w[i], xq[i], NULL, 1);
-        if (act && (i == 0 || xq[i] != xq[i - 1])) { /* a new activation: its BF16 copy, if exact */
-            if (used + w[i]->n_in > f->sc->xb_cap) { /* full: run what refers to it first */
+        if (q8 ? xq[i] != b8src : act && xq[i] != bsrc) { /* a new activation: its copy */
+            const int64_t need = q8 ? q8k_elems(w[i]->n_in) : w[i]->n_in;
+            used = q8 ? (used + 31) / 32 * 32 : used; /* Q8_K blocks 64-byte aligned */
+            if (used + need > f->sc->xb_cap) { /* full: run what refers to it first */
                 run_units(f, units, nu);
                 nu = used = 0;
+                bsrc = b8src = NULL, b = NULL, b8 = NULL;
             }
             uint16_t *dst = f->sc->xb + used;
-            b = f->ref && kern_act_to_bf16(xq[i], dst, w[i]->n_in) ? dst : NULL;
-            if (b) used += w[i]->n_in;
+            if (q8) {
+                quantize_row_q8k(xq[i], w[i]->n_in, dst);
+                b8 = (const dsf_q8k *)(const void *)dst, b8src = xq[i], used += need;
+            } else {
+                b = f->ref && kern_act_to_bf16(xq[i], dst, w[i]->n_in) ? dst : NULL;
+                bsrc = xq[i];
+                if (b) used += w[i]->n_in;
+            }
         }
         const int64_t grain = mm_grain(f, w[i]);
         for (int64_t r = 0; r < w[i]->n_out; r += grain) {
@@ -381,7 +465,8 @@ static void mm_multi(const fwd *f, int n, const dsf_wmat *const *w, const float 
                 run_units(f, units, nu);
                 nu = 0;
             }
-            units[nu++] = (mm_unit){w[i], xq[i], b, y[i], r, r + grain < w[i]->n_out ? r + grain : w[i]->n_out};
+            units[nu++] = (mm_unit){w[i], xq[i], q8 ? NULL : b, q8 ? b8 : NULL, y[i], r,
+                                    r + grain < w[i]->n_out ? r + grain : w[i]->n_out};
         }
     }
     run_units(f, units, nu);
@@ -390,7 +475,7 @@ static void mm_multi(const fwd *f, int n, const dsf_wmat *const *w, const float 
         double tot = 0, dt = dsf_now() - t0;
         for (int i = 0; i < n; i++) tot += (double)wmat_row_read_bytes(w[i]) * (double)w[i]->n_out;
         for (int i = 0; i < n; i++)
-            prof_mm(f, w[i], 1, act && f->ref, dsf_now() - dt * (double)wmat_row_read_bytes(w[i]) * (double)w[i]->n_out / tot);
+            prof_mm(f, w[i], 1, fwd_q8k_on(f, w[i]) ? 2 : act && f->ref, dsf_now() - dt * (double)wmat_row_read_bytes(w[i]) * (double)w[i]->n_out / tot);
     }
 }
 

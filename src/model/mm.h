@@ -24,6 +24,11 @@ void fwd_mm_act(const fwd *f, const dsf_wmat *w, const float *xq, int64_t T, flo
  * fwd_mm_xb: y = w . xb with the BF16-activation kernels. */
 bool fwd_to_bf16(const fwd *f, const float *x, int64_t T, int64_t n, uint16_t *xb);
 void fwd_mm_xb(const fwd *f, const dsf_wmat *w, const uint16_t *xb, int64_t T, float *y, int64_t ldy);
+/* True when w's products run in the Q8_K activation mode (dsf_engine_params.act_q8k on, a
+ * weight type with a Q8_K dot, n_in a multiple of 256 up to 16384): fwd_mm, fwd_mm_act and the
+ * multi-product jobs then quantize the activations to Q8_K (f->sc->xb) and use the matmul_q8k
+ * kernels; callers that would hand w BF16 copies (fwd_mm_xb) must take fwd_mm_act instead. */
+bool fwd_q8k_on(const fwd *f, const dsf_wmat *w);
 /* Activation prep for an FP8/FP4 projection: in reference mode copies x[T][n] to xq and
  * applies QDQ_FP8 (groups of 32 along n) and returns xq; in plain mode returns x. */
 const float *fwd_act(const fwd *f, const float *x, int64_t T, int64_t n, float *xq);

@@ -118,6 +118,7 @@ struct dsf_engine {
     dsf_weights w;
     dsf_rope rope;
     dsf_numerics numerics;
+    bool act_q8k; /* dsf_engine_params.act_q8k: Q8_K activations for the K / IQ weights (mm.c) */
     const dsf_kernels *kern;
     dsf_pool *pool;
     uint64_t model_id; /* hash of the header (keys + tensor table), recorded in snapshots */

@@ -248,10 +248,13 @@ void moe_forward(const fwd *f, int64_t il, const float *v, float *out) {
     /* the BF16 inputs (expert's BF16 path) in sc->ex, which holds 2 x T x D of them: the chunk's,
      * then an expert's gathered rows. A non-finite input keeps the fp32 path for the layer, and
      * so do FFN widths that are not a multiple of 32 (down_range's QDQ is per row, fwd_act's
-     * then runs over the whole chunk). */
+     * then runs over the whole chunk), and the Q8_K mode. */
     uint16_t *vqb = (uint16_t *)(void *)sc->ex, *exb = vqb + T * D;
     const char *knob = dsf_knob("DSF_MOE_XB"); /* "0": the fp32 path (tests compare the two) */
-    const bool xb = f->ref && !(knob && strcmp(knob, "0") == 0) && L->gate_exps.n_out % 32 == 0 &&
+    /* the Q8_K mode's products take fwd_mm_act, never BF16 copies */
+    const bool q8 = fwd_q8k_on(f, &L->gate_exps) || fwd_q8k_on(f, &L->up_exps) || fwd_q8k_on(f, &L->down_exps) ||
+                    fwd_q8k_on(f, &L->gate_sh) || fwd_q8k_on(f, &L->up_sh) || fwd_q8k_on(f, &L->down_sh);
+    const bool xb = f->ref && !q8 && !(knob && strcmp(knob, "0") == 0) && L->gate_exps.n_out % 32 == 0 &&
                     L->gate_sh.n_out % 32 == 0 && fwd_to_bf16(f, vq, T, D, vqb);
     for (int64_t e = 0; e < E; e++) { /* increasing expert id: the fp32 accumulation order */
         int64_t n = 0;

@@ -404,6 +404,7 @@ srv_server *srv_start(const srv_params *p, char *err) {
     ep.n_threads = p->n_threads;
     ep.repack = p->repack;
     ep.resident = p->resident;
+    ep.act_q8k = p->act_q8k;
     ep.numerics = p->numerics;
     s->e = dsf_engine_open(p->model_path, &ep, err);
     if (!s->e) goto fail;

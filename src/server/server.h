@@ -35,6 +35,7 @@ typedef struct {
     int n_threads;          /* engine worker threads; <= 0: all cores */
     int repack;             /* dsf_engine_params.repack */
     int resident;           /* dsf_engine_params.resident */
+    bool act_q8k;           /* dsf_engine_params.act_q8k */
     size_t max_body;        /* request body limit in bytes; default 8 MiB */
     int max_queue;          /* requests waiting for a slot before 503; default 256 */
     int keepalive_ms;       /* SSE keep-alive comment period while nothing is sent; default 5000 */
