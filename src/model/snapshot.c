@@ -47,6 +47,11 @@ static uint64_t data_id(dsf_engine *e) {
 
 #define SNAP_MAGIC "DSFSNAP\0"
 #define SNAP_VERSION 3u
+/* The header's numerics field: the numerics mode, plus SNAP_Q8K when the engine runs the Q8_K
+ * activation mode (its products differ, so its state is not the exact mode's). Snapshots of the
+ * exact modes keep the values 0 and 1 they always had. */
+#define SNAP_Q8K 0x100u
+static uint32_t snap_mode(const dsf_engine *e) { return (uint32_t)e->numerics | (e->act_q8k ? SNAP_Q8K : 0u); }
 
 typedef struct {
     char magic[8];
@@ -62,7 +67,7 @@ int dsf_session_save(const dsf_session *s, uint8_t **out, size_t *len, char *err
     memset(&h, 0, sizeof h);
     memcpy(h.magic, SNAP_MAGIC, 8);
     h.version = SNAP_VERSION;
-    h.numerics = (uint32_t)s->e->numerics;
+    h.numerics = snap_mode(s->e);
     h.model_id = s->e->model_id;
     h.data_id = data_id(s->e);
     h.n = (uint64_t)n;
@@ -117,9 +122,10 @@ int dsf_session_restore(dsf_session *s, const uint8_t *data, size_t len, char *e
     if (h.model_id != s->e->model_id || h.data_id != data_id(s->e) || h.n_layer != (uint64_t)sh->n_layer || h.head_dim != (uint64_t)sh->head_dim ||
         h.idx_dim != (uint64_t)sh->idx_dim)
         return dsf_seterr(err, "snapshot was made with a different model or shape");
-    if (h.numerics != (uint32_t)s->e->numerics)
-        return dsf_seterr(err, "snapshot was made in numerics mode %s, the engine runs %s",
-                          h.numerics ? "plain" : "reference", s->e->numerics ? "plain" : "reference");
+    if (h.numerics != snap_mode(s->e))
+        return dsf_seterr(err, "snapshot was made in numerics mode %s%s, the engine runs %s%s",
+                          h.numerics & 0xFF ? "plain" : "reference", h.numerics & SNAP_Q8K ? " with Q8_K activations" : "",
+                          s->e->numerics ? "plain" : "reference", s->e->act_q8k ? " with Q8_K activations" : "");
     if (h.n > (uint64_t)s->kv.max_ctx)
         return dsf_seterr(err, "snapshot holds %llu tokens; the session's context is %lld", (unsigned long long)h.n,
                           (long long)s->kv.max_ctx);

@@ -133,3 +133,39 @@ TEST(actq8k_tiny41_unchanged) {
     free(a);
     free(b);
 }
+
+/* A snapshot records the activation mode: a session saved with Q8_K activations is refused by an
+ * engine of the same model without them (its state holds other values), and the other way round;
+ * the same mode restores. */
+TEST(actq8k_snapshot_mode_checked) {
+    tm_params p;
+    tm_params_default(&p);
+    char err[DSF_ERR_LEN];
+    const char *in = tm_path("q8snap");
+    CHECKF(tm_write(&p, in, NULL, NULL, err) == 0, "%s", err);
+    dsf_engine *e[2];
+    for (int m = 0; m < 2; m++) {
+        dsf_engine_params ep;
+        dsf_engine_params_default(&ep);
+        ep.n_threads = 2;
+        ep.act_q8k = m == 1;
+        e[m] = dsf_engine_open(in, &ep, err);
+        CHECKF(e[m], "%s", err);
+    }
+    for (int m = 0; m < 2; m++) {
+        dsf_session *s = dsf_session_new(e[m], 32, err), *o = dsf_session_new(e[1 - m], 32, err),
+                    *same = dsf_session_new(e[m], 32, err);
+        CHECK(s && o && same && dsf_session_eval(s, q8_tok, 4, NULL, false, err) == 0);
+        uint8_t *buf = NULL;
+        size_t len = 0;
+        CHECK(dsf_session_save(s, &buf, &len, err) == 0);
+        CHECKF(dsf_session_restore(o, buf, len, err) < 0 && strstr(err, "Q8_K activations"), "mode %d: '%s'", m, err);
+        CHECKF(dsf_session_restore(same, buf, len, err) == 0 && dsf_session_n_past(same) == 4, "%s", err);
+        free(buf);
+        dsf_session_free(s);
+        dsf_session_free(o);
+        dsf_session_free(same);
+    }
+    dsf_engine_close(e[0]);
+    dsf_engine_close(e[1]);
+}
