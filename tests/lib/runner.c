@@ -3,12 +3,19 @@
  * "N passed, N failed, N skipped". Each test runs in a forked child so that a crash counts
  * as a failure and the run goes on.
  *
+ * Each test gets its own empty temp dir (test_tmpdir: /tmp/dsflash-test-<runner pid>-<test index>,
+ * removed first if a reused pid left one, and removed with everything in it when the test ends
+ * unless DSF_TEST_KEEP is set): a stale file of an earlier run can neither pass nor fail a test,
+ * and runs leave nothing in /tmp.
+ *
  * Invariant, checked before anything runs (exit 2 with one line per offender): a test's name
  * starts with its file's base name and "_" (every TEST in tests/unit/tokenizer.c is
  * tokenizer_<something>), and no two tests share a name. */
 #include "test.h"
 
 #include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -64,14 +71,22 @@ const char *test_bin(void) {
     return b ? b : "build/dsflash";
 }
 
+static char g_tmpdir[256]; /* set by main before each test's fork */
+
 const char *test_tmpdir(void) {
-    static char dir[256];
-    if (!dir[0]) {
-        snprintf(dir, sizeof dir, "/tmp/dsflash-test-%d", (int)getpid());
-        mkdir(dir, 0700);
-    }
-    return dir;
+    if (!g_tmpdir[0]) snprintf(g_tmpdir, sizeof g_tmpdir, "/tmp/dsflash-test-%d", (int)getpid());
+    mkdir(g_tmpdir, 0700); /* the test may have removed it */
+    return g_tmpdir;
 }
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    remove(path); /* best effort: what cannot be removed stays, and the walk goes on */
+    return 0;
+}
+
+/* Removes dir and everything below it (no symlink is followed). */
+static void rm_tree(const char *dir) { nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
 int test_run(const char *cmd, char *out, size_t cap) {
     FILE *p = popen(cmd, "r");
@@ -156,6 +171,8 @@ int main(int argc, char **argv) {
         double t0 = (double)clock();
         struct timespec a, b;
         clock_gettime(CLOCK_MONOTONIC, &a);
+        snprintf(g_tmpdir, sizeof g_tmpdir, "/tmp/dsflash-test-%d-%d", (int)getpid(), i);
+        rm_tree(g_tmpdir);
         fflush(stdout);
         pid_t pid = fork();
         if (pid == 0) {
@@ -165,6 +182,7 @@ int main(int argc, char **argv) {
         }
         int st = 0;
         while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+        if (!getenv("DSF_TEST_KEEP")) rm_tree(g_tmpdir);
         clock_gettime(CLOCK_MONOTONIC, &b);
         (void)t0;
         double secs = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
