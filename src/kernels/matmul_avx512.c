@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "kernels/iq2k.h"
+#include "kernels/q8k_iq.h"
 #include "kernels/kquant.h"
 #include "kernels/iq13.h"
 #include "kernels/tile512.h"
@@ -501,6 +502,10 @@ const dsf_kernels kernels_avx512 = {
         [GGML_TYPE_IQ3_S] = matmul_iq3s_f32_avx512,
         [GGML_TYPE_IQ1_S] = matmul_iq1s_f32_avx512,
         [GGML_TYPE_IQ1_M] = matmul_iq1m_f32_avx512,
+    },
+    .matmul_q8k = {
+        [GGML_TYPE_IQ4_XS] = q8k_iq4_xs_avx512, /* q8k_iq_avx512.c */
+        [GGML_TYPE_IQ2_XXS] = q8k_iq2_xxs_avx512,
     },
     .mxfp4r_xbf16 = xmm_mxfp4r_avx512,
     .act_to_bf16 = act_to_bf16,

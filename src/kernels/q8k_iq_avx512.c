@@ -1,0 +1,338 @@
+/* q8k_iq_avx512.c: AVX-512 (VNNI, VBMI) matmul kernels of IQ4_XS and IQ2_XXS weights with Q8_K
+ * activations (matmul.h matmul_q8k_fn, the opt-in mode), decode (T = 1) and prefill (T > 1).
+ * Compiled with the Makefile's AVX512_FLAGS only; the entries sit in kernels_avx512
+ * (matmul_avx512.c) and run only where select.c chose that table.
+ *
+ * Owns: these two types' super-block decoders to int8 weight codes, the activations' per-call
+ * reordering (q8_sb) and the tiles. Must not: allocate (the panels and the reordered activations
+ * are on the stack), call select.c, or change an activation code. Rows whose n_in is not a
+ * multiple of 256 or is above 16384 go to the scalar twin matmul_q8k_any_ref.
+ *
+ * Numerics. A weight is m * q: q a small integer (IQ4_XS: a grid_iq4nl entry, -127..113;
+ * IQ2_XXS: +-8, 25 or 43, a grid value with its sign) and m its group's multiplier (one per 32
+ * weights: d * (ls - 32), resp. d * (0.5 + s) * 0.25; both exact in fp32). The q are stored as
+ * the unsigned bytes 128 + q and meet the int8 activation codes in vpdpbusd, each dword lane
+ * summing products of one group; the lane starts from -128 times the sum of the activation codes
+ * it will meet (q8_sb.nc, computed once per token by vpdpbusd of 128s), so it ends holding the
+ * exact integer sum of q * code over its 16 products (|.| < 2^19, exact in fp32). Per super-
+ * block and (row, token): f = float(lane) * m, then acc = fma(f, d_x, acc) in 16 lanes; the
+ * accumulator is summed by red4 / red4x4's lane tree per K chunk of KB super-blocks and the
+ * chunks' sums are added in order. Each output is thus the exact product up to fp32 rounding.
+ *
+ * Layout: a super-block of a row becomes 4 byte vectors W[k] (qword q: 8 weights of group q;
+ * which 8: the q8_sb permutation of the type) and S (dword lanes 2q, 2q + 1: group q's m); the
+ * activations are reordered to match (q8_sb.x[k], byte 8q + b <- element 32q + f(k, b)).
+ *
+ * Batch invariance: the integer lane sums are exact, so their order is free; the fp32 steps
+ * above run in the same order for every (row, token) whatever T, the tile and the row range:
+ * T = 1 decodes each super-block on the fly; T > 1 decodes a row tile's K chunk once into a
+ * panel and runs 4-token tiles over it. */
+#include "kernels/q8k_iq.h"
+
+#if defined(__x86_64__) && defined(__AVX512F__)
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/grids.h"
+#include "kernels/tile512.h"
+
+#define QK 256      /* weights per super-block */
+#define KB 4        /* K chunk in super-blocks, every T */
+#define ITC 64      /* tokens per chunk (T > 1): the chunk's reordered activations stay in L2 */
+#define Q8_MAX_IN 16384
+
+/* One token's super-block, reordered for a type. */
+typedef struct {
+    int8_t x[4][64];  /* vector k, byte 8q + b: the code of element 32q + f(k, b) */
+    int32_t nc[16];   /* -128 * the sum of the codes that meet dword lane l (over the 4 vectors) */
+    float d;          /* the block's scale */
+    uint8_t pad_[60];
+} q8_sb;
+_Static_assert(sizeof(q8_sb) == 384, "q8_sb: six cache lines");
+
+/* The reorder within a pair of groups (64 codes): byte 8j + b <- 32 (j / 4) + f(j % 4, b).
+ * IQ2_XXS f(k, b) = 16 (k / 2) + 2b + k % 2; IQ4_XS f(k, b) = 8 (k / 2) + b + 16 (k % 2). */
+#define ROW8(F, j) F(j, 0), F(j, 1), F(j, 2), F(j, 3), F(j, 4), F(j, 5), F(j, 6), F(j, 7)
+#define ALL64(F) ROW8(F, 0), ROW8(F, 1), ROW8(F, 2), ROW8(F, 3), ROW8(F, 4), ROW8(F, 5), ROW8(F, 6), ROW8(F, 7)
+#define F_IQ2(j, b) (32 * ((j) >> 2) + 16 * (((j) & 3) >> 1) + 2 * (b) + ((j) & 1))
+#define F_IQ4(j, b) (32 * ((j) >> 2) + 8 * (((j) & 3) >> 1) + (b) + 16 * ((j) & 1))
+static const uint8_t pair_iq2xxs[64] __attribute__((aligned(64))) = {ALL64(F_IQ2)};
+static const uint8_t pair_iq4xs[64] __attribute__((aligned(64))) = {ALL64(F_IQ4)};
+
+/* IQ2_XXS, two rows' 64 grid indices in one vector: byte 16L + 8t + 4m + k <- row t's group
+ * 2L + m, index k (row t's super-block from byte 64t), so that unpacklo / unpackhi of the two
+ * looked-up code bytes give row 0's / row 1's group q codes in qword q. */
+#define IX2(j, b) (64 * ((j) & 1) + 16 * ((j) >> 1) + 8 * ((b) >> 2) + ((b) & 3))
+static const uint8_t ix_iq2xxs[64] __attribute__((aligned(64))) = {ALL64(IX2)};
+
+/* (c0 | c1 << 2 | s0 << 4 | s1 << 5; bits 6, 7 ignored) -> 128 + element 0's signed value
+ * (lo), resp. element 1's (hi); class code c: 0, 1, 2 = 8, 25, 43. */
+#define GV(c) ((c) == 0 ? 8 : (c) == 1 ? 25 : (c) == 2 ? 43 : 0)
+#define SV(c, s) (uint8_t)(128 + ((s) ? -GV(c) : GV(c)))
+#define T_LO(j, b) SV((8 * (j) + (b)) & 3, ((8 * (j) + (b)) >> 4) & 1)
+#define T_HI(j, b) SV(((8 * (j) + (b)) >> 2) & 3, ((8 * (j) + (b)) >> 5) & 1)
+static const uint8_t iq2_lo[64] __attribute__((aligned(64))) = {ALL64(T_LO)};
+static const uint8_t iq2_hi[64] __attribute__((aligned(64))) = {ALL64(T_HI)};
+#undef T_HI
+#undef T_LO
+#undef SV
+#undef GV
+#undef IX2
+#undef F_IQ4
+#undef F_IQ2
+#undef ALL64
+#undef ROW8
+
+INLINE float f16at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+/* Reorders nb super-blocks of one token's activations by the pair table pt into o. */
+static void prep_x(const dsf_q8k *x, int64_t nb, const uint8_t *pt, q8_sb *o) {
+    const __m512i pi = _mm512_load_si512((const void *)pt), ones = _mm512_set1_epi8((char)0x80);
+    const __m512i qi = _mm512_setr_epi64(0, 4, 8, 12, 0, 4, 8, 12);
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i v[4], c = _mm512_setzero_si512();
+        UNROLL for (int i = 0; i < 4; i++) v[i] = _mm512_permutexvar_epi8(pi, _mm512_loadu_si512((const void *)(x[b].qs + 64 * i)));
+        UNROLL for (int k = 0; k < 4; k++) { /* qword q <- v[q / 2] qword 4 (q % 2) + k */
+            const __m512i ik = _mm512_add_epi64(qi, _mm512_set1_epi64(k));
+            __m512i xk = _mm512_shuffle_i64x2(_mm512_permutex2var_epi64(v[0], ik, v[1]), _mm512_permutex2var_epi64(v[2], ik, v[3]), 0x44);
+            _mm512_store_si512((void *)o[b].x[k], xk);
+            c = _mm512_dpbusd_epi32(c, ones, xk);
+        }
+        _mm512_store_si512((void *)o[b].nc, _mm512_sub_epi32(_mm512_setzero_si512(), c));
+        o[b].d = x[b].d;
+    }
+}
+
+/* grid_iq2xxs as 2-bit class codes (value >> 4: 8, 25, 43 -> 0, 1, 2): c[i] elements 0-3 of
+ * entry i, c[256 + i] elements 4-7, element j at bits 2 (j % 4). Built per call (~60 cycles). */
+static void iq2xxs_class_codes(uint8_t *c) {
+    const __m128i ev = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    for (int i = 0; i < 256; i += 8) {
+        __m512i k = _mm512_and_si512(_mm512_srli_epi16(_mm512_loadu_si512((const void *)(grid_iq2xxs + i)), 4), _mm512_set1_epi8(3));
+        __m512i d = _mm512_madd_epi16(_mm512_maddubs_epi16(k, _mm512_set1_epi16(0x0401)), _mm512_set1_epi32(0x00100001));
+        __m128i b = _mm_shuffle_epi8(_mm512_cvtepi32_epi8(d), ev);
+        _mm_storel_epi64((__m128i *)(void *)(c + i), b);
+        _mm_storel_epi64((__m128i *)(void *)(c + 256 + i), _mm_unpackhi_epi64(b, b));
+    }
+}
+
+/* 64 lookups (byte indices idx) in the 256-byte table t. */
+INLINE __m512i look256(const uint8_t *t, __m512i idx) {
+    const __m512i *v = (const __m512i *)(const void *)t;
+    return _mm512_mask_blend_epi8(_mm512_movepi8_mask(idx), _mm512_permutex2var_epi8(v[0], idx, v[1]),
+                                  _mm512_permutex2var_epi8(v[2], idx, v[3]));
+}
+
+/* IQ2_XXS {f16 d; 8 x (u8 idx[4]; u32 signs 7k.. | s << 28)}, two rows -> W[t][k], S[t]. */
+INLINE void dec2_iq2xxs(const uint8_t *const *p, const uint8_t *codes, __m512i (*W)[4], __m512 *S) {
+    const __m512i g0 = _mm512_loadu_si512((const void *)(p[0] + 2)), g1 = _mm512_loadu_si512((const void *)(p[1] + 2));
+    const __m512i idx = _mm512_permutex2var_epi8(g0, _mm512_load_si512((const void *)ix_iq2xxs), g1);
+    const __m512i lo = look256(codes, idx), hi = look256(codes + 256, idx);
+    const __m512i cq[2] = {_mm512_unpacklo_epi8(lo, hi), _mm512_unpackhi_epi8(lo, hi)};
+    /* sign masks: qword q bytes 0-3 row 0's group q, bytes 4-7 row 1's (selectors at 32 + 7k) */
+    const __m512i sel = _mm512_mask_blend_epi8(0xF0F0F0F0F0F0F0F0ull, _mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x352E2720ll), g0),
+                                               _mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x352E272000000000ll), g1));
+    const __m512i sg = _mm512_permutex2var_epi8(_mm512_loadu_si512((const void *)grid_iq2_signs), sel,
+                                                _mm512_loadu_si512((const void *)(grid_iq2_signs + 64)));
+    const __m512i tlo = _mm512_load_si512((const void *)iq2_lo), thi = _mm512_load_si512((const void *)iq2_hi);
+    const __m512 mul = _mm512_setr_ps(0.125f, 0.375f, 0.625f, 0.875f, 1.125f, 1.375f, 1.625f, 1.875f, 2.125f, 2.375f,
+                                      2.625f, 2.875f, 3.125f, 3.375f, 3.625f, 3.875f); /* (0.5 + s) / 4 */
+    UNROLL for (int t = 0; t < 2; t++) {
+        UNROLL for (int h = 0; h < 2; h++) {
+            /* byte b: codes of elements 16h + 2b, + 1 (bits 0-3), their signs (bits 4-5) */
+            const uint64_t cb = (uint64_t)(32 * h) * 0x0101010101010101ull + 0x1C1814100C080400ull;
+            const uint64_t sb = ((uint64_t)(16 * h + 32 * t) * 0x0101010101010101ull + 0x0A08060402003E3Cull) & 0x3F3F3F3F3F3F3F3Full;
+            __m512i n = _mm512_ternarylogic_epi32(_mm512_multishift_epi64_epi8(_mm512_set1_epi64((long long)cb), cq[t]),
+                                                  _mm512_multishift_epi64_epi8(_mm512_set1_epi64((long long)sb), sg),
+                                                  _mm512_set1_epi8(0x0F), 0xE4);
+            W[t][2 * h] = _mm512_permutexvar_epi8(n, tlo);
+            W[t][2 * h + 1] = _mm512_permutexvar_epi8(n, thi);
+        }
+        const __m512i sc = _mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x0000003C0000003Cll), t ? g1 : g0);
+        S[t] = _mm512_mul_ps(_mm512_set1_ps(f16at(p[t])), _mm512_permutexvar_ps(sc, mul));
+    }
+}
+
+/* IQ4_XS {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]} -> W[k], S. tab: 128 + grid_iq4nl
+ * at every index's low 4 bits. */
+INLINE void dec_iq4xs(const uint8_t *b, __m512i tab, __m512i *W, __m512 *S) {
+    const __m512i z0 = _mm512_loadu_si512((const void *)(b + 8)), z1 = _mm512_loadu_si512((const void *)(b + 72));
+    const __m512i ev = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14);
+    UNROLL for (int h = 0; h < 2; h++) { /* qword q: bytes 8h .. 8h + 7 of group q */
+        __m512i n = _mm512_permutex2var_epi64(z0, _mm512_add_epi64(ev, _mm512_set1_epi64(h)), z1);
+        W[2 * h] = _mm512_permutexvar_epi8(n, tab);
+        W[2 * h + 1] = _mm512_permutexvar_epi8(_mm512_srli_epi16(n, 4), tab);
+    }
+    /* byte l: group l / 2's scales_l nibble (bits 0-3) and scales_h bits (bits 4-5) */
+    uint64_t hd;
+    memcpy(&hd, b, 8); /* d | scales_h << 16 | scales_l << 32 */
+    const __m128i v = _mm_set1_epi64x((long long)hd);
+    const __m128i lo = _mm_multishift_epi64_epi8(_mm_set_epi64x(0x3C3C383834343030ll, 0x2C2C282824242020ll), v);
+    const __m128i hi = _mm_multishift_epi64_epi8(_mm_set_epi64x(0x1A1A181816161414ll, 0x121210100E0E0C0Cll), v);
+    const __m512i ls = _mm512_and_si512(_mm512_cvtepu8_epi32(_mm_ternarylogic_epi32(lo, hi, _mm_set1_epi8(0x0F), 0xE4)),
+                                        _mm512_set1_epi32(63));
+    const float d = f16at(b);
+    *S = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ls), _mm512_set1_ps(d), _mm512_set1_ps(-32.0f * d)); /* d (ls - 32), exact */
+}
+
+/* Two rows' super-blocks of either type (p[t]) -> W[t], S[t]. */
+INLINE void dec2(const int iq2, const uint8_t *const *p, const uint8_t *codes, __m512i (*W)[4], __m512 *S) {
+    if (iq2) {
+        dec2_iq2xxs(p, codes, W, S);
+        return;
+    }
+    const __m512i tab = _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)grid_iq4nl)),
+                                         _mm512_set1_epi8((char)0x80));
+    dec_iq4xs(p[0], tab, W[0], &S[0]);
+    dec_iq4xs(p[1], tab, W[1], &S[1]);
+}
+
+/* One super-block of one (row, token) into acc (the order every tile keeps). */
+INLINE __m512 sb_dot(const __m512i *W, __m512 S, const q8_sb *xb, __m512 acc) {
+    __m512i a = _mm512_load_si512((const void *)xb->nc);
+    UNROLL for (int k = 0; k < 4; k++) a = _mm512_dpbusd_epi32(a, W[k], _mm512_load_si512((const void *)xb->x[k]));
+    return _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(a), S), _mm512_set1_ps(xb->d), acc);
+}
+
+/* ---- tiles ---- */
+
+/* T = 1: the 4 rows wr (their outputs' indices rr, -1: dropped) against the reordered token xs,
+ * chunk by chunk (KB super-blocks: acc from zero, red4, added to y in chunk order). */
+INLINE void t1_tile(const int iq2, const uint8_t *const *wr, const int64_t *rr, const q8_sb *xs, int64_t nb,
+                    const uint8_t *codes, float *y) {
+    const int64_t bb = iq2 ? 66 : 136;
+    for (int64_t b0 = 0; b0 < nb; b0 += KB) {
+        __m512 a[4];
+        float o[4];
+        UNROLL for (int r = 0; r < 4; r++) a[r] = _mm512_setzero_ps();
+        for (int64_t b = b0; b < b0 + KB && b < nb; b++)
+            UNROLL for (int rp = 0; rp < 4; rp += 2) {
+                const uint8_t *p[2] = {wr[rp] + b * bb, wr[rp + 1] + b * bb};
+                __m512i W[2][4];
+                __m512 S[2];
+                _mm_prefetch((const char *)(p[0] + PF_DIST), _MM_HINT_T0);
+                _mm_prefetch((const char *)(p[1] + PF_DIST), _MM_HINT_T0);
+                dec2(iq2, p, codes, W, S);
+                UNROLL for (int t = 0; t < 2; t++) a[rp + t] = sb_dot(W[t], S[t], xs + b, a[rp + t]);
+            }
+        red4(a, o);
+        for (int i = 0; i < 4; i++)
+            if (rr[i] >= 0) y[rr[i]] = b0 == 0 ? o[i] : y[rr[i]] + o[i];
+    }
+}
+
+/* A row tile's K chunk decoded (T > 1). */
+typedef struct {
+    __m512i w[4][KB][4];
+    __m512 s[4][KB];
+} q8_panel;
+
+INLINE void fill_panel(const int iq2, const uint8_t *const *wr, int64_t b0, int64_t b1, const uint8_t *codes,
+                       q8_panel *pn) {
+    const int64_t bb = iq2 ? 66 : 136;
+    for (int rp = 0; rp < 4; rp += 2)
+        for (int64_t b = b0; b < b1; b++) {
+            const uint8_t *p[2] = {wr[rp] + b * bb, wr[rp + 1] + b * bb};
+            __m512i W[2][4];
+            __m512 S[2];
+            dec2(iq2, p, codes, W, S);
+            UNROLL for (int t = 0; t < 2; t++) {
+                UNROLL for (int k = 0; k < 4; k++) pn->w[rp + t][b - b0][k] = W[t][k];
+                pn->s[rp + t][b - b0] = S[t];
+            }
+        }
+}
+
+/* T > 1: the panel's 4 rows x 4 tokens (xt[j]: token j's reordered chunk) over nsb super-blocks;
+ * out[t * 4 + r]. */
+static void tn_tile(const q8_panel *pn, const q8_sb *const *xt, int nsb, float *out) {
+    __m512 a[4][4];
+    UNROLL for (int r = 0; r < 4; r++)
+        UNROLL for (int t = 0; t < 4; t++) a[r][t] = _mm512_setzero_ps();
+    for (int k = 0; k < nsb; k++)
+        UNROLL for (int r = 0; r < 4; r++)
+            UNROLL for (int t = 0; t < 4; t++) a[r][t] = sb_dot(pn->w[r][k], pn->s[r][k], xt[t] + k, a[r][t]);
+    red4x4(a, out);
+}
+
+/* ---- drivers ---- */
+
+/* T = 1: tiles of 4 rows from far-apart streams (tile512.h). */
+INLINE void run_t1(const int iq2, const dsf_wmat *w, const q8_sb *xs, float *y, int64_t r0, int64_t r1,
+                   const uint8_t *codes) {
+    const int64_t len = t1_stream_len(r0, r1, 4, 1);
+    for (int64_t k = 0; k < len; k++) {
+        const uint8_t *wr[4];
+        int64_t rr[4];
+        t1_tile_rows(w, r0, r1, len, k, 4, 1, rr, wr);
+        t1_tile(iq2, wr, rr, xs, w->n_in / QK, codes, y);
+    }
+}
+
+/* T > 1: token chunks of ITC (reordered per K chunk), K chunks of KB super-blocks, row tiles of
+ * 4 rows decoded once into a panel, token tiles of 4 over it; edge tiles repeat the last row or
+ * token and drop those results. */
+INLINE void run_tn(const int iq2, const dsf_wmat *w, const dsf_q8k *x, int64_t T, float *y, int64_t ldy, int64_t r0,
+                   int64_t r1, const uint8_t *codes) {
+    const int64_t nb = w->n_in / QK, len = t1_stream_len(r0, r1, 4, 1);
+    q8_panel pn __attribute__((aligned(64)));
+    q8_sb xs[ITC][KB] __attribute__((aligned(64))); /* 96 KiB */
+    for (int64_t tc = 0, nt; tc < T; tc += nt) {
+        nt = T - tc < ITC ? T - tc : ITC;
+        for (int64_t b0 = 0, kb; b0 < nb; b0 += kb) {
+            kb = nb - b0 < KB ? nb - b0 : KB;
+            for (int64_t j = 0; j < nt; j++) prep_x(x + (tc + j) * nb + b0, kb, iq2 ? pair_iq2xxs : pair_iq4xs, xs[j]);
+            for (int64_t k = 0; k < len; k++) {
+                const uint8_t *wr[4];
+                int64_t rr[4];
+                t1_tile_rows(w, r0, r1, len, k, 4, 1, rr, wr);
+                fill_panel(iq2, wr, b0, b0 + kb, codes, &pn);
+                for (int64_t j0 = 0; j0 < nt; j0 += 4) { /* tokens tc + j0 .. + 3 */
+                    float out[16];
+                    const q8_sb *xt[4];
+                    for (int j = 0; j < 4; j++) xt[j] = xs[j0 + j < nt ? j0 + j : nt - 1];
+                    tn_tile(&pn, xt, (int)kb, out);
+                    for (int i = 0; i < 4; i++)
+                        for (int j = 0; j < 4 && rr[i] >= 0 && j0 + j < nt; j++) {
+                            float *yy = &y[(tc + j0 + j) * ldy + rr[i]];
+                            *yy = b0 == 0 ? out[j * 4 + i] : *yy + out[j * 4 + i];
+                        }
+                }
+            }
+        }
+    }
+}
+
+INLINE void q8_run(const int iq2, const dsf_wmat *w, const dsf_q8k *x, int64_t T, float *y, int64_t ldy, int64_t r0,
+                   int64_t r1) {
+    if (r1 <= r0 || T <= 0) return;
+    if (w->n_in % QK != 0 || w->n_in > Q8_MAX_IN) {
+        matmul_q8k_any_ref(w, x, T, y, ldy, r0, r1);
+        return;
+    }
+    uint8_t codes[512] __attribute__((aligned(64)));
+    if (iq2) iq2xxs_class_codes(codes);
+    if (T > 1) {
+        run_tn(iq2, w, x, T, y, ldy, r0, r1, codes);
+        return;
+    }
+    q8_sb xs[Q8_MAX_IN / QK] __attribute__((aligned(64)));
+    prep_x(x, w->n_in / QK, iq2 ? pair_iq2xxs : pair_iq4xs, xs);
+    run_t1(iq2, w, xs, y, r0, r1, codes);
+}
+
+void q8k_iq4_xs_avx512(const dsf_wmat *w, const dsf_q8k *x, int64_t T, float *y, int64_t ldy, int64_t r0,
+                       int64_t r1) {
+    q8_run(0, w, x, T, y, ldy, r0, r1);
+}
+
+void q8k_iq2_xxs_avx512(const dsf_wmat *w, const dsf_q8k *x, int64_t T, float *y, int64_t ldy, int64_t r0,
+                        int64_t r1) {
+    q8_run(1, w, x, T, y, ldy, r0, r1);
+}
+
+#endif
