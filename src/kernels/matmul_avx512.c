@@ -506,6 +506,8 @@ const dsf_kernels kernels_avx512 = {
     .matmul_q8k = {
         [GGML_TYPE_IQ4_XS] = q8k_iq4_xs_avx512, /* q8k_iq_avx512.c */
         [GGML_TYPE_IQ2_XXS] = q8k_iq2_xxs_avx512,
+        [GGML_TYPE_IQ2_XS] = q8k_iq2_xs_avx512,
+        [GGML_TYPE_IQ2_S] = q8k_iq2_s_avx512,
     },
     .mxfp4r_xbf16 = xmm_mxfp4r_avx512,
     .act_to_bf16 = act_to_bf16,

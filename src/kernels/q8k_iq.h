@@ -1,5 +1,5 @@
 /* q8k_iq.h: the Q8_K-activation matmul entries (matmul.h matmul_q8k_fn) of q8k_iq_avx512.c and
- * q8k_iq_avx2.c: IQ4_XS and IQ2_XXS weights times ggml's Q8_K activation blocks, every T. The
+ * q8k_iq_avx2.c: IQ4_XS and IQ2_XXS weights (AVX-512 also IQ2_XS, IQ2_S) times ggml's Q8_K activation blocks, every T. The
  * kernel tables kernels_avx512 (matmul_avx512.c) and kernels_avx2 (matmul_avx2.c) hold them.
  *
  * Must not: be included by code compiled without the matching ISA flags for anything but the
@@ -16,6 +16,10 @@ void q8k_iq4_xs_avx512(const dsf_wmat *w, const dsf_q8k *x, int64_t T, float *y,
                        int64_t r1);
 void q8k_iq2_xxs_avx512(const dsf_wmat *w, const dsf_q8k *x, int64_t T, float *y, int64_t ldy, int64_t r0,
                         int64_t r1);
+void q8k_iq2_xs_avx512(const dsf_wmat *w, const dsf_q8k *x, int64_t T, float *y, int64_t ldy, int64_t r0,
+                       int64_t r1);
+void q8k_iq2_s_avx512(const dsf_wmat *w, const dsf_q8k *x, int64_t T, float *y, int64_t ldy, int64_t r0,
+                      int64_t r1);
 
 void q8k_iq4_xs_avx2(const dsf_wmat *w, const dsf_q8k *x, int64_t T, float *y, int64_t ldy, int64_t r0, int64_t r1);
 void q8k_iq2_xxs_avx2(const dsf_wmat *w, const dsf_q8k *x, int64_t T, float *y, int64_t ldy, int64_t r0, int64_t r1);

@@ -1,26 +1,29 @@
-/* q8k_iq_avx512.c: AVX-512 (VNNI, VBMI) matmul kernels of IQ4_XS and IQ2_XXS weights with Q8_K
- * activations (matmul.h matmul_q8k_fn, the opt-in mode), decode (T = 1) and prefill (T > 1).
- * Compiled with the Makefile's AVX512_FLAGS only; the entries sit in kernels_avx512
+/* q8k_iq_avx512.c: AVX-512 (VNNI, VBMI) matmul kernels of IQ4_XS, IQ2_XXS, IQ2_XS and IQ2_S
+ * weights with Q8_K activations (matmul.h matmul_q8k_fn, the opt-in mode), decode (T = 1) and
+ * prefill (T > 1). Compiled with the Makefile's AVX512_FLAGS only; the entries sit in kernels_avx512
  * (matmul_avx512.c) and run only where select.c chose that table.
  *
- * Owns: these two types' super-block decoders to int8 weight codes, the activations' per-call
+ * Owns: these types' super-block decoders to int8 weight codes, the activations' per-call
  * reordering (q8_sb) and the tiles. Must not: allocate (the panels and the reordered activations
  * are on the stack), call select.c, or change an activation code. Rows whose n_in is not a
  * multiple of 256 or is above 16384 go to the scalar twin matmul_q8k_any_ref.
  *
  * Numerics. A weight is m * q: q a small integer (IQ4_XS: a grid_iq4nl entry, -127..113;
- * IQ2_XXS: +-8, 25 or 43, a grid value with its sign) and m its group's multiplier (one per 32
- * weights: d * (ls - 32), resp. d * (0.5 + s) * 0.25; both exact in fp32). The q are stored as
- * the unsigned bytes 128 + q and meet the int8 activation codes in vpdpbusd, each dword lane
+ * IQ2: +-8, 25 or 43, a grid value with its sign) and m its group's multiplier (one per 32
+ * weights: d * (ls - 32), resp. d * (0.5 + s) * 0.25 for IQ2_XXS; one per 16 for IQ2_XS and
+ * IQ2_S: d * (0.5 + s) * 0.25; all exact in fp32). The q are stored as the unsigned bytes
+ * 128 + q and meet the int8 activation codes in vpdpbusd, each dword lane
  * summing products of one group; the lane starts from -128 times the sum of the activation codes
  * it will meet (q8_sb.nc, computed once per token by vpdpbusd of 128s), so it ends holding the
  * exact integer sum of q * code over its 16 products (|.| < 2^19, exact in fp32). Per super-
- * block and (row, token): f = float(lane) * m, then acc = fma(f, d_x, acc) in 16 lanes; the
- * accumulator is summed by red4 / red4x4's lane tree per K chunk of KB super-blocks and the
+ * block and (row, token): f = float(lane) * m (IQ2_XS, IQ2_S: two lanes, one per half of the
+ * group, f = fma(float(lane_1), m_1, float(lane_0) * m_0)), then acc = fma(f, d_x, acc) in 16
+ * lanes; the accumulator is summed by red4 / red4x4's lane tree per K chunk of KB super-blocks and the
  * chunks' sums are added in order. Each output is thus the exact product up to fp32 rounding.
  *
  * Layout: a super-block of a row becomes 4 byte vectors W[k] (qword q: 8 weights of group q;
- * which 8: the q8_sb permutation of the type) and S (dword lanes 2q, 2q + 1: group q's m); the
+ * which 8: the q8_sb permutation of the type; IQ2_XS, IQ2_S: elements 8k .. 8k + 7, grid entry k
+ * of the group, from scalar loads) and S (dword lanes 2q, 2q + 1: group q's m); the
  * activations are reordered to match (q8_sb.x[k], byte 8q + b <- element 32q + f(k, b)).
  *
  * Batch invariance: the integer lane sums are exact, so their order is free; the fp32 steps
@@ -45,10 +48,11 @@
 typedef struct {
     int8_t x[4][64];  /* vector k, byte 8q + b: the code of element 32q + f(k, b) */
     int32_t nc[16];   /* -128 * the sum of the codes that meet dword lane l (over the 4 vectors) */
+    int32_t nh[2][16]; /* the same over vectors 0, 1 (nh[0]) and over vectors 2, 3 (nh[1]) */
     float d;          /* the block's scale */
     uint8_t pad_[60];
 } q8_sb;
-_Static_assert(sizeof(q8_sb) == 384, "q8_sb: six cache lines");
+_Static_assert(sizeof(q8_sb) == 512, "q8_sb: eight cache lines");
 
 /* The reorder within a pair of groups (64 codes): byte 8j + b <- 32 (j / 4) + f(j % 4, b).
  * IQ2_XXS f(k, b) = 16 (k / 2) + 2b + k % 2; IQ4_XS f(k, b) = 8 (k / 2) + b + 16 (k % 2). */
@@ -56,14 +60,20 @@ _Static_assert(sizeof(q8_sb) == 384, "q8_sb: six cache lines");
 #define ALL64(F) ROW8(F, 0), ROW8(F, 1), ROW8(F, 2), ROW8(F, 3), ROW8(F, 4), ROW8(F, 5), ROW8(F, 6), ROW8(F, 7)
 #define F_IQ2(j, b) (32 * ((j) >> 2) + 16 * (((j) & 3) >> 1) + 2 * (b) + ((j) & 1))
 #define F_IQ4(j, b) (32 * ((j) >> 2) + 8 * (((j) & 3) >> 1) + (b) + 16 * ((j) & 1))
+#define F_NAT(j, b) (32 * ((j) >> 2) + 8 * ((j) & 3) + (b))
 static const uint8_t pair_iq2xxs[64] __attribute__((aligned(64))) = {ALL64(F_IQ2)};
 static const uint8_t pair_iq4xs[64] __attribute__((aligned(64))) = {ALL64(F_IQ4)};
+static const uint8_t pair_nat[64] __attribute__((aligned(64))) = {ALL64(F_NAT)}; /* IQ2_XS, IQ2_S */
 
 /* IQ2_XXS, two rows' 64 grid indices in one vector: byte 16L + 8t + 4m + k <- row t's group
  * 2L + m, index k (row t's super-block from byte 64t), so that unpacklo / unpackhi of the two
  * looked-up code bytes give row 0's / row 1's group q codes in qword q. */
 #define IX2(j, b) (64 * ((j) & 1) + 16 * ((j) >> 1) + 8 * ((b) >> 2) + ((b) & 3))
 static const uint8_t ix_iq2xxs[64] __attribute__((aligned(64))) = {ALL64(IX2)};
+/* IQ2_XS / IQ2_S: byte 8q + j <- mask byte 4q (of sub-group 0; + k for sub-group k) */
+#define SPR(j, b) (4 * (j))
+static const uint8_t spread_sg[64] __attribute__((aligned(64))) = {ALL64(SPR)};
+
 
 /* (c0 | c1 << 2 | s0 << 4 | s1 << 5; bits 6, 7 ignored) -> 128 + element 0's signed value
  * (lo), resp. element 1's (hi); class code c: 0, 1, 2 = 8, 25, 43. */
@@ -78,7 +88,9 @@ static const uint8_t iq2_hi[64] __attribute__((aligned(64))) = {ALL64(T_HI)};
 #undef SV
 #undef GV
 #undef IX2
+#undef SPR
 #undef F_IQ4
+#undef F_NAT
 #undef F_IQ2
 #undef ALL64
 #undef ROW8
@@ -94,15 +106,18 @@ static void prep_x(const dsf_q8k *x, int64_t nb, const uint8_t *pt, q8_sb *o) {
     const __m512i pi = _mm512_load_si512((const void *)pt), ones = _mm512_set1_epi8((char)0x80);
     const __m512i qi = _mm512_setr_epi64(0, 4, 8, 12, 0, 4, 8, 12);
     for (int64_t b = 0; b < nb; b++) {
-        __m512i v[4], c = _mm512_setzero_si512();
+        __m512i v[4], c = _mm512_setzero_si512(), h0 = c;
         UNROLL for (int i = 0; i < 4; i++) v[i] = _mm512_permutexvar_epi8(pi, _mm512_loadu_si512((const void *)(x[b].qs + 64 * i)));
         UNROLL for (int k = 0; k < 4; k++) { /* qword q <- v[q / 2] qword 4 (q % 2) + k */
             const __m512i ik = _mm512_add_epi64(qi, _mm512_set1_epi64(k));
             __m512i xk = _mm512_shuffle_i64x2(_mm512_permutex2var_epi64(v[0], ik, v[1]), _mm512_permutex2var_epi64(v[2], ik, v[3]), 0x44);
             _mm512_store_si512((void *)o[b].x[k], xk);
             c = _mm512_dpbusd_epi32(c, ones, xk);
+            if (k == 1) h0 = c;
         }
         _mm512_store_si512((void *)o[b].nc, _mm512_sub_epi32(_mm512_setzero_si512(), c));
+        _mm512_store_si512((void *)o[b].nh[0], _mm512_sub_epi32(_mm512_setzero_si512(), h0));
+        _mm512_store_si512((void *)o[b].nh[1], _mm512_sub_epi32(h0, c));
         o[b].d = x[b].d;
     }
 }
@@ -179,32 +194,101 @@ INLINE void dec_iq4xs(const uint8_t *b, __m512i tab, __m512i *W, __m512 *S) {
     *S = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ls), _mm512_set1_ps(d), _mm512_set1_ps(-32.0f * d)); /* d (ls - 32), exact */
 }
 
-/* Two rows' super-blocks of either type (p[t]) -> W[t], S[t]. */
-INLINE void dec2(const int iq2, const uint8_t *const *p, const uint8_t *codes, __m512i (*W)[4], __m512 *S) {
-    if (iq2) {
-        dec2_iq2xxs(p, codes, W, S);
+/* ---- IQ2_XS, IQ2_S: a multiplier per 16 weights, vectors 0-1 and 2-3 (pair_nat) ---- */
+
+/* The grid index of entry i = 4q + k of an IQ2_S (s2) or IQ2_XS super-block b (scalar loads
+ * straight from the block: a vector store read back by 16-bit loads was ~25% slower). */
+INLINE unsigned grid_ix(const uint8_t *b, const int s2, int i) {
+    return s2 ? (unsigned)b[2 + i] | ((unsigned)b[66 + i / 4] >> 2 * (i % 4) & 3) << 8 : (unsigned)(b[2 + 2 * i] | b[3 + 2 * i] << 8) & 511u;
+}
+
+/* W[k] (qword q: the grid entry of sub-group k of group q, index grid_ix(b, s2, 4q + k)) as 128 + value,
+ * or 128 - value where bit j of the mask byte 4q + k of sm is set. */
+INLINE void grid_h(const uint64_t *grid, const uint8_t *b, const int s2, __m512i sm, __m512i *W) {
+    const __m512i bits = _mm512_set1_epi64((long long)0x8040201008040201ull), sp = _mm512_load_si512((const void *)spread_sg);
+    UNROLL for (int k = 0; k < 4; k++) {
+#define GQ(q) (long long)grid[grid_ix(b, s2, 4 * (q) + k)]
+        __m512i u = _mm512_or_si512(_mm512_set_epi64(GQ(7), GQ(6), GQ(5), GQ(4), GQ(3), GQ(2), GQ(1), GQ(0)),
+                                    _mm512_set1_epi8((char)0x80));
+        __mmask64 neg = _mm512_test_epi8_mask(_mm512_permutexvar_epi8(_mm512_add_epi8(sp, _mm512_set1_epi8((char)k)), sm), bits);
+        W[k] = _mm512_mask_sub_epi8(u, neg, _mm512_setzero_si512(), u);
+#undef GQ
+    }
+}
+
+/* S[h] lanes 2q, 2q + 1: d (0.5 + s) / 4 of group q's half h (s: nibble h of sc[q]), exact. */
+INLINE void scales_h(const uint8_t *sc, float d, __m512 *S) {
+    const __m128i v = _mm_loadl_epi64((const __m128i *)(const void *)sc), dup = _mm_unpacklo_epi8(v, v);
+    const __m128i n[2] = {_mm_and_si128(dup, _mm_set1_epi8(15)), _mm_and_si128(_mm_srli_epi16(dup, 4), _mm_set1_epi8(15))};
+    UNROLL for (int h = 0; h < 2; h++)
+        S[h] = _mm512_mul_ps(_mm512_set1_ps(d), _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(n[h])), _mm512_set1_ps(0.25f),
+                                                                _mm512_set1_ps(0.125f)));
+}
+
+/* IQ2_XS {f16 d; u16 qs[32] (9-bit index | 7-bit sign selector << 9); u8 scales[8]} */
+INLINE void dec_iq2xs(const uint8_t *b, __m512i *W, __m512 *S) {
+    const __m512i v = _mm512_loadu_si512((const void *)(b + 2)); /* the selectors -> mask bytes */
+    const __m512i sel = _mm512_zextsi256_si512(_mm512_cvtepi16_epi8(_mm512_srli_epi16(v, 9)));
+    grid_h(grid_iq2xs, b, 0,
+           _mm512_permutex2var_epi8(_mm512_loadu_si512((const void *)grid_iq2_signs), sel, _mm512_loadu_si512((const void *)(grid_iq2_signs + 64))), W);
+    scales_h(b + 66, f16at(b), S);
+}
+
+/* IQ2_S {f16 d; u8 qs[32]; u8 signs[32]; u8 qh[8]; u8 scales[8]}: index (q, k) = qs[4q + k] |
+ * (qh[q] >> 2k & 3) << 8; the sign bytes are the masks. */
+INLINE void dec_iq2s(const uint8_t *b, __m512i *W, __m512 *S) {
+    grid_h(grid_iq2s, b, 1, _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(b + 34))), W);
+    scales_h(b + 74, f16at(b), S);
+}
+
+/* ---- per type ---- */
+enum { TY_IQ4XS, TY_IQ2XXS, TY_IQ2XS, TY_IQ2S };
+#define TY_BYTES(ty) ((ty) == TY_IQ4XS ? 136 : (ty) == TY_IQ2XXS ? 66 : (ty) == TY_IQ2XS ? 74 : 82)
+#define TY_PAIR(ty) ((ty) == TY_IQ4XS ? pair_iq4xs : (ty) == TY_IQ2XXS ? pair_iq2xxs : pair_nat)
+#define TY_HALVES(ty) ((ty) >= TY_IQ2XS) /* a multiplier per 16 weights: S[0] vectors 0-1, S[1] 2-3 */
+
+/* Two rows' super-blocks of a type (p[t]) -> W[t], S[t]. */
+INLINE void dec2(const int ty, const uint8_t *const *p, const uint8_t *codes, __m512i (*W)[4], __m512 (*S)[2]) {
+    if (ty == TY_IQ2XXS) {
+        __m512 s[2];
+        dec2_iq2xxs(p, codes, W, s);
+        S[0][0] = s[0], S[1][0] = s[1];
         return;
     }
     const __m512i tab = _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)grid_iq4nl)),
                                          _mm512_set1_epi8((char)0x80));
-    dec_iq4xs(p[0], tab, W[0], &S[0]);
-    dec_iq4xs(p[1], tab, W[1], &S[1]);
+    UNROLL for (int t = 0; t < 2; t++) {
+        if (ty == TY_IQ4XS) dec_iq4xs(p[t], tab, W[t], &S[t][0]);
+        else if (ty == TY_IQ2XS) dec_iq2xs(p[t], W[t], S[t]);
+        else dec_iq2s(p[t], W[t], S[t]);
+    }
 }
 
 /* One super-block of one (row, token) into acc (the order every tile keeps). */
-INLINE __m512 sb_dot(const __m512i *W, __m512 S, const q8_sb *xb, __m512 acc) {
-    __m512i a = _mm512_load_si512((const void *)xb->nc);
-    UNROLL for (int k = 0; k < 4; k++) a = _mm512_dpbusd_epi32(a, W[k], _mm512_load_si512((const void *)xb->x[k]));
-    return _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(a), S), _mm512_set1_ps(xb->d), acc);
+INLINE __m512 sb_dot(const int ty, const __m512i *W, const __m512 *S, const q8_sb *xb, __m512 acc) {
+    __m512 f;
+    if (!TY_HALVES(ty)) {
+        __m512i a = _mm512_load_si512((const void *)xb->nc);
+        UNROLL for (int k = 0; k < 4; k++) a = _mm512_dpbusd_epi32(a, W[k], _mm512_load_si512((const void *)xb->x[k]));
+        f = _mm512_mul_ps(_mm512_cvtepi32_ps(a), S[0]);
+    } else {
+        __m512i a[2];
+        UNROLL for (int h = 0; h < 2; h++) {
+            a[h] = _mm512_load_si512((const void *)xb->nh[h]);
+            UNROLL for (int k = 2 * h; k < 2 * h + 2; k++) a[h] = _mm512_dpbusd_epi32(a[h], W[k], _mm512_load_si512((const void *)xb->x[k]));
+        }
+        f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[1]), S[1], _mm512_mul_ps(_mm512_cvtepi32_ps(a[0]), S[0]));
+    }
+    return _mm512_fmadd_ps(f, _mm512_set1_ps(xb->d), acc);
 }
 
 /* ---- tiles ---- */
 
 /* T = 1: the 4 rows wr (their outputs' indices rr, -1: dropped) against the reordered token xs,
  * chunk by chunk (KB super-blocks: acc from zero, red4, added to y in chunk order). */
-INLINE void t1_tile(const int iq2, const uint8_t *const *wr, const int64_t *rr, const q8_sb *xs, int64_t nb,
+INLINE void t1_tile(const int ty, const uint8_t *const *wr, const int64_t *rr, const q8_sb *xs, int64_t nb,
                     const uint8_t *codes, float *y) {
-    const int64_t bb = iq2 ? 66 : 136;
+    const int64_t bb = TY_BYTES(ty);
     for (int64_t b0 = 0; b0 < nb; b0 += KB) {
         __m512 a[4];
         float o[4];
@@ -213,11 +297,11 @@ INLINE void t1_tile(const int iq2, const uint8_t *const *wr, const int64_t *rr, 
             UNROLL for (int rp = 0; rp < 4; rp += 2) {
                 const uint8_t *p[2] = {wr[rp] + b * bb, wr[rp + 1] + b * bb};
                 __m512i W[2][4];
-                __m512 S[2];
+                __m512 S[2][2];
                 _mm_prefetch((const char *)(p[0] + PF_DIST), _MM_HINT_T0);
                 _mm_prefetch((const char *)(p[1] + PF_DIST), _MM_HINT_T0);
-                dec2(iq2, p, codes, W, S);
-                UNROLL for (int t = 0; t < 2; t++) a[rp + t] = sb_dot(W[t], S[t], xs + b, a[rp + t]);
+                dec2(ty, p, codes, W, S);
+                UNROLL for (int t = 0; t < 2; t++) a[rp + t] = sb_dot(ty, W[t], S[t], xs + b, a[rp + t]);
             }
         red4(a, o);
         for (int i = 0; i < 4; i++)
@@ -228,55 +312,55 @@ INLINE void t1_tile(const int iq2, const uint8_t *const *wr, const int64_t *rr, 
 /* A row tile's K chunk decoded (T > 1). */
 typedef struct {
     __m512i w[4][KB][4];
-    __m512 s[4][KB];
+    __m512 s[4][KB][2];
 } q8_panel;
 
-INLINE void fill_panel(const int iq2, const uint8_t *const *wr, int64_t b0, int64_t b1, const uint8_t *codes,
+INLINE void fill_panel(const int ty, const uint8_t *const *wr, int64_t b0, int64_t b1, const uint8_t *codes,
                        q8_panel *pn) {
-    const int64_t bb = iq2 ? 66 : 136;
+    const int64_t bb = TY_BYTES(ty);
     for (int rp = 0; rp < 4; rp += 2)
         for (int64_t b = b0; b < b1; b++) {
             const uint8_t *p[2] = {wr[rp] + b * bb, wr[rp + 1] + b * bb};
             __m512i W[2][4];
-            __m512 S[2];
-            dec2(iq2, p, codes, W, S);
+            __m512 S[2][2];
+            dec2(ty, p, codes, W, S);
             UNROLL for (int t = 0; t < 2; t++) {
                 UNROLL for (int k = 0; k < 4; k++) pn->w[rp + t][b - b0][k] = W[t][k];
-                pn->s[rp + t][b - b0] = S[t];
+                for (int h = 0; h < 1 + TY_HALVES(ty); h++) pn->s[rp + t][b - b0][h] = S[t][h];
             }
         }
 }
 
 /* T > 1: the panel's 4 rows x 4 tokens (xt[j]: token j's reordered chunk) over nsb super-blocks;
  * out[t * 4 + r]. */
-static void tn_tile(const q8_panel *pn, const q8_sb *const *xt, int nsb, float *out) {
+INLINE void tn_tile(const int ty, const q8_panel *pn, const q8_sb *const *xt, int nsb, float *out) {
     __m512 a[4][4];
     UNROLL for (int r = 0; r < 4; r++)
         UNROLL for (int t = 0; t < 4; t++) a[r][t] = _mm512_setzero_ps();
     for (int k = 0; k < nsb; k++)
         UNROLL for (int r = 0; r < 4; r++)
-            UNROLL for (int t = 0; t < 4; t++) a[r][t] = sb_dot(pn->w[r][k], pn->s[r][k], xt[t] + k, a[r][t]);
+            UNROLL for (int t = 0; t < 4; t++) a[r][t] = sb_dot(ty, pn->w[r][k], pn->s[r][k], xt[t] + k, a[r][t]);
     red4x4(a, out);
 }
 
 /* ---- drivers ---- */
 
 /* T = 1: tiles of 4 rows from far-apart streams (tile512.h). */
-INLINE void run_t1(const int iq2, const dsf_wmat *w, const q8_sb *xs, float *y, int64_t r0, int64_t r1,
+INLINE void run_t1(const int ty, const dsf_wmat *w, const q8_sb *xs, float *y, int64_t r0, int64_t r1,
                    const uint8_t *codes) {
     const int64_t len = t1_stream_len(r0, r1, 4, 1);
     for (int64_t k = 0; k < len; k++) {
         const uint8_t *wr[4];
         int64_t rr[4];
         t1_tile_rows(w, r0, r1, len, k, 4, 1, rr, wr);
-        t1_tile(iq2, wr, rr, xs, w->n_in / QK, codes, y);
+        t1_tile(ty, wr, rr, xs, w->n_in / QK, codes, y);
     }
 }
 
 /* T > 1: token chunks of ITC (reordered per K chunk), K chunks of KB super-blocks, row tiles of
  * 4 rows decoded once into a panel, token tiles of 4 over it; edge tiles repeat the last row or
  * token and drop those results. */
-INLINE void run_tn(const int iq2, const dsf_wmat *w, const dsf_q8k *x, int64_t T, float *y, int64_t ldy, int64_t r0,
+INLINE void run_tn(const int ty, const dsf_wmat *w, const dsf_q8k *x, int64_t T, float *y, int64_t ldy, int64_t r0,
                    int64_t r1, const uint8_t *codes) {
     const int64_t nb = w->n_in / QK, len = t1_stream_len(r0, r1, 4, 1);
     q8_panel pn __attribute__((aligned(64)));
@@ -285,17 +369,17 @@ INLINE void run_tn(const int iq2, const dsf_wmat *w, const dsf_q8k *x, int64_t T
         nt = T - tc < ITC ? T - tc : ITC;
         for (int64_t b0 = 0, kb; b0 < nb; b0 += kb) {
             kb = nb - b0 < KB ? nb - b0 : KB;
-            for (int64_t j = 0; j < nt; j++) prep_x(x + (tc + j) * nb + b0, kb, iq2 ? pair_iq2xxs : pair_iq4xs, xs[j]);
+            for (int64_t j = 0; j < nt; j++) prep_x(x + (tc + j) * nb + b0, kb, TY_PAIR(ty), xs[j]);
             for (int64_t k = 0; k < len; k++) {
                 const uint8_t *wr[4];
                 int64_t rr[4];
                 t1_tile_rows(w, r0, r1, len, k, 4, 1, rr, wr);
-                fill_panel(iq2, wr, b0, b0 + kb, codes, &pn);
+                fill_panel(ty, wr, b0, b0 + kb, codes, &pn);
                 for (int64_t j0 = 0; j0 < nt; j0 += 4) { /* tokens tc + j0 .. + 3 */
                     float out[16];
                     const q8_sb *xt[4];
                     for (int j = 0; j < 4; j++) xt[j] = xs[j0 + j < nt ? j0 + j : nt - 1];
-                    tn_tile(&pn, xt, (int)kb, out);
+                    tn_tile(ty, &pn, xt, (int)kb, out);
                     for (int i = 0; i < 4; i++)
                         for (int j = 0; j < 4 && rr[i] >= 0 && j0 + j < nt; j++) {
                             float *yy = &y[(tc + j0 + j) * ldy + rr[i]];
@@ -307,7 +391,7 @@ INLINE void run_tn(const int iq2, const dsf_wmat *w, const dsf_q8k *x, int64_t T
     }
 }
 
-INLINE void q8_run(const int iq2, const dsf_wmat *w, const dsf_q8k *x, int64_t T, float *y, int64_t ldy, int64_t r0,
+INLINE void q8_run(const int ty, const dsf_wmat *w, const dsf_q8k *x, int64_t T, float *y, int64_t ldy, int64_t r0,
                    int64_t r1) {
     if (r1 <= r0 || T <= 0) return;
     if (w->n_in % QK != 0 || w->n_in > Q8_MAX_IN) {
@@ -315,24 +399,23 @@ INLINE void q8_run(const int iq2, const dsf_wmat *w, const dsf_q8k *x, int64_t T
         return;
     }
     uint8_t codes[512] __attribute__((aligned(64)));
-    if (iq2) iq2xxs_class_codes(codes);
+    if (ty == TY_IQ2XXS) iq2xxs_class_codes(codes);
     if (T > 1) {
-        run_tn(iq2, w, x, T, y, ldy, r0, r1, codes);
+        run_tn(ty, w, x, T, y, ldy, r0, r1, codes);
         return;
     }
     q8_sb xs[Q8_MAX_IN / QK] __attribute__((aligned(64)));
-    prep_x(x, w->n_in / QK, iq2 ? pair_iq2xxs : pair_iq4xs, xs);
-    run_t1(iq2, w, xs, y, r0, r1, codes);
+    prep_x(x, w->n_in / QK, TY_PAIR(ty), xs);
+    run_t1(ty, w, xs, y, r0, r1, codes);
 }
 
-void q8k_iq4_xs_avx512(const dsf_wmat *w, const dsf_q8k *x, int64_t T, float *y, int64_t ldy, int64_t r0,
-                       int64_t r1) {
-    q8_run(0, w, x, T, y, ldy, r0, r1);
-}
-
-void q8k_iq2_xxs_avx512(const dsf_wmat *w, const dsf_q8k *x, int64_t T, float *y, int64_t ldy, int64_t r0,
-                        int64_t r1) {
-    q8_run(1, w, x, T, y, ldy, r0, r1);
-}
+#define Q8_ENTRY(NAME, TY)                                                                                   \
+    void NAME(const dsf_wmat *w, const dsf_q8k *x, int64_t T, float *y, int64_t ldy, int64_t r0, int64_t r1) { \
+        q8_run(TY, w, x, T, y, ldy, r0, r1);                                                                 \
+    }
+Q8_ENTRY(q8k_iq4_xs_avx512, TY_IQ4XS)
+Q8_ENTRY(q8k_iq2_xxs_avx512, TY_IQ2XXS)
+Q8_ENTRY(q8k_iq2_xs_avx512, TY_IQ2XS)
+Q8_ENTRY(q8k_iq2_s_avx512, TY_IQ2S)
 
 #endif
