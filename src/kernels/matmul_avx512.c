@@ -508,6 +508,8 @@ const dsf_kernels kernels_avx512 = {
         [GGML_TYPE_IQ2_XXS] = q8k_iq2_xxs_avx512,
         [GGML_TYPE_IQ2_XS] = q8k_iq2_xs_avx512,
         [GGML_TYPE_IQ2_S] = q8k_iq2_s_avx512,
+        [GGML_TYPE_IQ3_XXS] = q8k_iq3_xxs_avx512,
+        [GGML_TYPE_IQ3_S] = q8k_iq3_s_avx512,
     },
     .mxfp4r_xbf16 = xmm_mxfp4r_avx512,
     .act_to_bf16 = act_to_bf16,

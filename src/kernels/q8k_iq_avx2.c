@@ -101,12 +101,7 @@ INLINE void q8_run2(const int iq2, const dsf_wmat *w, const dsf_q8k *x, int64_t 
         for (int64_t t = 0; t < T; t++) y[t * ldy + r] = row_dot(iq2, w->data + (uint64_t)r * w->row_bytes, x + t * nb, nb);
 }
 
-void q8k_iq4_xs_avx2(const dsf_wmat *w, const dsf_q8k *x, int64_t T, float *y, int64_t ldy, int64_t r0, int64_t r1) {
-    q8_run2(0, w, x, T, y, ldy, r0, r1);
-}
-
-void q8k_iq2_xxs_avx2(const dsf_wmat *w, const dsf_q8k *x, int64_t T, float *y, int64_t ldy, int64_t r0, int64_t r1) {
-    q8_run2(1, w, x, T, y, ldy, r0, r1);
-}
+Q8K_FN(q8k_iq4_xs_avx2) { q8_run2(0, w, x, T, y, ldy, r0, r1); }
+Q8K_FN(q8k_iq2_xxs_avx2) { q8_run2(1, w, x, T, y, ldy, r0, r1); }
 
 #endif

@@ -1,30 +1,32 @@
-/* q8k_iq_avx512.c: AVX-512 (VNNI, VBMI) matmul kernels of IQ4_XS, IQ2_XXS, IQ2_XS and IQ2_S
- * weights with Q8_K activations (matmul.h matmul_q8k_fn, the opt-in mode), decode (T = 1) and
- * prefill (T > 1). Compiled with the Makefile's AVX512_FLAGS only; the entries sit in kernels_avx512
- * (matmul_avx512.c) and run only where select.c chose that table.
+/* q8k_iq_avx512.c: AVX-512 (VNNI, VBMI) matmul kernels of IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S,
+ * IQ3_XXS and IQ3_S weights with Q8_K activations (matmul.h matmul_q8k_fn, the opt-in mode),
+ * decode (T = 1) and prefill (T > 1). Compiled with the Makefile's AVX512_FLAGS only; the
+ * entries sit in kernels_avx512 (matmul_avx512.c) and run only where select.c chose that table.
  *
  * Owns: these types' super-block decoders to int8 weight codes, the activations' per-call
  * reordering (q8_sb) and the tiles. Must not: allocate (the panels and the reordered activations
  * are on the stack), call select.c, or change an activation code. Rows whose n_in is not a
  * multiple of 256 or is above 16384 go to the scalar twin matmul_q8k_any_ref.
  *
- * Numerics. A weight is m * q: q a small integer (IQ4_XS: a grid_iq4nl entry, -127..113;
- * IQ2: +-8, 25 or 43, a grid value with its sign) and m its group's multiplier (one per 32
- * weights: d * (ls - 32), resp. d * (0.5 + s) * 0.25 for IQ2_XXS; one per 16 for IQ2_XS and
- * IQ2_S: d * (0.5 + s) * 0.25; all exact in fp32). The q are stored as the unsigned bytes
- * 128 + q and meet the int8 activation codes in vpdpbusd, each dword lane
- * summing products of one group; the lane starts from -128 times the sum of the activation codes
- * it will meet (q8_sb.nc, computed once per token by vpdpbusd of 128s), so it ends holding the
- * exact integer sum of q * code over its 16 products (|.| < 2^19, exact in fp32). Per super-
- * block and (row, token): f = float(lane) * m (IQ2_XS, IQ2_S: two lanes, one per half of the
- * group, f = fma(float(lane_1), m_1, float(lane_0) * m_0)), then acc = fma(f, d_x, acc) in 16
- * lanes; the accumulator is summed by red4 / red4x4's lane tree per K chunk of KB super-blocks and the
- * chunks' sums are added in order. Each output is thus the exact product up to fp32 rounding.
+ * Numerics. A weight is m * q: q a small integer (IQ4_XS: a grid_iq4nl entry, -127..113; IQ2:
+ * +-8, 25 or 43, IQ3: 1..62, a grid value with its sign) and m its group's multiplier (one per
+ * 32 weights: d * (ls - 32), d * (0.5 + s) * 0.25 for IQ2_XXS, d * (0.5 + s) * 0.5 for IQ3_XXS,
+ * d * (1 + 2s) for IQ3_S; one per 16 for IQ2_XS and IQ2_S: d * (0.5 + s) * 0.25; all exact in
+ * fp32). The q are stored as the unsigned bytes 128 + q and meet the int8 activation codes in
+ * vpdpbusd, each dword lane summing products of one group; the lane starts from -128 times the
+ * sum of the activation codes it will meet (q8_sb.nc, computed once per token by vpdpbusd of
+ * 128s), so it ends holding the exact integer sum of q * code over its 16 products (|.| < 2^19,
+ * exact in fp32). Per super-block and (row, token): f = float(lane) * m (IQ2_XS, IQ2_S: two
+ * lanes, one per half of the group, f = fma(float(lane_1), m_1, float(lane_0) * m_0)), then
+ * acc = fma(f, d_x, acc) in 16 lanes; the accumulator is summed by red4 / red4x4's lane tree per K
+ * chunk of KB super-blocks and the chunks' sums are added in order. Each output is thus the
+ * exact product up to fp32 rounding.
  *
  * Layout: a super-block of a row becomes 4 byte vectors W[k] (qword q: 8 weights of group q;
- * which 8: the q8_sb permutation of the type; IQ2_XS, IQ2_S: elements 8k .. 8k + 7, grid entry k
- * of the group, from scalar loads) and S (dword lanes 2q, 2q + 1: group q's m); the
- * activations are reordered to match (q8_sb.x[k], byte 8q + b <- element 32q + f(k, b)).
+ * which 8: the q8_sb permutation of the type; IQ2_XS, IQ2_S, IQ3: elements 8k .. 8k + 7, sub-
+ * group k, from scalar loads (IQ2) or dword gathers (IQ3) of the grid entries) and S (dword
+ * lanes 2q, 2q + 1: group q's m); the activations are reordered to match (q8_sb.x[k],
+ * byte 8q + b <- element 32q + f(k, b)).
  *
  * Batch invariance: the integer lane sums are exact, so their order is free; the fp32 steps
  * above run in the same order for every (row, token) whatever T, the tile and the row range:
@@ -73,6 +75,9 @@ static const uint8_t ix_iq2xxs[64] __attribute__((aligned(64))) = {ALL64(IX2)};
 /* IQ2_XS / IQ2_S: byte 8q + j <- mask byte 4q (of sub-group 0; + k for sub-group k) */
 #define SPR(j, b) (4 * (j))
 static const uint8_t spread_sg[64] __attribute__((aligned(64))) = {ALL64(SPR)};
+/* IQ3: byte 2q + j (< 16) <- index byte 8q + j (of sub-group 0; + 2k for sub-group k) */
+#define SEL3(j, b) (8 * ((8 * (j) + (b)) >> 1 & 7) + ((b) & 1))
+static const uint8_t sel_iq3[64] __attribute__((aligned(64))) = {ALL64(SEL3)};
 
 
 /* (c0 | c1 << 2 | s0 << 4 | s1 << 5; bits 6, 7 ignored) -> 128 + element 0's signed value
@@ -89,6 +94,7 @@ static const uint8_t iq2_hi[64] __attribute__((aligned(64))) = {ALL64(T_HI)};
 #undef GV
 #undef IX2
 #undef SPR
+#undef SEL3
 #undef F_IQ4
 #undef F_NAT
 #undef F_IQ2
@@ -204,14 +210,19 @@ INLINE unsigned grid_ix(const uint8_t *b, const int s2, int i) {
 
 /* W[k] (qword q: the grid entry of sub-group k of group q, index grid_ix(b, s2, 4q + k)) as 128 + value,
  * or 128 - value where bit j of the mask byte 4q + k of sm is set. */
+/* Vector k of grid values g (0 < g < 128; qword q: sub-group k of group q) -> 128 + g, or
+ * 128 - g where bit j of the mask byte 4q + k of sm is set. */
+INLINE __m512i signed_w(__m512i g, __m512i sm, int k) {
+    const __m512i bits = _mm512_set1_epi64((long long)0x8040201008040201ull);
+    const __m512i u = _mm512_or_si512(g, _mm512_set1_epi8((char)0x80));
+    const __m512i sp = _mm512_add_epi8(_mm512_load_si512((const void *)spread_sg), _mm512_set1_epi8((char)k));
+    return _mm512_mask_sub_epi8(u, _mm512_test_epi8_mask(_mm512_permutexvar_epi8(sp, sm), bits), _mm512_setzero_si512(), u);
+}
+
 INLINE void grid_h(const uint64_t *grid, const uint8_t *b, const int s2, __m512i sm, __m512i *W) {
-    const __m512i bits = _mm512_set1_epi64((long long)0x8040201008040201ull), sp = _mm512_load_si512((const void *)spread_sg);
     UNROLL for (int k = 0; k < 4; k++) {
 #define GQ(q) (long long)grid[grid_ix(b, s2, 4 * (q) + k)]
-        __m512i u = _mm512_or_si512(_mm512_set_epi64(GQ(7), GQ(6), GQ(5), GQ(4), GQ(3), GQ(2), GQ(1), GQ(0)),
-                                    _mm512_set1_epi8((char)0x80));
-        __mmask64 neg = _mm512_test_epi8_mask(_mm512_permutexvar_epi8(_mm512_add_epi8(sp, _mm512_set1_epi8((char)k)), sm), bits);
-        W[k] = _mm512_mask_sub_epi8(u, neg, _mm512_setzero_si512(), u);
+        W[k] = signed_w(_mm512_set_epi64(GQ(7), GQ(6), GQ(5), GQ(4), GQ(3), GQ(2), GQ(1), GQ(0)), sm, k);
 #undef GQ
     }
 }
@@ -241,11 +252,58 @@ INLINE void dec_iq2s(const uint8_t *b, __m512i *W, __m512 *S) {
     scales_h(b + 74, f16at(b), S);
 }
 
+/* ---- IQ3_XXS, IQ3_S: 4-value grid entries, two per sub-group, a multiplier per 32 (pair_nat) ---- */
+
+/* W[k] (qword q: the entries of index bytes 8q + 2k, + 1 of ix, plus 256 where the same bit
+ * of hi is set) by dword gathers, signed by sm (signed_w). */
+INLINE void grid4_h(const uint32_t *grid, __m512i ix, __mmask64 hi, __m512i sm, __m512i *W) {
+    const __m512i sel = _mm512_load_si512((const void *)sel_iq3), hb = _mm512_maskz_mov_epi8(hi, _mm512_set1_epi8(1));
+    UNROLL for (int k = 0; k < 4; k++) {
+        const __m512i sk = _mm512_add_epi8(sel, _mm512_set1_epi8((char)(2 * k)));
+        const __m512i i = _mm512_or_si512(_mm512_cvtepu8_epi32(_mm512_castsi512_si128(_mm512_permutexvar_epi8(sk, ix))),
+                                          _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm512_castsi512_si128(_mm512_permutexvar_epi8(sk, hb))), 8));
+        W[k] = signed_w(_mm512_i32gather_epi32(i, (const void *)grid, 4), sm, k);
+    }
+}
+
+/* S lanes 2q, 2q + 1 <- v[q] (8 dwords) as fp32 times a, plus c, times d (all exact) */
+INLINE __m512 mult8(__m256i v, float a, float c, float d) {
+    const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512 s = _mm512_cvtepi32_ps(_mm512_permutexvar_epi32(dup, _mm512_castsi256_si512(v)));
+    return _mm512_mul_ps(_mm512_set1_ps(d), _mm512_fmadd_ps(s, _mm512_set1_ps(a), _mm512_set1_ps(c)));
+}
+
+/* IQ3_XXS {f16 d; u8 qs[64]; u32 scales_signs[8] (selector k at bits 7k, s at bits 28-31)}:
+ * m = d (0.5 + s) / 2 */
+INLINE void dec_iq3xxs(const uint8_t *b, __m512i *W, __m512 *S) {
+    const __m256i ss = _mm256_loadu_si256((const __m256i *)(const void *)(b + 66));
+    /* byte 4q + k <- bits 7k.. of group q's word (qword Q holds groups 2Q, 2Q + 1) */
+    const __m512i sel = _mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x352E2720150E0700ll), _mm512_castsi256_si512(ss));
+    const __m512i sm = _mm512_permutex2var_epi8(_mm512_loadu_si512((const void *)grid_iq2_signs), sel,
+                                                _mm512_loadu_si512((const void *)(grid_iq2_signs + 64)));
+    grid4_h(grid_iq3xxs, _mm512_loadu_si512((const void *)(b + 2)), 0, sm, W);
+    *S = mult8(_mm256_srli_epi32(ss, 28), 0.5f, 0.25f, f16at(b));
+}
+
+/* IQ3_S {f16 d; u8 qs[64]; u8 qh[8]; u8 signs[32]; u8 scales[4]}: m = d (1 + 2s) */
+INLINE void dec_iq3s(const uint8_t *b, __m512i *W, __m512 *S) {
+    uint64_t qh;
+    uint32_t sc;
+    memcpy(&qh, b + 66, 8);
+    memcpy(&sc, b + 106, 4);
+    grid4_h(grid_iq3s, _mm512_loadu_si512((const void *)(b + 2)), _cvtu64_mask64(qh),
+            _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(b + 74))), W);
+    const __m256i s = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)sc), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                                       _mm256_set1_epi32(15));
+    *S = mult8(s, 2.0f, 1.0f, f16at(b));
+}
+
 /* ---- per type ---- */
-enum { TY_IQ4XS, TY_IQ2XXS, TY_IQ2XS, TY_IQ2S };
-#define TY_BYTES(ty) ((ty) == TY_IQ4XS ? 136 : (ty) == TY_IQ2XXS ? 66 : (ty) == TY_IQ2XS ? 74 : 82)
+enum { TY_IQ4XS, TY_IQ2XXS, TY_IQ2XS, TY_IQ2S, TY_IQ3XXS, TY_IQ3S };
+static const int ty_bytes[] = {136, 66, 74, 82, 98, 110};
+#define TY_BYTES(ty) ty_bytes[ty]
 #define TY_PAIR(ty) ((ty) == TY_IQ4XS ? pair_iq4xs : (ty) == TY_IQ2XXS ? pair_iq2xxs : pair_nat)
-#define TY_HALVES(ty) ((ty) >= TY_IQ2XS) /* a multiplier per 16 weights: S[0] vectors 0-1, S[1] 2-3 */
+#define TY_HALVES(ty) ((ty) == TY_IQ2XS || (ty) == TY_IQ2S) /* a multiplier per 16 weights: S[0] vectors 0-1, S[1] 2-3 */
 
 /* Two rows' super-blocks of a type (p[t]) -> W[t], S[t]. */
 INLINE void dec2(const int ty, const uint8_t *const *p, const uint8_t *codes, __m512i (*W)[4], __m512 (*S)[2]) {
@@ -260,7 +318,9 @@ INLINE void dec2(const int ty, const uint8_t *const *p, const uint8_t *codes, __
     UNROLL for (int t = 0; t < 2; t++) {
         if (ty == TY_IQ4XS) dec_iq4xs(p[t], tab, W[t], &S[t][0]);
         else if (ty == TY_IQ2XS) dec_iq2xs(p[t], W[t], S[t]);
-        else dec_iq2s(p[t], W[t], S[t]);
+        else if (ty == TY_IQ2S) dec_iq2s(p[t], W[t], S[t]);
+        else if (ty == TY_IQ3XXS) dec_iq3xxs(p[t], W[t], &S[t][0]);
+        else dec_iq3s(p[t], W[t], &S[t][0]);
     }
 }
 
@@ -409,13 +469,13 @@ INLINE void q8_run(const int ty, const dsf_wmat *w, const dsf_q8k *x, int64_t T,
     run_t1(ty, w, xs, y, r0, r1, codes);
 }
 
-#define Q8_ENTRY(NAME, TY)                                                                                   \
-    void NAME(const dsf_wmat *w, const dsf_q8k *x, int64_t T, float *y, int64_t ldy, int64_t r0, int64_t r1) { \
-        q8_run(TY, w, x, T, y, ldy, r0, r1);                                                                 \
-    }
+#define Q8_ENTRY(NAME, TY) \
+    Q8K_FN(NAME) { q8_run(TY, w, x, T, y, ldy, r0, r1); }
 Q8_ENTRY(q8k_iq4_xs_avx512, TY_IQ4XS)
 Q8_ENTRY(q8k_iq2_xxs_avx512, TY_IQ2XXS)
 Q8_ENTRY(q8k_iq2_xs_avx512, TY_IQ2XS)
 Q8_ENTRY(q8k_iq2_s_avx512, TY_IQ2S)
+Q8_ENTRY(q8k_iq3_xxs_avx512, TY_IQ3XXS)
+Q8_ENTRY(q8k_iq3_s_avx512, TY_IQ3S)
 
 #endif

@@ -244,7 +244,7 @@ static const char *q8b_case(const dsf_kernels *k, uint32_t type, int64_t n_in, i
 
 TEST(q8k_random_weights_iq) {
     static const char *names[] = {"avx2", "avx512", "amx"};
-    static const uint32_t types[] = {GGML_TYPE_IQ4_XS, GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S};
+    static const uint32_t types[] = {GGML_TYPE_IQ4_XS, GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S, GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ3_S};
     static const int64_t n_ins[] = {256, 512, 768, 1024, 1280, 2304, 4352};
     static const int64_t Ts[] = {1, 2, 3, 7, 17};
     char err[400];
