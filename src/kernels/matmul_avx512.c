@@ -510,6 +510,8 @@ const dsf_kernels kernels_avx512 = {
         [GGML_TYPE_IQ2_S] = q8k_iq2_s_avx512,
         [GGML_TYPE_IQ3_XXS] = q8k_iq3_xxs_avx512,
         [GGML_TYPE_IQ3_S] = q8k_iq3_s_avx512,
+        [GGML_TYPE_IQ1_S] = q8k_iq1_s_avx512,
+        [GGML_TYPE_IQ1_M] = q8k_iq1_m_avx512,
     },
     .mxfp4r_xbf16 = xmm_mxfp4r_avx512,
     .act_to_bf16 = act_to_bf16,

@@ -1,5 +1,6 @@
 /* q8k_iq.h: the Q8_K-activation matmul entries (matmul.h matmul_q8k_fn) of q8k_iq_avx512.c and
- * q8k_iq_avx2.c: IQ4_XS and IQ2_XXS weights (AVX-512 also IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) times
+ * q8k_iq_avx2.c: IQ4_XS and IQ2_XXS weights (AVX-512: all 8 IQ types
+ * with 256-weight blocks) times
  * ggml's Q8_K activation blocks, every T. The kernel tables kernels_avx512 (matmul_avx512.c) and kernels_avx2 (matmul_avx2.c) hold them.
  *
  * Must not: be included by code compiled without the matching ISA flags for anything but the
@@ -21,6 +22,8 @@ Q8K_FN(q8k_iq2_xs_avx512);
 Q8K_FN(q8k_iq2_s_avx512);
 Q8K_FN(q8k_iq3_xxs_avx512);
 Q8K_FN(q8k_iq3_s_avx512);
+Q8K_FN(q8k_iq1_s_avx512);
+Q8K_FN(q8k_iq1_m_avx512);
 
 Q8K_FN(q8k_iq4_xs_avx2);
 Q8K_FN(q8k_iq2_xxs_avx2);

@@ -1,7 +1,8 @@
 /* q8k_iq_avx512.c: AVX-512 (VNNI, VBMI) matmul kernels of IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S,
- * IQ3_XXS and IQ3_S weights with Q8_K activations (matmul.h matmul_q8k_fn, the opt-in mode),
- * decode (T = 1) and prefill (T > 1). Compiled with the Makefile's AVX512_FLAGS only; the
- * entries sit in kernels_avx512 (matmul_avx512.c) and run only where select.c chose that table.
+ * IQ3_XXS, IQ3_S, IQ1_S and IQ1_M weights with Q8_K activations (matmul.h matmul_q8k_fn, the
+ * opt-in mode), decode (T = 1) and prefill (T > 1). Compiled with the Makefile's AVX512_FLAGS
+ * only; the entries sit in kernels_avx512 (matmul_avx512.c) and run only where select.c chose
+ * that table.
  *
  * Owns: these types' super-block decoders to int8 weight codes, the activations' per-call
  * reordering (q8_sb) and the tiles. Must not: allocate (the panels and the reordered activations
@@ -9,23 +10,24 @@
  * multiple of 256 or is above 16384 go to the scalar twin matmul_q8k_any_ref.
  *
  * Numerics. A weight is m * q: q a small integer (IQ4_XS: a grid_iq4nl entry, -127..113; IQ2:
- * +-8, 25 or 43, IQ3: 1..62, a grid value with its sign) and m its group's multiplier (one per
- * 32 weights: d * (ls - 32), d * (0.5 + s) * 0.25 for IQ2_XXS, d * (0.5 + s) * 0.5 for IQ3_XXS,
- * d * (1 + 2s) for IQ3_S; one per 16 for IQ2_XS and IQ2_S: d * (0.5 + s) * 0.25; all exact in
- * fp32). The q are stored as the unsigned bytes 128 + q and meet the int8 activation codes in
- * vpdpbusd, each dword lane summing products of one group; the lane starts from -128 times the
- * sum of the activation codes it will meet (q8_sb.nc, computed once per token by vpdpbusd of
- * 128s), so it ends holding the exact integer sum of q * code over its 16 products (|.| < 2^19,
- * exact in fp32). Per super-block and (row, token): f = float(lane) * m (IQ2_XS, IQ2_S: two
- * lanes, one per half of the group, f = fma(float(lane_1), m_1, float(lane_0) * m_0)), then
- * acc = fma(f, d_x, acc) in 16 lanes; the accumulator is summed by red4 / red4x4's lane tree per K
- * chunk of KB super-blocks and the chunks' sums are added in order. Each output is thus the
- * exact product up to fp32 rounding.
+ * +-8, 25 or 43, IQ3: 1..62, a grid value with its sign; IQ1: 8 (grid value) + 8 delta, +-1,
+ * +-7, +-9) and m its group's multiplier (one per 32 weights: d * (ls - 32), d * (0.5 + s) *
+ * 0.25 for IQ2_XXS, d * (0.5 + s) * 0.5 for IQ3_XXS, d * (1 + 2s) for IQ3_S, d / 8 * (2s + 1)
+ * for IQ1_S; one per 16 for IQ2_XS and IQ2_S: d * (0.5 + s) * 0.25, IQ1_M: d / 8 * (2s + 1);
+ * all exact in fp32). The q are stored as the unsigned bytes 128 + q and meet the int8
+ * activation codes in vpdpbusd, each dword lane summing products of one group; the lane starts
+ * from -128 times the sum of the activation codes it will meet (q8_sb.nc, computed once per
+ * token by vpdpbusd of 128s), so it ends holding the exact integer sum of q * code over its 16
+ * products (|.| < 2^19, exact in fp32). Per super-block and (row, token): f = float(lane) * m
+ * (IQ2_XS, IQ2_S, IQ1_M: two lanes, one per half of the group, f = fma(float(lane_1), m_1,
+ * float(lane_0) * m_0)), then acc = fma(f, d_x, acc) in 16 lanes; the accumulator is summed by
+ * red4 / red4x4's lane tree per K chunk of KB super-blocks and the chunks' sums are added in
+ * order. Each output is thus the exact product up to fp32 rounding.
  *
  * Layout: a super-block of a row becomes 4 byte vectors W[k] (qword q: 8 weights of group q;
- * which 8: the q8_sb permutation of the type; IQ2_XS, IQ2_S, IQ3: elements 8k .. 8k + 7, sub-
- * group k, from scalar loads (IQ2) or dword gathers (IQ3) of the grid entries) and S (dword
- * lanes 2q, 2q + 1: group q's m); the activations are reordered to match (q8_sb.x[k],
+ * which 8: the q8_sb permutation of the type; IQ2_XS, IQ2_S, IQ3, IQ1: elements 8k .. 8k + 7,
+ * sub-group k, from scalar loads (IQ2, IQ1) or dword gathers (IQ3) of the grid entries) and S
+ * (dword lanes 2q, 2q + 1: group q's m); the activations are reordered to match (q8_sb.x[k],
  * byte 8q + b <- element 32q + f(k, b)).
  *
  * Batch invariance: the integer lane sums are exact, so their order is free; the fp32 steps
@@ -78,6 +80,9 @@ static const uint8_t spread_sg[64] __attribute__((aligned(64))) = {ALL64(SPR)};
 /* IQ3: byte 2q + j (< 16) <- index byte 8q + j (of sub-group 0; + 2k for sub-group k) */
 #define SEL3(j, b) (8 * ((8 * (j) + (b)) >> 1 & 7) + ((b) & 1))
 static const uint8_t sel_iq3[64] __attribute__((aligned(64))) = {ALL64(SEL3)};
+/* IQ1: (code c | sign << 2; bits 3-5 zero) -> 128 + 8 (c - 1) + (sign ? -1 : 1) */
+#define V1(j, b) (uint8_t)(128 + 8 * (((8 * (j) + (b)) & 3) - 1) + (((8 * (j) + (b)) >> 2 & 1) ? -1 : 1))
+static const uint8_t iq1_vals[64] __attribute__((aligned(64))) = {ALL64(V1)};
 
 
 /* (c0 | c1 << 2 | s0 << 4 | s1 << 5; bits 6, 7 ignored) -> 128 + element 0's signed value
@@ -95,6 +100,7 @@ static const uint8_t iq2_hi[64] __attribute__((aligned(64))) = {ALL64(T_HI)};
 #undef IX2
 #undef SPR
 #undef SEL3
+#undef V1
 #undef F_IQ4
 #undef F_NAT
 #undef F_IQ2
@@ -298,12 +304,63 @@ INLINE void dec_iq3s(const uint8_t *b, __m512i *W, __m512 *S) {
     *S = mult8(s, 2.0f, 1.0f, f16at(b));
 }
 
+/* ---- IQ1_S, IQ1_M: 8-value entries of 2-bit codes (value + 1), q = 8 value +- 1 (the delta
+ * times 8; m carries the 1/8), pair_nat ---- */
+
+/* (entry index, delta sign) of sub-group k of group q: IQ1_M (m1) or IQ1_S (b its super-block) */
+INLINE uint32_t iq1_entry(const uint8_t *b, const int m1, int q, int k) {
+    if (m1) {
+        const unsigned h = (unsigned)b[32 + 2 * q + k / 2] >> 4 * (k % 2);
+        return (uint32_t)grid_iq1s[b[4 * q + k] | (h & 7) << 8] | (uint32_t)(h >> 3 & 1) << 31;
+    }
+    const unsigned h = (unsigned)(b[34 + 2 * q] | b[35 + 2 * q] << 8);
+    return (uint32_t)grid_iq1s[b[2 + 4 * q + k] | (h >> 3 * k & 7) << 8] | (uint32_t)(h >> 15) << 31;
+}
+
+/* W[k]: byte j of qword q <- 128 + 8 (code j - 1) + (sign ? -1 : 1) of entry (q, k) */
+INLINE void grid1_h(const uint8_t *b, const int m1, __m512i *W) {
+    const __m512i tab = _mm512_load_si512((const void *)iq1_vals);
+    UNROLL for (int k = 0; k < 4; k++) {
+#define EQ(q) (long long)iq1_entry(b, m1, q, k)
+        const __m512i e = _mm512_set_epi64(EQ(7), EQ(6), EQ(5), EQ(4), EQ(3), EQ(2), EQ(1), EQ(0));
+#undef EQ
+        /* bits 0-1: code j (bits 2j..); bit 2: the sign (bit 31); bits 3-5: bits 32.. (zero) */
+        const __m512i n = _mm512_ternarylogic_epi32(_mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x0E0C0A0806040200ll), e),
+                                                    _mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x1D1D1D1D1D1D1D1Dll), e),
+                                                    _mm512_set1_epi8(3), 0xE4);
+        W[k] = _mm512_permutexvar_epi8(n, tab);
+    }
+}
+
+/* IQ1_S {f16 d; u8 qs[32]; u16 qh[8] (index bits 3k.., s at 12-14, delta sign 15)}: m = d (2s + 1) / 8 */
+INLINE void dec_iq1s(const uint8_t *b, __m512i *W, __m512 *S) {
+    grid1_h(b, 0, W);
+    const __m256i qh = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(b + 34)));
+    *S = mult8(_mm256_and_si256(_mm256_srli_epi32(qh, 12), _mm256_set1_epi32(7)), 2.0f, 1.0f, f16at(b) * 0.125f);
+}
+
+/* IQ1_M {u8 qs[32]; u8 qh[16]; u16 sc[4] (s of group q's half h: bits 6 (q % 2) + 3h of sc[q / 2];
+ * d: the top nibbles)}: m = d (2s + 1) / 8 per 16 weights */
+INLINE void dec_iq1m(const uint8_t *b, __m512i *W, __m512 *S) {
+    grid1_h(b, 1, W);
+    uint16_t sc[4];
+    memcpy(sc, b + 48, 8);
+    const uint16_t dh = (uint16_t)(sc[0] >> 12 | (sc[1] >> 12) << 4 | (sc[2] >> 12) << 8 | (sc[3] >> 12) << 12);
+    const float d = _cvtsh_ss(dh) * 0.125f;
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(b + 48)));
+    const __m256i wq = _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+    UNROLL for (int h = 0; h < 2; h++) {
+        const __m256i sh = _mm256_setr_epi32(3 * h, 6 + 3 * h, 3 * h, 6 + 3 * h, 3 * h, 6 + 3 * h, 3 * h, 6 + 3 * h);
+        S[h] = mult8(_mm256_and_si256(_mm256_srlv_epi32(wq, sh), _mm256_set1_epi32(7)), 2.0f, 1.0f, d);
+    }
+}
+
 /* ---- per type ---- */
-enum { TY_IQ4XS, TY_IQ2XXS, TY_IQ2XS, TY_IQ2S, TY_IQ3XXS, TY_IQ3S };
-static const int ty_bytes[] = {136, 66, 74, 82, 98, 110};
+enum { TY_IQ4XS, TY_IQ2XXS, TY_IQ2XS, TY_IQ2S, TY_IQ3XXS, TY_IQ3S, TY_IQ1S, TY_IQ1M };
+static const int ty_bytes[] = {136, 66, 74, 82, 98, 110, 50, 56};
 #define TY_BYTES(ty) ty_bytes[ty]
 #define TY_PAIR(ty) ((ty) == TY_IQ4XS ? pair_iq4xs : (ty) == TY_IQ2XXS ? pair_iq2xxs : pair_nat)
-#define TY_HALVES(ty) ((ty) == TY_IQ2XS || (ty) == TY_IQ2S) /* a multiplier per 16 weights: S[0] vectors 0-1, S[1] 2-3 */
+#define TY_HALVES(ty) ((ty) == TY_IQ2XS || (ty) == TY_IQ2S || (ty) == TY_IQ1M) /* a multiplier per 16 weights: S[0] vectors 0-1, S[1] 2-3 */
 
 /* Two rows' super-blocks of a type (p[t]) -> W[t], S[t]. */
 INLINE void dec2(const int ty, const uint8_t *const *p, const uint8_t *codes, __m512i (*W)[4], __m512 (*S)[2]) {
@@ -320,7 +377,9 @@ INLINE void dec2(const int ty, const uint8_t *const *p, const uint8_t *codes, __
         else if (ty == TY_IQ2XS) dec_iq2xs(p[t], W[t], S[t]);
         else if (ty == TY_IQ2S) dec_iq2s(p[t], W[t], S[t]);
         else if (ty == TY_IQ3XXS) dec_iq3xxs(p[t], W[t], &S[t][0]);
-        else dec_iq3s(p[t], W[t], &S[t][0]);
+        else if (ty == TY_IQ3S) dec_iq3s(p[t], W[t], &S[t][0]);
+        else if (ty == TY_IQ1S) dec_iq1s(p[t], W[t], &S[t][0]);
+        else dec_iq1m(p[t], W[t], S[t]);
     }
 }
 
@@ -477,5 +536,7 @@ Q8_ENTRY(q8k_iq2_xs_avx512, TY_IQ2XS)
 Q8_ENTRY(q8k_iq2_s_avx512, TY_IQ2S)
 Q8_ENTRY(q8k_iq3_xxs_avx512, TY_IQ3XXS)
 Q8_ENTRY(q8k_iq3_s_avx512, TY_IQ3S)
+Q8_ENTRY(q8k_iq1_s_avx512, TY_IQ1S)
+Q8_ENTRY(q8k_iq1_m_avx512, TY_IQ1M)
 
 #endif

@@ -161,14 +161,17 @@ static uint32_t q8b_rnd(void) {
 }
 static float q8b_unit(void) { return (float)q8b_rnd() / 4294967296.0f * 2.0f - 1.0f; }
 
-/* Random super-blocks (every byte random) with a moderate finite f16 d at offset 0. */
+/* Random super-blocks (every byte random) with a moderate finite f16 d (at offset 0; IQ1_M's
+ * in its scale words). */
 static uint8_t *q8b_weights(uint32_t type, int64_t n_in, int64_t n_out, uint64_t *rb) {
     const uint64_t bs = ggml_type_size(type), nb = (uint64_t)n_in / 256;
     uint8_t *d = malloc(bs * nb * (uint64_t)n_out);
     for (uint64_t b = 0; b < nb * (uint64_t)n_out; b++) {
         for (uint64_t j = 0; j < bs; j++) d[b * bs + j] = (uint8_t)q8b_rnd();
         uint16_t h = f32_to_f16(0.001f + 0.05f * (q8b_unit() + 1.0f));
-        memcpy(d + b * bs, &h, 2);
+        if (type != GGML_TYPE_IQ1_M) memcpy(d + b * bs, &h, 2);
+        else /* IQ1_M: d in the top nibbles of its 4 scale words (offset 48) */
+            for (int j = 0; j < 4; j++) d[b * bs + 49 + 2 * j] = (uint8_t)((d[b * bs + 49 + 2 * j] & 0x0F) | ((h >> (4 * j)) & 0xF) << 4);
     }
     *rb = bs * nb;
     return d;
@@ -244,7 +247,7 @@ static const char *q8b_case(const dsf_kernels *k, uint32_t type, int64_t n_in, i
 
 TEST(q8k_random_weights_iq) {
     static const char *names[] = {"avx2", "avx512", "amx"};
-    static const uint32_t types[] = {GGML_TYPE_IQ4_XS, GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S, GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ3_S};
+    static const uint32_t types[] = {GGML_TYPE_IQ4_XS, GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S, GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ3_S, GGML_TYPE_IQ1_S, GGML_TYPE_IQ1_M};
     static const int64_t n_ins[] = {256, 512, 768, 1024, 1280, 2304, 4352};
     static const int64_t Ts[] = {1, 2, 3, 7, 17};
     char err[400];
