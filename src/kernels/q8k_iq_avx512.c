@@ -26,9 +26,9 @@
  *
  * Layout: a super-block of a row becomes 4 byte vectors W[k] (qword q: 8 weights of group q;
  * which 8: the q8_sb permutation of the type; IQ2_XS, IQ2_S, IQ3, IQ1: elements 8k .. 8k + 7,
- * sub-group k: the grid entries' 2-bit class codes by vpermt2w from a table built per call
- * (IQ2_XS, IQ2_S: 1.4-1.5x as fast as scalar loads of the entries), dword gathers (IQ3) or
- * scalar loads (IQ1)) and S
+ * sub-group k: the grid entries' class codes (IQ2: 2 bits, IQ3: 3 bits per value) by vpermt2w
+ * from a table built per call (IQ2_XS, IQ2_S: 1.4-1.5x, IQ3: 2.5-3x as fast as scalar loads or
+ * gathers of the entries), or scalar loads (IQ1)) and S
  * (dword lanes 2q, 2q + 1: group q's m); the activations are reordered to match (q8_sb.x[k],
  * byte 8q + b <- element 32q + f(k, b)).
  *
@@ -82,9 +82,6 @@ static const uint8_t spread_sg[64] __attribute__((aligned(64))) = {ALL64(SPR)};
 /* IQ2_S: byte 4q + k <- bit 8q + 2k of qh (the high index bits of entry (q, k)), 32 bytes */
 #define QHB(j, b) (8 * ((8 * (j) + (b)) >> 2 & 7) + 2 * ((b) & 3))
 static const uint8_t qh_iq2s[64] __attribute__((aligned(64))) = {ALL64(QHB)};
-/* IQ3: byte 2q + j (< 16) <- index byte 8q + j (of sub-group 0; + 2k for sub-group k) */
-#define SEL3(j, b) (8 * ((8 * (j) + (b)) >> 1 & 7) + ((b) & 1))
-static const uint8_t sel_iq3[64] __attribute__((aligned(64))) = {ALL64(SEL3)};
 /* IQ1: (code c | sign << 2; bits 3-5 zero) -> 128 + 8 (c - 1) + (sign ? -1 : 1) */
 #define V1(j, b) (uint8_t)(128 + 8 * (((8 * (j) + (b)) & 3) - 1) + (((8 * (j) + (b)) >> 2 & 1) ? -1 : 1))
 static const uint8_t iq1_vals[64] __attribute__((aligned(64))) = {ALL64(V1)};
@@ -105,7 +102,6 @@ static const uint8_t iq2_hi[64] __attribute__((aligned(64))) = {ALL64(T_HI)};
 #undef IX2
 #undef SPR
 #undef QHB
-#undef SEL3
 #undef V1
 #undef F_IQ4
 #undef F_NAT
@@ -289,15 +285,33 @@ INLINE void dec_iq2s(const uint8_t *b, const uint16_t *cls, __m512i *W, __m512 *
 
 /* ---- IQ3_XXS, IQ3_S: 4-value grid entries, two per sub-group, a multiplier per 32 (pair_nat) ---- */
 
+/* grid (n 4-value entries of 8 magnitudes v: code v >> sh) as 12-bit class codes (value j at
+ * bits 3j) into c, built per call. */
+static void iq3_class_words(const uint32_t *grid, int n, int sh, uint16_t *c) {
+    for (int i = 0; i < n; i += 16) {
+        __m512i k = _mm512_and_si512(_mm512_srl_epi16(_mm512_loadu_si512((const void *)(grid + i)), _mm_cvtsi32_si128(sh)), _mm512_set1_epi8(7));
+        __m512i d = _mm512_madd_epi16(_mm512_maddubs_epi16(k, _mm512_set1_epi16(0x0801)), _mm512_set1_epi32(0x00400001));
+        _mm256_storeu_si256((__m256i *)(void *)(c + i), _mm512_cvtepi32_epi16(d));
+    }
+}
+
 /* W[k] (qword q: the entries of index bytes 8q + 2k, + 1 of ix, plus 256 where the same bit
- * of hi is set) by dword gathers, signed by sm (signed_w). */
-INLINE void grid4_h(const uint32_t *grid, __m512i ix, __mmask64 hi, __m512i sm, __m512i *W) {
-    const __m512i sel = _mm512_load_si512((const void *)sel_iq3), hb = _mm512_maskz_mov_epi8(hi, _mm512_set1_epi8(1));
-    UNROLL for (int k = 0; k < 4; k++) {
-        const __m512i sk = _mm512_add_epi8(sel, _mm512_set1_epi8((char)(2 * k)));
-        const __m512i i = _mm512_or_si512(_mm512_cvtepu8_epi32(_mm512_castsi512_si128(_mm512_permutexvar_epi8(sk, ix))),
-                                          _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm512_castsi512_si128(_mm512_permutexvar_epi8(sk, hb))), 8));
-        W[k] = signed_w(_mm512_i32gather_epi32(i, (const void *)grid, 4), sm, k);
+ * of hi is set; n entries) through the class table cls and the magnitudes mag (code -> value),
+ * signed by sm (signed_w). */
+INLINE void grid4_h(const uint16_t *cls, const int n, __m512i ix, __mmask64 hi, __m512i mag, __m512i sm, __m512i *W) {
+    __m512i r[2];
+    UNROLL for (int h = 0; h < 2; h++) { /* index bytes 32h .. 32h + 31 as words */
+        __m512i i = _mm512_cvtepu8_epi16(h ? _mm512_extracti64x4_epi64(ix, 1) : _mm512_castsi512_si256(ix));
+        if (n > 256) i = _mm512_mask_add_epi16(i, (__mmask32)(_cvtmask64_u64(hi) >> 32 * h), i, _mm512_set1_epi16(256));
+        r[h] = look_w(cls, n, i);
+    }
+    const __m512i ev = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14);
+    /* V[p] qword q: the codes of entries 8q + 4p .. + 3 (16 bits each) */
+    const __m512i V[2] = {_mm512_permutex2var_epi64(r[0], ev, r[1]),
+                          _mm512_permutex2var_epi64(r[0], _mm512_add_epi64(ev, _mm512_set1_epi64(1)), r[1])};
+    UNROLL for (int k = 0; k < 4; k++) { /* byte b: value b % 4 of entry 8q + 2k + b / 4 */
+        const uint64_t ctl = (uint64_t)(32 * (k % 2)) * 0x0101010101010101ull + 0x1916131009060300ull;
+        W[k] = signed_w(_mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(_mm512_set1_epi64((long long)ctl), V[k / 2]), mag), sm, k);
     }
 }
 
@@ -310,23 +324,23 @@ INLINE __m512 mult8(__m256i v, float a, float c, float d) {
 
 /* IQ3_XXS {f16 d; u8 qs[64]; u32 scales_signs[8] (selector k at bits 7k, s at bits 28-31)}:
  * m = d (0.5 + s) / 2 */
-INLINE void dec_iq3xxs(const uint8_t *b, __m512i *W, __m512 *S) {
+INLINE void dec_iq3xxs(const uint8_t *b, const uint16_t *cls, __m512i *W, __m512 *S) {
     const __m256i ss = _mm256_loadu_si256((const __m256i *)(const void *)(b + 66));
     /* byte 4q + k <- bits 7k.. of group q's word (qword Q holds groups 2Q, 2Q + 1) */
     const __m512i sel = _mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x352E2720150E0700ll), _mm512_castsi256_si512(ss));
     const __m512i sm = _mm512_permutex2var_epi8(_mm512_loadu_si512((const void *)grid_iq2_signs), sel,
                                                 _mm512_loadu_si512((const void *)(grid_iq2_signs + 64)));
-    grid4_h(grid_iq3xxs, _mm512_loadu_si512((const void *)(b + 2)), 0, sm, W);
+    grid4_h(cls, 256, _mm512_loadu_si512((const void *)(b + 2)), 0, _mm512_set1_epi64(0x3E342C241C140C04ll), sm, W);
     *S = mult8(_mm256_srli_epi32(ss, 28), 0.5f, 0.25f, f16at(b));
 }
 
 /* IQ3_S {f16 d; u8 qs[64]; u8 qh[8]; u8 signs[32]; u8 scales[4]}: m = d (1 + 2s) */
-INLINE void dec_iq3s(const uint8_t *b, __m512i *W, __m512 *S) {
+INLINE void dec_iq3s(const uint8_t *b, const uint16_t *cls, __m512i *W, __m512 *S) {
     uint64_t qh;
     uint32_t sc;
     memcpy(&qh, b + 66, 8);
     memcpy(&sc, b + 106, 4);
-    grid4_h(grid_iq3s, _mm512_loadu_si512((const void *)(b + 2)), _cvtu64_mask64(qh),
+    grid4_h(cls, 512, _mm512_loadu_si512((const void *)(b + 2)), _cvtu64_mask64(qh), _mm512_set1_epi64(0x0F0D0B0907050301ll),
             _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(b + 74))), W);
     const __m256i s = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)sc), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
                                        _mm256_set1_epi32(15));
@@ -405,8 +419,8 @@ INLINE void dec2(const int ty, const uint8_t *const *p, const uint8_t *codes, __
         if (ty == TY_IQ4XS) dec_iq4xs(p[t], tab, W[t], &S[t][0]);
         else if (ty == TY_IQ2XS) dec_iq2xs(p[t], (const uint16_t *)(const void *)codes, W[t], S[t]);
         else if (ty == TY_IQ2S) dec_iq2s(p[t], (const uint16_t *)(const void *)codes, W[t], S[t]);
-        else if (ty == TY_IQ3XXS) dec_iq3xxs(p[t], W[t], &S[t][0]);
-        else if (ty == TY_IQ3S) dec_iq3s(p[t], W[t], &S[t][0]);
+        else if (ty == TY_IQ3XXS) dec_iq3xxs(p[t], (const uint16_t *)(const void *)codes, W[t], &S[t][0]);
+        else if (ty == TY_IQ3S) dec_iq3s(p[t], (const uint16_t *)(const void *)codes, W[t], &S[t][0]);
         else if (ty == TY_IQ1S) dec_iq1s(p[t], W[t], &S[t][0]);
         else dec_iq1m(p[t], W[t], S[t]);
     }
@@ -550,6 +564,8 @@ INLINE void q8_run(const int ty, const dsf_wmat *w, const dsf_q8k *x, int64_t T,
     if (ty == TY_IQ2XXS) iq2xxs_class_codes(codes);
     if (ty == TY_IQ2XS) iq2_class_words(grid_iq2xs, 512, (uint16_t *)(void *)codes);
     if (ty == TY_IQ2S) iq2_class_words(grid_iq2s, 1024, (uint16_t *)(void *)codes);
+    if (ty == TY_IQ3XXS) iq3_class_words(grid_iq3xxs, 256, 3, (uint16_t *)(void *)codes);
+    if (ty == TY_IQ3S) iq3_class_words(grid_iq3s, 512, 1, (uint16_t *)(void *)codes);
     if (T > 1) {
         run_tn(ty, w, x, T, y, ldy, r0, r1, codes);
         return;
