@@ -15,6 +15,7 @@
 
 #include "kernels/iq2k.h"
 #include "kernels/iq13.h"
+#include "kernels/q8k_iq.h"
 
 #define RB1 8    /* rows per tile, T == 1 (8 independent accumulator chains) */
 #define RBN 2    /* rows per tile, T > 1 */
@@ -303,6 +304,10 @@ const dsf_kernels kernels_avx2 = {
     .name = "avx2",
     .read_probe = read_probe,
     .peak_probe = peak_probe,
+    .matmul_q8k = {
+        [GGML_TYPE_IQ4_XS] = q8k_iq4_xs_avx2, /* q8k_iq_avx2.c */
+        [GGML_TYPE_IQ2_XXS] = q8k_iq2_xxs_avx2,
+    },
     .matmul_xbf16 = {
         [GGML_TYPE_F32] = xw_f32,
         [GGML_TYPE_BF16] = xw_bf16,

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "kernels/iq2k.h"
+#include "kernels/q8k_iq.h"
 #include "kernels/kquant.h"
 #include "kernels/q8k.h"
 #include "kernels/iq13.h"
@@ -509,6 +510,14 @@ const dsf_kernels kernels_avx512 = {
         [GGML_TYPE_Q4_K] = mq8_q4_k_avx512,
         [GGML_TYPE_Q5_K] = mq8_q5_k_avx512,
         [GGML_TYPE_Q6_K] = mq8_q6_k_avx512,
+        [GGML_TYPE_IQ4_XS] = q8k_iq4_xs_avx512, /* q8k_iq_avx512.c */
+        [GGML_TYPE_IQ2_XXS] = q8k_iq2_xxs_avx512,
+        [GGML_TYPE_IQ2_XS] = q8k_iq2_xs_avx512,
+        [GGML_TYPE_IQ2_S] = q8k_iq2_s_avx512,
+        [GGML_TYPE_IQ3_XXS] = q8k_iq3_xxs_avx512,
+        [GGML_TYPE_IQ3_S] = q8k_iq3_s_avx512,
+        [GGML_TYPE_IQ1_S] = q8k_iq1_s_avx512,
+        [GGML_TYPE_IQ1_M] = q8k_iq1_m_avx512,
     },
     .mxfp4r_xbf16 = xmm_mxfp4r_avx512,
     .act_to_bf16 = act_to_bf16,
