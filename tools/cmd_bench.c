@@ -384,6 +384,14 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
         {"iq2_s down", GGML_TYPE_IQ2_S, 2304, 5120, 1, 0},
         {"iq2_s dense", GGML_TYPE_IQ2_S, 4096, 4096, 1, 0},
         {"iq2_s gemm xbf16", GGML_TYPE_IQ2_S, 5120, 2304, 64, 1},
+        /* the IQ types with Q8_K activations (q8k_iq_*.c; --act-q8k) */
+        {"iq2_xxs gemv q8k", GGML_TYPE_IQ2_XXS, 5120, 2304, 1, 2}, {"iq2_xxs down q8k", GGML_TYPE_IQ2_XXS, 2304, 5120, 1, 2},
+        {"iq2_xxs dense q8k", GGML_TYPE_IQ2_XXS, 4096, 4096, 1, 2}, {"iq2_xxs gemm q8k", GGML_TYPE_IQ2_XXS, 5120, 2304, 64, 2},
+        {"iq4_xs gemv q8k", GGML_TYPE_IQ4_XS, 5120, 2304, 1, 2}, {"iq4_xs down q8k", GGML_TYPE_IQ4_XS, 2304, 5120, 1, 2},
+        {"iq4_xs dense q8k", GGML_TYPE_IQ4_XS, 4096, 4096, 1, 2}, {"iq4_xs gemm q8k", GGML_TYPE_IQ4_XS, 5120, 2304, 64, 2},
+        {"iq2_xs gemv q8k", GGML_TYPE_IQ2_XS, 5120, 2304, 1, 2}, {"iq2_s gemv q8k", GGML_TYPE_IQ2_S, 5120, 2304, 1, 2},
+        {"iq3_xxs gemv q8k", GGML_TYPE_IQ3_XXS, 5120, 2304, 1, 2}, {"iq3_s gemv q8k", GGML_TYPE_IQ3_S, 5120, 2304, 1, 2},
+        {"iq1_s gemv q8k", GGML_TYPE_IQ1_S, 5120, 2304, 1, 2}, {"iq1_m gemv q8k", GGML_TYPE_IQ1_M, 5120, 2304, 1, 2},
         /* the K-quants (kquant_*.c): expert gate/up slice, down slice, a dense 4096 x 4096, both
          * families; a prefill tile row in reference mode */
 #define KQ_CASES(N, T)                                                                                 \
