@@ -724,7 +724,7 @@ static int bench_report(const bench_run *b) {
             fprintf(cf, "model,commit,kernels,threads,numerics,prompt,gen,prefill_tps,prefill_gflops,peak_gflops,"
                         "prefill_peak_fraction,decode_tps,bytes_per_token,read_bw,decode_bw_fraction,rss_mib\n");
         fprintf(cf, "%s,%s,%s,%d,%s,%d,%d,%.3f,%.2f,%.2f,%.4f,%.4f,%.0f,%.3f,%.4f,%.1f\n", path, dsf_build_commit, k->name,
-                n_threads, plain ? "plain" : "reference", n_prompt, steps, prefill_tps, prefill_gflops, peak,
+                n_threads, plain ? (b->act_q8k ? "plain+q8k" : "plain") : (b->act_q8k ? "reference+q8k" : "reference"), n_prompt, steps, prefill_tps, prefill_gflops, peak,
                 prefill_gflops / peak, decode_tps, step_bytes, bw_med, frac, rss / 1024.0);
         fclose(cf);
     }
