@@ -460,8 +460,10 @@ INLINE void t1_tile(const int ty, const uint8_t *const *wr, const int64_t *rr, c
                 const uint8_t *p[2] = {wr[rp] + b * bb, wr[rp + 1] + b * bb};
                 __m512i W[2][4];
                 __m512 S[2][2];
-                _mm_prefetch((const char *)(p[0] + PF_DIST), _MM_HINT_T0);
-                _mm_prefetch((const char *)(p[1] + PF_DIST), _MM_HINT_T0);
+                for (int64_t ln = 0; ln < bb; ln += 64) { /* every line of the block (IQ4_XS: 136 bytes) */
+                    _mm_prefetch((const char *)(p[0] + PF_DIST + ln), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(p[1] + PF_DIST + ln), _MM_HINT_T0);
+                }
                 dec2(ty, p, codes, W, S);
                 UNROLL for (int t = 0; t < 2; t++) a[rp + t] = sb_dot(ty, W[t], S[t], xs + b, a[rp + t]);
             }
