@@ -326,7 +326,7 @@ INLINE void iq_t1(const uint8_t *const *wr, const void *xv, int64_t b0, int64_t 
         float scs[4][16];
         UNROLL for (int r = 0; r < 4; r++) {
             const uint8_t *p = wr[r] + b * bb;
-            _mm_prefetch((const char *)(p + PF_DIST), _MM_HINT_T0);
+            for (int64_t ln = 0; ln < bb; ln += 64) _mm_prefetch((const char *)(p + PF_DIST + ln), _MM_HINT_T0);
             dec_blk(p, qq[r], scs[r], cls, ty);
         }
         UNROLL for (int r = 0; r < 4; r++) {

@@ -242,7 +242,8 @@ static void fn_tile(const iq_panel *pn, const void *const *xt, int ng, float *ou
             UNROLL for (int r = 0; r < 4; r++) {                                                                 \
                 __m512i W[8];                                                                                    \
                 __m512 S[8];                                                                                     \
-                _mm_prefetch((const char *)(wr[r] + b * (BB) + PF_DIST), _MM_HINT_T0);                          \
+                for (int ln_ = 0; ln_ < (BB); ln_ += 64) /* every line of the block */                          \
+                    _mm_prefetch((const char *)(wr[r] + b * (BB) + PF_DIST + ln_), _MM_HINT_T0);                \
                 SB(wr[r] + b * (BB), W, S);                                                                      \
                 UNROLL for (int g = 0; g < 8; g++) {                                                             \
                     const int64_t e = b * QK + 32 * g;                                                           \
@@ -436,8 +437,10 @@ INLINE void iq4_xs_nib2(const uint8_t *const *p, __m512i *N, __m512 *S) {
                 const uint8_t *p[2] = {wr[rp] + b * (BB), wr[rp + 1] + b * (BB)};                               \
                 __m512i N[4];                                                                                    \
                 __m512 S[2];                                                                                     \
-                _mm_prefetch((const char *)(p[0] + PF_DIST), _MM_HINT_T0);                                      \
-                _mm_prefetch((const char *)(p[1] + PF_DIST), _MM_HINT_T0);                                      \
+                for (int ln_ = 0; ln_ < (BB); ln_ += 64) { /* every line of the block (IQ4_XS: 136 bytes) */     \
+                    _mm_prefetch((const char *)(p[0] + PF_DIST + ln_), _MM_HINT_T0);                            \
+                    _mm_prefetch((const char *)(p[1] + PF_DIST + ln_), _MM_HINT_T0);                            \
+                }                                                                                                \
                 NIB2(p, N, S);                                                                                   \
                 UNROLL for (int t = 0; t < 2; t++) {                                                             \
                     __m512 P = _mm512_setzero_ps();                                                              \
