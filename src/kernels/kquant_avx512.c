@@ -442,7 +442,7 @@ INLINE void kq_run(const int K, const int bf, const dsf_wmat *w, const float *xf
             for (int64_t b0 = 0; b0 < nb; b0 += KB) {
                 const int64_t b1 = b0 + KB < nb ? b0 + KB : nb;
                 const float *Xp[1] = {X + 16 * b0};
-                const uint16_t *xbp = xb + b0 * QK;
+                const uint16_t *xbp = bf ? xb + b0 * QK : NULL; /* xb is NULL in the fp32 family */
                 float out[4];
                 if (bf) kq_xtile(K, 1, wr, &xbp, Xp, b0, b1, out);
                 else kq_ftile(K, 1, wr, &xf, b0, b1, out);
@@ -470,8 +470,8 @@ INLINE void kq_run(const int K, const int bf, const dsf_wmat *w, const float *xf
                     float out[16];
                     for (int j = 0; j < 4; j++) {
                         const int64_t tt = t + j < tc1 ? t + j : tc1 - 1;
-                        xt[j] = xf + tt * w->n_in;
-                        xbt[j] = bf && kq_permuted(K) ? xpc + (tt - tc) * XKB * QK : xb + tt * w->n_in + b0 * QK;
+                        xt[j] = bf ? NULL : xf + tt * w->n_in; /* one of xf, xb is NULL */
+                        xbt[j] = !bf ? NULL : kq_permuted(K) ? xpc + (tt - tc) * XKB * QK : xb + tt * w->n_in + b0 * QK;
                         Xt[j] = Xc + (tt - tc) * XKB * 16;
                     }
                     if (bf) kq_xtile(K, 4, wr, xbt, Xt, b0, b1, out);
