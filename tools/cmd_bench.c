@@ -245,11 +245,18 @@ static const char *cpu_name(void) {
  * compute-bound (< 1; ggml's MXFP4 GEMV is, at ~17 GB/s per core here). Single thread (the
  * caller), a 384 KiB matrix run ~10 ms per pass, each pass between 1-thread read probes of a
  * third of the arena (in turn); the median of 9 passes. Returns the MXFP4R ratio (the engine's expert layout). */
-static double core_decode_rate(const dsf_kernels *k, const uint8_t *arena, uint64_t arena_n, const uint16_t *xb) {
+static double core_decode_rate(const dsf_kernels *k, const uint8_t *arena, uint64_t arena_n, const uint16_t *xb,
+                               const dsf_q8k *x8, double need_per_core) {
     static const struct {
         const char *label;
         uint32_t type;
-    } cc[] = {{"mxfp4r gemv xbf16", DSF_TYPE_MXFP4R}, {"mxfp4 gemv xbf16", GGML_TYPE_MXFP4}, {"bf16 gemv xbf16", GGML_TYPE_BF16}};
+        int q8k; /* Q8_K activations (--act-q8k) instead of BF16 */
+    } cc[] = {{"mxfp4r gemv xbf16", DSF_TYPE_MXFP4R, 0}, {"mxfp4 gemv xbf16", GGML_TYPE_MXFP4, 0},
+              {"bf16 gemv xbf16", GGML_TYPE_BF16, 0},     {"q4_k gemv xbf16", GGML_TYPE_Q4_K, 0},
+              {"q4_k gemv q8k", GGML_TYPE_Q4_K, 1},       {"q2_k gemv xbf16", GGML_TYPE_Q2_K, 0},
+              {"q2_k gemv q8k", GGML_TYPE_Q2_K, 1},       {"iq4_xs gemv xbf16", GGML_TYPE_IQ4_XS, 0},
+              {"iq4_xs gemv q8k", GGML_TYPE_IQ4_XS, 1},   {"iq2_xxs gemv xbf16", GGML_TYPE_IQ2_XXS, 0},
+              {"iq2_xxs gemv q8k", GGML_TYPE_IQ2_XXS, 1}};
     const int64_t n_in = 5120;
     const uint64_t probe_n = arena_n / 3 / 4096 * 4096, mat_cap = (uint64_t)384 << 10;
     uint8_t *m = dsf_aligned_alloc(mat_cap + 4096);
@@ -260,7 +267,8 @@ static double core_decode_rate(const dsf_kernels *k, const uint8_t *arena, uint6
         return 0;
     }
     double ratio_mxr = 0;
-    printf("one core, weights in L2 (compute rate), against one core's read bandwidth from memory:\n");
+    printf("one core, weights in L2 (compute rate), against one core's read bandwidth from memory;\n"
+           "0.85 of the all-thread read probe, per thread: %.2f GB/s\n", need_per_core);
     for (unsigned c = 0; c < sizeof cc / sizeof *cc; c++) {
         const int rp = cc[c].type == DSF_TYPE_MXFP4R;
         uint64_t row_bytes = rp ? mxfp4r_row_bytes(n_in) : (uint64_t)n_in / ggml_blck_size(cc[c].type) * ggml_type_size(cc[c].type);
@@ -276,7 +284,8 @@ static double core_decode_rate(const dsf_kernels *k, const uint8_t *arena, uint6
         }
         dsf_wmat w = {.type = cc[c].type, .n_in = n_in, .n_out = rows, .row_bytes = row_bytes, .data = m};
         if (rp) w.scales = m + row_bytes * (uint64_t)rows;
-        kern_matmul_xbf16(k, &w, xb, 1, y, rows, 0, rows); /* into L2 */
+        if (cc[c].q8k) kern_matmul_q8k(k, &w, x8, 1, y, rows, 0, rows); /* into L2 */
+        else kern_matmul_xbf16(k, &w, xb, 1, y, rows, 0, rows);
         double fr[9], g[9], pr[9];
         double t0 = dsf_now();
         kern_read_probe(k, arena, probe_n);
@@ -286,7 +295,8 @@ static double core_decode_rate(const dsf_kernels *k, const uint8_t *arena, uint6
             t0 = dsf_now();
             double dt;
             do {
-                kern_matmul_xbf16(k, &w, xb, 1, y, rows, 0, rows);
+                if (cc[c].q8k) kern_matmul_q8k(k, &w, x8, 1, y, rows, 0, rows);
+                else kern_matmul_xbf16(k, &w, xb, 1, y, rows, 0, rows);
                 reps++;
             } while ((dt = dsf_now() - t0) < 0.01);
             double t1 = dsf_now();
@@ -303,8 +313,8 @@ static double core_decode_rate(const dsf_kernels *k, const uint8_t *arena, uint6
             for (int j = i + 1; j < 9; j++)
                 if (fr[idx[j]] < fr[idx[i]]) { int tmp = idx[i]; idx[i] = idx[j]; idx[j] = tmp; }
         const int med = idx[4];
-        printf("  %-20s %5d %9.2f GB/s per core; one core reads %.2f GB/s -> %.2fx\n", cc[c].label, (int)rows, g[med],
-               pr[med], fr[med]);
+        printf("  %-20s %5d %9.2f GB/s per core; one core reads %.2f GB/s -> %.2fx; %.2fx the 0.85 share\n",
+               cc[c].label, (int)rows, g[med], pr[med], fr[med], need_per_core > 0 ? g[med] / need_per_core : 0);
         if (rp) ratio_mxr = fr[med];
     }
     free(m);
@@ -514,7 +524,7 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
         if (!strcmp(bc->label, "mxfp4 gemm xbf16")) pf_mx = fr[med];
         fflush(stdout);
     }
-    double mxr_core = core_decode_rate(k, arena, arena_n, xb);
+    double mxr_core = core_decode_rate(k, arena, arena_n, xb, x8, n_bw ? 0.85 * bw_sum / n_bw / dsf_pool_size(pool) : 0);
     printf("kernels=%s threads=%d read_bw=%.2f bf16_peak=%.1f fma_peak=%.1f mxfp4_bw_fraction=%.3f "
            "bf16_bw_fraction=%.3f bf16_gemm_peak_fraction=%.3f bf16_gemm_xbf16_peak_fraction=%.3f "
            "mxfp4_gemm_xbf16_peak_fraction=%.3f mxfp4r_bw_fraction=%.3f mxfp4r_core_vs_core_read=%.3f\n",
