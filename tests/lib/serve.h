@@ -1,0 +1,22 @@
+/* serve.h: a `dsflash serve` child process for end-to-end tests (tests/e2e/server.c,
+ * tests/e2e/sdk.c). No TEST here. */
+#ifndef DSF_TEST_SERVE_H
+#define DSF_TEST_SERVE_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+typedef struct {
+    pid_t pid;
+    int port;
+    char log[512]; /* the server's stderr */
+} test_server;
+
+/* Starts `dsflash serve -m model --port 0 --threads 1 extra` (the binary under test) and waits
+ * for its port (up to 60 s). The child dies with the test process. 0, or -1 with why in msg. */
+int test_server_start(test_server *s, const char *model, const char *extra, char *msg, size_t cap);
+/* SIGTERM, then waits; the exit status (0 = clean), or -1 if it had to be killed. */
+int test_server_stop(test_server *s);
+void test_sleep_ms(int ms);
+
+#endif
