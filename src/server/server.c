@@ -75,28 +75,35 @@ static enum MHD_Result send_json(struct MHD_Connection *c, int status, const cha
     return ret;
 }
 
-static enum MHD_Result send_error(srv_server *s, struct MHD_Connection *c, conn_state *cs, const char *method,
-                                  const char *url, const srv_error *e) {
-    char *body = srv_error_json(e);
+/* An error reply; api: the endpoint's wire format (its error shape), NULL for OpenAI's. */
+static enum MHD_Result send_api_error(srv_server *s, struct MHD_Connection *c, conn_state *cs, const char *method,
+                                      const char *url, const srv_error *e, const srv_api *api) {
+    char *body = api ? api->error_body(e) : srv_error_json(e);
     enum MHD_Result r = send_json(c, e->status, body);
     free(body);
     log_line(s, cs ? cs->req_no : 0, method, url, -1, 0, 0, 0, 0, e->status, e->message, cs ? cs->t0 : dsf_now());
     return r;
 }
 
+static enum MHD_Result send_error(srv_server *s, struct MHD_Connection *c, conn_state *cs, const char *method,
+                                  const char *url, const srv_error *e) {
+    return send_api_error(s, c, cs, method, url, e, NULL);
+}
+
 static enum MHD_Result handle_generate(srv_server *s, struct MHD_Connection *c, conn_state *cs, srv_kind kind,
                                        const char *method, const char *url) {
+    const srv_api *api = srv_api_of(kind);
     srv_req req;
     srv_error e;
-    if (srv_parse_request(kind, (const char *)cs->body.data, cs->body.len, s->tok, s->n_ctx, &req, &e))
-        return send_error(s, c, cs, method, url, &e);
+    if (api->parse(s, (const char *)cs->body.data, cs->body.len, &req, &e))
+        return send_api_error(s, c, cs, method, url, &e, api);
     int nv = dsf_engine_n_vocab(s->e); /* the tokenizer may name more ids than the model has rows */
     for (int i = 0; i < req.n_prompt; i++)
         if (req.prompt[i] >= nv) {
             srv_fail(&e, 400, "prompt", "invalid_value", "token id %d at prompt[%d] is outside the model's vocabulary (%d)",
                      (int)req.prompt[i], i, nv);
             srv_req_free(&req);
-            return send_error(s, c, cs, method, url, &e);
+            return send_api_error(s, c, cs, method, url, &e, api);
         }
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     int fd = ci ? ci->connect_fd : -1;
@@ -107,20 +114,11 @@ static enum MHD_Result handle_generate(srv_server *s, struct MHD_Connection *c, 
         srv_req_free(&req);
         if (s->stopping) srv_fail(&e, 503, NULL, "server_stopping", "the server is shutting down");
         else srv_fail(&e, 503, NULL, "server_busy", "too many requests are waiting (%d); retry later", s->p.max_queue);
-        return send_error(s, c, cs, method, url, &e);
+        return send_api_error(s, c, cs, method, url, &e, api);
     }
     job *j = srv_job_new(s, &req, fd, cs->req_no);
     j->t0 = cs->t0;
-    if (j->req.stream && kind == SRV_CHAT) {
-        /* The role chunk goes first, before the slot can produce anything. */
-        json_t *choice;
-        json_t *ch = srv_chunk(&j->meta, kind, &choice);
-        json_t *delta = json_object_get(choice, "delta");
-        json_object_set_new(delta, "role", json_string("assistant"));
-        json_object_set_new(delta, "content", json_string(""));
-        srv_sse_json(&j->out, ch);
-        json_decref(ch);
-    }
+    if (j->req.stream && api->stream_begin) api->stream_begin(s, j, &j->out);
     if (s->qtail) s->qtail->next = j;
     else s->qhead = j;
     s->qtail = j;

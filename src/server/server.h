@@ -7,6 +7,8 @@
  *   - server.c, server_job.c, server_sched.c (internal header server_int.h): the HTTP glue
  *     (libmicrohttpd, one thread per connection), the slots (one dsf_session each) and the
  *     scheduler thread that runs every forward. Threads and locking: the top of server.c.
+ *     Each endpoint's wire format is a srv_api table (server_int.h; server_oai.c for
+ *     OpenAI's chat and completions), which they call without knowing the API.
  *
  * Invariants: a malformed request is answered from its own connection thread and never
  * reaches the scheduler; only the scheduler thread calls the engine (one forward at a time

@@ -110,6 +110,37 @@ struct srv_server {
     atomic_int st_max_batch;
 };
 
+/* ==== one API's wire format ================================================================
+ * Each generation endpoint maps its request onto one srv_req and writes the job's output in
+ * its own shape: server_oai.c for /v1/chat/completions and /v1/completions. The scheduler and
+ * the connection threads call these and know no API. Every function runs on the thread named
+ * beside it; those writing to `out` append bytes for the client (SSE events, or nothing). */
+typedef struct {
+    const char *id_prefix; /* of j->meta.id, e.g. "chatcmpl-" */
+    /* connection thread: body -> *out (400s etc. in e); 0 or -1 */
+    int (*parse)(srv_server *s, const char *body, size_t len, srv_req *out, srv_error *e);
+    /* connection thread, before the job is queued: the stream's first bytes (NULL: none) */
+    void (*stream_begin)(srv_server *s, job *j, dsf_buf *out);
+    /* scheduler: visible text as generated (NULL: not streamed this way) */
+    void (*stream_text)(srv_server *s, job *j, const char *text, size_t len, dsf_buf *out);
+    /* scheduler: one DSML event of a chat-shaped generation (NULL: not streamed this way) */
+    void (*stream_dsml)(srv_server *s, job *j, const dsf_dsml_event *ev, dsf_buf *out);
+    /* scheduler: the stream's last bytes after the generation (err: it failed with that message) */
+    void (*stream_end)(srv_server *s, job *j, const dsf_gen_result *res, const srv_usage *u, const char *err,
+                       dsf_buf *out);
+    /* scheduler, non-streaming: the reply body (malloc'ed JSON) */
+    char *(*reply)(srv_server *s, job *j, const dsf_gen_result *res, const srv_usage *u);
+    /* any thread: an error body in this API's shape (malloc'ed) */
+    char *(*error_body)(const srv_error *e);
+} srv_api;
+
+/* The wire format of a request kind. */
+const srv_api *srv_api_of(srv_kind kind);
+/* OpenAI's finish_reason for a generation result: stop, length or tool_calls. */
+const char *srv_finish_reason(const dsf_gen_result *res);
+/* The id of tool call `index` of the job, made on first use (scheduler thread). */
+const char *srv_job_call_id(job *j, int index);
+
 /* ==== jobs (server_job.c, connection threads) ============================================ */
 
 /* A new job for req (taken over: *req is zeroed) with two references, the connection's and

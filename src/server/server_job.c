@@ -57,7 +57,7 @@ job *srv_job_new(srv_server *s, srv_req *req, int fd, int req_no) {
     pthread_cond_init(&j->cv, NULL);
     char rid[32];
     rand_alnum(rid, 24, &j->rng);
-    snprintf(j->meta.id, sizeof j->meta.id, "%s%s", j->req.kind == SRV_CHAT ? "chatcmpl-" : "cmpl-", rid);
+    snprintf(j->meta.id, sizeof j->meta.id, "%s%s", srv_api_of(j->req.kind)->id_prefix, rid);
     j->meta.model = s->model_name;
     j->meta.created = (long long)time(NULL);
     return j;

@@ -2,9 +2,9 @@
  *
  * Owns: assignment of queued jobs to slots (srv_assign, under srv->mu), and on the scheduler
  * thread each slot's generation: a job's start and prefill chunks, the batched decode
- * forward of every decoding slot, the generation callbacks that turn tokens and DSML events
- * into the job's SSE bytes (j->out) or its non-streaming reply (j->body), and the job's
- * completion, which releases the slot.
+ * forward of every decoding slot, the generation callbacks that hand text and DSML events to
+ * the job's wire format (srv_api_of: SSE bytes into j->out, or the non-streaming reply in
+ * j->body), and the job's completion, which releases the slot.
  * Must not: touch sockets or MHD (the connection threads do); call the engine under srv->mu.
  * Invariant: only this thread evaluates (one forward at a time across the server);
  * srv_assign, which connection threads call too, only reads idle slots' histories.
@@ -24,29 +24,6 @@ static void job_emit(srv_server *s, job *j, const dsf_buf *b) {
     dsf_buf_append(&j->out, b->data, b->len);
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&s->mu);
-}
-
-static void emit_chunk(srv_server *s, job *j, json_t *chunk) {
-    dsf_buf b = {0};
-    srv_sse_json(&b, chunk);
-    json_decref(chunk);
-    job_emit(s, j, &b);
-    dsf_buf_free(&b);
-}
-
-/* Attaches the logprobs of the tokens not yet sent to a stream chunk's choice. */
-static void attach_logprobs(srv_server *s, job *j, json_t *choice) {
-    if (j->req.logprobs < 0 || j->lp_sent >= j->n_lp) return;
-    int n = j->n_lp - j->lp_sent;
-    json_t *lp = j->req.kind == SRV_CHAT ? srv_chat_logprobs(j->lp + j->lp_sent, n, s->tok)
-                                         : srv_completion_logprobs(j->lp + j->lp_sent, n, s->tok, j->text_off);
-    if (j->req.kind != SRV_CHAT)
-        for (int i = j->lp_sent; i < j->n_lp; i++) {
-            size_t len = 0;
-            if (dsf_token_bytes(s->tok, j->lp[i].id, &len)) j->text_off += len;
-        }
-    json_object_set_new(choice, "logprobs", lp);
-    j->lp_sent = j->n_lp;
 }
 
 /* ==== generation callbacks (scheduler thread) ============================================ */
@@ -73,19 +50,24 @@ static void cb_token(void *ud, const dsf_gen_token *t) {
     for (int k = 0; k < p->n_top; k++) p->top_ids[k] = t->top_ids[k], p->top_lp[k] = t->top_logprobs[k];
 }
 
+/* Runs one of the job's stream writers and hands its bytes to the connection. */
+#define EMIT(s, j, CALL)                                                                                         \
+    do {                                                                                                         \
+        dsf_buf b_ = {0};                                                                                        \
+        CALL;                                                                                                    \
+        if (b_.len) job_emit(s, j, &b_);                                                                         \
+        dsf_buf_free(&b_);                                                                                       \
+    } while (0)
+
 static void cb_text(void *ud, const char *text, size_t len) {
     gen_ctx *c = ud;
     job *j = c->j;
-    if (!j->req.stream || j->req.kind != SRV_COMPLETION || !len) return;
-    json_t *choice;
-    json_t *ch = srv_chunk(&j->meta, SRV_COMPLETION, &choice);
-    json_t *tx = json_stringn(text, len);
-    json_object_set_new(choice, "text", tx ? tx : json_string(""));
-    attach_logprobs(c->s, j, choice);
-    emit_chunk(c->s, j, ch);
+    const srv_api *api = srv_api_of(j->req.kind);
+    if (!j->req.stream || !api->stream_text || !len) return;
+    EMIT(c->s, j, api->stream_text(c->s, j, text, len, &b_));
 }
 
-static const char *call_id(job *j, int index) {
+const char *srv_job_call_id(job *j, int index) {
     while (j->n_ids <= index) {
         if (j->n_ids == j->cap_ids) {
             j->cap_ids = j->cap_ids ? 2 * j->cap_ids : 4;
@@ -99,42 +81,13 @@ static const char *call_id(job *j, int index) {
 static void cb_dsml(void *ud, const dsf_dsml_event *ev) {
     gen_ctx *c = ud;
     job *j = c->j;
-    const char *id = NULL;
-    if (ev->type == DSF_DSML_TOOL_START || ev->type == DSF_DSML_TOOL_ARGS) id = call_id(j, ev->index);
-    if (!j->req.stream) return;
-    json_t *ch = srv_dsml_chunk(&j->meta, ev, id, j->req.parallel_tool_calls);
-    if (!ch) return;
-    attach_logprobs(c->s, j, json_array_get(json_object_get(ch, "choices"), 0));
-    emit_chunk(c->s, j, ch);
+    const srv_api *api = srv_api_of(j->req.kind);
+    if (ev->type == DSF_DSML_TOOL_START || ev->type == DSF_DSML_TOOL_ARGS) srv_job_call_id(j, ev->index);
+    if (!j->req.stream || !api->stream_dsml) return;
+    EMIT(c->s, j, api->stream_dsml(c->s, j, ev, &b_));
 }
 
 /* ==== running jobs (scheduler thread) ====================================================== */
-
-static void finish_stream(srv_server *s, job *j, const char *finish, const srv_usage *u, const char *errmsg) {
-    dsf_buf b = {0};
-    if (errmsg) {
-        srv_error e;
-        srv_fail(&e, 500, NULL, "generation_failed", "%s", errmsg);
-        char *body = srv_error_json(&e);
-        dsf_buf_appendf(&b, "data: %s\n\n", body);
-        free(body);
-    } else {
-        json_t *choice;
-        json_t *ch = srv_chunk(&j->meta, j->req.kind, &choice);
-        json_object_set_new(choice, "finish_reason", json_string(finish));
-        attach_logprobs(s, j, choice);
-        srv_sse_json(&b, ch);
-        json_decref(ch);
-        if (j->req.include_usage) {
-            json_t *uc = srv_usage_chunk(&j->meta, j->req.kind, u);
-            srv_sse_json(&b, uc);
-            json_decref(uc);
-        }
-    }
-    dsf_buf_append(&b, "data: [DONE]\n\n", 14);
-    job_emit(s, j, &b);
-    dsf_buf_free(&b);
-}
 
 /* The scheduler lets go of the slot's job: it is done; the slot takes the next one. */
 static void slot_release(slot *sl) {
@@ -162,38 +115,23 @@ static void job_complete(slot *sl, int rc, dsf_gen_result *res, bool cancelled, 
     j->tps = res->decode_tps;
     srv_usage u = {.prompt_tokens = j->req.n_prompt, .completion_tokens = res->n_completion,
                    .cached_tokens = res->n_cached};
-    const char *finish = res->finish == DSF_FINISH_LENGTH ? "length" : "stop";
-    bool tool_calls = res->has_dsml && res->dsml.n_calls > 0;
-    if (tool_calls && res->finish != DSF_FINISH_LENGTH) finish = "tool_calls";
+    const srv_api *api = srv_api_of(j->req.kind);
     if (cancelled) {
         j->outcome = "cancelled";
     } else if (rc) {
         j->outcome = "error";
         j->status = 500;
-        if (j->req.stream) finish_stream(s, j, NULL, &u, err);
+        if (j->req.stream) EMIT(s, j, api->stream_end(s, j, res, &u, err, &b_));
         else {
             srv_error e;
             srv_fail(&e, 500, NULL, "generation_failed", "%s", err);
-            j->body = srv_error_json(&e);
+            j->body = api->error_body(&e);
         }
     } else {
-        j->outcome = finish;
+        j->outcome = srv_finish_reason(res);
         j->status = 200;
-        if (j->req.stream) {
-            finish_stream(s, j, finish, &u, NULL);
-        } else {
-            json_t *reply;
-            const srv_tokprob *lp = j->req.logprobs >= 0 ? j->lp : NULL;
-            if (j->req.kind == SRV_CHAT) {
-                for (int i = 0; i < res->dsml.n_calls; i++) call_id(j, i);
-                reply = srv_chat_reply(&j->meta, &res->dsml, j->ids, finish, &u, lp, j->n_lp, s->tok,
-                                       j->req.parallel_tool_calls);
-            } else {
-                reply = srv_completion_reply(&j->meta, res->text, res->text_len, finish, &u, lp, j->n_lp, s->tok);
-            }
-            j->body = json_dumps(reply, JSON_COMPACT);
-            json_decref(reply);
-        }
+        if (j->req.stream) EMIT(s, j, api->stream_end(s, j, res, &u, NULL, &b_));
+        else j->body = api->reply(s, j, res, &u);
     }
     dsf_gen_result_free(res);
     slot_release(sl);
