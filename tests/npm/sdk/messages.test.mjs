@@ -147,6 +147,8 @@ test('thinking: enabled with a budget returns thinking blocks that stream identi
   const b = body({ max_tokens: 1100, thinking: { type: 'enabled', budget_tokens: 1024 } });
   const whole = await anthropic.messages.create(b);
   checkMessage(whole);
+  // greedy tiny41 writes some reasoning before </think>: without it this test would be vacuous
+  assert.equal(whole.content[0]?.type, 'thinking');
   const off = await anthropic.messages.countTokens({ model: MODEL, messages: b.messages });
   const on = await anthropic.messages.countTokens({ model: MODEL, messages: b.messages, thinking: b.thinking });
   assert.ok(on.input_tokens > off.input_tokens, 'thinking mode renders the effort line');
