@@ -281,10 +281,6 @@ static int map_turn(const json_t *msgs, size_t i0, size_t i1, const char *role, 
     if (!strcmp(role, "user")) {
         rc = map_user(blocks, params, out, e);
     } else {
-        if (n == 0) { /* an empty assistant turn still needs a name for its errors */
-            snprintf(p, sizeof p, "messages.%zu.content", i0);
-            params[0] = p;
-        }
         rc = map_assistant(blocks, params, out, &n_calls, e);
         if (!rc && last && n_calls) {
             snprintf(p, sizeof p, "messages.%zu", i1 - 1);
@@ -515,9 +511,19 @@ int srv_msg_parse(const char *body, size_t len, const dsf_tokenizer *tok, int n_
         dsf_buf_free(&cb);
         return srv_fail(e, 400, NULL, "invalid_request_error", "cannot map the request: %s", err);
     }
-    rc = srv_parse_request(SRV_CHAT, (const char *)cb.data, cb.len, tok, n_ctx, out, e);
+    /* Only the prompt must fit: agents ask for max_tokens of tens of thousands whatever the
+     * context; the generation then ends when the context is full (stop_reason
+     * model_context_window_exceeded), as Anthropic's newer models do. */
+    rc = srv_parse_request(SRV_CHAT, (const char *)cb.data, cb.len, tok, INT_MAX, out, e);
     dsf_buf_free(&cb);
     out->kind = SRV_MESSAGES;
+    if (rc == 0 && !count && out->n_prompt >= n_ctx) {
+        srv_fail(e, 400, "messages", "invalid_request_error",
+                 "prompt is too long: %d tokens > %d maximum (the server's context, --ctx)", out->n_prompt, n_ctx - 1);
+        srv_req_free(out);
+        out->kind = SRV_MESSAGES;
+        rc = -1;
+    }
     return rc;
 }
 

@@ -34,7 +34,8 @@ const char *srv_msg_effort(long long budget_tokens);
 json_t *srv_msg_to_chat(const json_t *body, bool count, srv_error *e);
 
 /* Parses a Messages body into *out (kind SRV_MESSAGES): srv_msg_to_chat, then the chat path
- * (rendering, tokenization, the context check against n_ctx). 0, or -1 with e. */
+ * (rendering, tokenization). The prompt must fit n_ctx (count: no limit); max_tokens may
+ * exceed what is left, the generation then stops when the context is full. 0, or -1 with e. */
 int srv_msg_parse(const char *body, size_t len, const dsf_tokenizer *tok, int n_ctx, bool count, srv_req *out,
                   srv_error *e);
 
@@ -51,9 +52,10 @@ const char *srv_msg_error_type(int status);
 /* {"type": "error", "error": {"type", "message"}} (malloc'ed). */
 char *srv_msg_error_json(const srv_error *e);
 
-/* stop_reason: max_tokens (length), tool_use (calls), stop_sequence (a stop string matched),
- * end_turn. n_calls: the tool calls the reply carries. */
-const char *srv_msg_stop_reason(const dsf_gen_result *res, int n_calls);
+/* stop_reason: max_tokens (max_tokens tokens were generated), model_context_window_exceeded
+ * (the context filled up first), tool_use (calls), stop_sequence (a stop string matched),
+ * end_turn. n_calls: the tool calls the reply carries; max_tokens: the request's. */
+const char *srv_msg_stop_reason(const dsf_gen_result *res, int n_calls, int max_tokens);
 /* "toolu_" + the random part of an OpenAI-style call id ("call_..."). */
 void srv_msg_tool_id(char out[32], const char *call_id);
 /* The thinking signature: FNV-1a 64 over the thinking text, continued from h (start with

@@ -125,7 +125,7 @@ static void msg_end(srv_server *s, job *j, const dsf_gen_result *res, const srv_
     }
     ensure_started(j, st, u, out);
     close_block(st, out);
-    srv_msg_sse(out, srv_msg_ev_message_delta(srv_msg_stop_reason(res, kept_calls(j, res)), stop_sequence(j, res), u));
+    srv_msg_sse(out, srv_msg_ev_message_delta(srv_msg_stop_reason(res, kept_calls(j, res), j->req.max_tokens), stop_sequence(j, res), u));
     static const char stop[] = "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
     dsf_buf_append(out, stop, sizeof stop - 1);
 }
@@ -133,7 +133,7 @@ static void msg_end(srv_server *s, job *j, const dsf_gen_result *res, const srv_
 static char *msg_reply(srv_server *s, job *j, const dsf_gen_result *res, const srv_usage *u) {
     (void)s;
     for (int i = 0; i < res->dsml.n_calls; i++) srv_job_call_id(j, i);
-    json_t *r = srv_msg_reply(&j->meta, &res->dsml, j->ids, srv_msg_stop_reason(res, kept_calls(j, res)),
+    json_t *r = srv_msg_reply(&j->meta, &res->dsml, j->ids, srv_msg_stop_reason(res, kept_calls(j, res), j->req.max_tokens),
                               stop_sequence(j, res), u, j->req.parallel_tool_calls);
     char *body = json_dumps(r, JSON_COMPACT);
     json_decref(r);

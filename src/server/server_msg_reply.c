@@ -55,8 +55,9 @@ char *srv_msg_error_json(const srv_error *e) {
 
 /* ==== pieces ============================================================================== */
 
-const char *srv_msg_stop_reason(const dsf_gen_result *res, int n_calls) {
-    if (res->finish == DSF_FINISH_LENGTH) return "max_tokens";
+const char *srv_msg_stop_reason(const dsf_gen_result *res, int n_calls, int max_tokens) {
+    if (res->finish == DSF_FINISH_LENGTH)
+        return max_tokens > 0 && res->n_completion < max_tokens ? "model_context_window_exceeded" : "max_tokens";
     if (n_calls > 0) return "tool_use";
     if (res->stop_index >= 0) return "stop_sequence";
     return "end_turn";

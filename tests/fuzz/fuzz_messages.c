@@ -7,7 +7,7 @@
  * Checks: a refused request has a 4xx status and a message, its error JSON has Anthropic's
  * shape {"type": "error", "error": {"type", "message"}}, and nothing stays allocated in the
  * request; an accepted one is kind SRV_MESSAGES with 1..n_ctx-1 prompt ids inside the
- * vocabulary, max_tokens that fit the context (>= 1 unless counting), temperature and top_p
+ * vocabulary (any length when counting), max_tokens >= 1 unless counting, temperature and top_p
  * in [0, 1] and non-NULL stop strings, and count_tokens reports the same prompt length. The
  * tokenizer is tiny41's (fuzz_common.h). */
 #include "fuzz_common.h"
@@ -44,12 +44,11 @@ static int fz_messages_one(const uint8_t *data, size_t size) {
     }
     int nv = dsf_tokenizer_n_vocab(tok);
     FZ_REQUIRE(r.kind == SRV_MESSAGES, "kind %d", (int)r.kind);
-    FZ_REQUIRE(r.n_prompt >= 1 && r.n_prompt < n_ctx && r.prompt, "accepted %d prompt tokens with n_ctx %d",
+    FZ_REQUIRE(r.n_prompt >= 1 && (count || r.n_prompt < n_ctx) && r.prompt, "accepted %d prompt tokens with n_ctx %d",
                r.n_prompt, n_ctx);
     for (int i = 0; i < r.n_prompt; i++)
         FZ_REQUIRE(r.prompt[i] >= 0 && r.prompt[i] < nv, "prompt id %d outside [0, %d)", r.prompt[i], nv);
     FZ_REQUIRE(count ? r.max_tokens == 0 : r.max_tokens >= 1, "max_tokens %d (count %d)", r.max_tokens, (int)count);
-    FZ_REQUIRE((long long)r.n_prompt + r.max_tokens <= n_ctx, "max_tokens %d does not fit", r.max_tokens);
     FZ_REQUIRE(isfinite(r.temperature) && r.temperature >= 0 && r.temperature <= 1, "temperature %g",
                (double)r.temperature);
     FZ_REQUIRE(isfinite(r.top_p) && r.top_p >= 0 && r.top_p <= 1, "top_p %g", (double)r.top_p);

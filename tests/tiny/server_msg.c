@@ -45,10 +45,14 @@ TEST(server_msg_parse_matches_chat) {
     CHECKF(!strcmp(cnt, want), "%s, want %s", cnt, want);
     free(cnt);
 
-    /* the context limit applies to generations, in the chat path's words */
+    /* the prompt must fit the context; max_tokens may exceed what is left (the context then
+     * ends the generation) */
     srv_req_free(&r);
     CHECK(srv_msg_parse(msg, strlen(msg), tok, c.n_prompt, false, &r, &e) == -1 && e.status == 400);
-    CHECK(strstr(e.message, "context length") != NULL && r.prompt == NULL);
+    CHECKF(strstr(e.message, "prompt is too long") != NULL && r.prompt == NULL, "%s", e.message);
+    CHECKF(srv_msg_parse(msg, strlen(msg), tok, c.n_prompt + 1, false, &r, &e) == 0, "%s", e.message);
+    CHECK(r.max_tokens == 1500);
+    srv_req_free(&r);
     /* thinking off by default: the prompt ends in chat mode, no reasoning start */
     static const char plain[] = "{\"model\": \"x\", \"max_tokens\": 4, \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}";
     CHECKF(srv_msg_parse(plain, strlen(plain), tok, 4096, false, &r, &e) == 0, "%s", e.message);

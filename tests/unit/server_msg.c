@@ -414,8 +414,8 @@ TEST(server_msg_errors_name_the_field) {
 /* ==== replies, events, errors ============================================================= */
 
 /* Guards against replies the SDK types differently (messages.d.ts Message, ContentBlock,
- * Usage): block order thinking, text, tool_use; tool ids "toolu_"; input objects (text that is
- * not a JSON object kept as {"arguments": text}); stop reasons; Anthropic's usage arithmetic
+ * Usage, StopReason): block order thinking, text, tool_use; tool ids "toolu_"; input objects
+ * (text that is not a JSON object kept as {"arguments": text}); stop reasons; Anthropic's usage arithmetic
  * (input_tokens + cache_read_input_tokens = the prompt); one call when parallel is off. */
 TEST(server_msg_reply_shapes) {
     dsf_tool_call calls[2] = {{.name = "f", .arguments = "{\"city\": \"Paris\", \"n\": 2}"}, {.name = "g", .arguments = "[1"}};
@@ -453,15 +453,17 @@ TEST(server_msg_reply_shapes) {
     CHECK(!strcmp(json_string_value(json_object_get(o, "stop_sequence")), "END"));
     json_decref(o);
 
-    dsf_gen_result res = {.finish = DSF_FINISH_STOP, .stop_index = -1};
-    CHECK(!strcmp(srv_msg_stop_reason(&res, 0), "end_turn"));
-    CHECK(!strcmp(srv_msg_stop_reason(&res, 1), "tool_use"));
+    dsf_gen_result res = {.finish = DSF_FINISH_STOP, .stop_index = -1, .n_completion = 3};
+    CHECK(!strcmp(srv_msg_stop_reason(&res, 0, 8), "end_turn"));
+    CHECK(!strcmp(srv_msg_stop_reason(&res, 1, 8), "tool_use"));
     res.finish = DSF_FINISH_TOOL_CALLS;
-    CHECK(!strcmp(srv_msg_stop_reason(&res, 1), "tool_use"));
+    CHECK(!strcmp(srv_msg_stop_reason(&res, 1, 8), "tool_use"));
     res.finish = DSF_FINISH_STOP, res.stop_index = 0;
-    CHECK(!strcmp(srv_msg_stop_reason(&res, 0), "stop_sequence"));
-    res.finish = DSF_FINISH_LENGTH;
-    CHECK(!strcmp(srv_msg_stop_reason(&res, 1), "max_tokens"));
+    CHECK(!strcmp(srv_msg_stop_reason(&res, 0, 8), "stop_sequence"));
+    res.finish = DSF_FINISH_LENGTH, res.n_completion = 8;
+    CHECK(!strcmp(srv_msg_stop_reason(&res, 1, 8), "max_tokens"));
+    res.n_completion = 5; /* the context filled up before max_tokens */
+    CHECK(!strcmp(srv_msg_stop_reason(&res, 0, 8), "model_context_window_exceeded"));
 }
 
 /* Guards against stream events the SDK's MessageStream rejects or accumulates wrongly

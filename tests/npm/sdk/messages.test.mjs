@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import Anthropic from '@anthropic-ai/sdk';
 import { anthropic, BASE, KEY, MODEL } from './common.mjs';
 
-const STOP_REASONS = ['end_turn', 'max_tokens', 'stop_sequence', 'tool_use'];
+const STOP_REASONS = ['end_turn', 'max_tokens', 'stop_sequence', 'tool_use', 'model_context_window_exceeded'];
 
 const weather = {
   name: 'get_weather',
