@@ -6,6 +6,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import Anthropic from '@anthropic-ai/sdk';
+import Ajv from 'ajv';
 import { anthropic, BASE, KEY, MODEL } from './common.mjs';
 
 const STOP_REASONS = ['end_turn', 'max_tokens', 'stop_sequence', 'tool_use', 'model_context_window_exceeded'];
@@ -16,8 +17,41 @@ const weather = {
   input_schema: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
 };
 
+// JSON schema of a Message as messages.d.ts types it (every non-optional field required,
+// nullable ones may be null), checked by ajv, independently of the assertions below.
+const nullable = (t) => ({ type: [t, 'null'] });
+const block = (props) => ({ type: 'object', required: Object.keys(props), properties: props });
+const validateMessage = new Ajv({ strict: false }).compile({
+  type: 'object',
+  required: ['id', 'container', 'content', 'diagnostics', 'model', 'role', 'stop_details', 'stop_reason',
+    'stop_sequence', 'type', 'usage'],
+  properties: {
+    id: { type: 'string' }, type: { const: 'message' }, role: { const: 'assistant' }, model: { type: 'string' },
+    stop_reason: { enum: [...['end_turn', 'max_tokens', 'stop_sequence', 'tool_use', 'pause_turn', 'refusal',
+      'model_context_window_exceeded'], null] },
+    stop_sequence: nullable('string'),
+    content: {
+      type: 'array',
+      items: { oneOf: [
+        block({ type: { const: 'text' }, text: { type: 'string' }, citations: nullable('array') }),
+        block({ type: { const: 'thinking' }, thinking: { type: 'string' }, signature: { type: 'string' } }),
+        block({ type: { const: 'tool_use' }, id: { type: 'string' }, name: { type: 'string' }, input: { type: 'object' },
+          caller: block({ type: { const: 'direct' } }) }),
+      ] },
+    },
+    usage: block({
+      input_tokens: { type: 'integer' }, output_tokens: { type: 'integer' },
+      cache_creation_input_tokens: nullable('integer'), cache_read_input_tokens: nullable('integer'),
+      cache_creation: nullable('object'), inference_geo: nullable('string'), output_tokens_details: nullable('object'),
+      server_tool_use: nullable('object'), service_tier: { enum: ['standard', 'priority', 'batch', null] },
+      speed: { enum: ['standard', 'fast', null] },
+    }),
+  },
+});
+
 // The Message shape of messages.d.ts, and the usage arithmetic.
 function checkMessage(m) {
+  assert.ok(validateMessage(m), JSON.stringify(validateMessage.errors));
   assert.match(m.id, /^msg_[A-Za-z0-9]{24}$/);
   assert.equal(m.type, 'message');
   assert.equal(m.role, 'assistant');
