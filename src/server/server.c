@@ -6,6 +6,7 @@
  * server_job.c (a job on its connection's side: reference count, cancellation, the wait of a
  * non-streaming request, the SSE content reader); server_sched.c (the slots and the
  * scheduler thread); server_api.c (OpenAI JSON <-> srv_req, no sockets, no engine);
+ * server_msg*.c (Anthropic Messages: /v1/messages, /v1/messages/count_tokens);
  * server_int.h (the internal types they share).
  * Must not: call the engine from a connection thread except to read idle slots' histories
  * (srv_assign) and the vocabulary; hold srv->mu while it answers a connection.
@@ -45,6 +46,7 @@
 #include <time.h>
 
 #include "server/server_int.h"
+#include "server/server_msg.h"
 #include "base/threads.h"
 
 /* ==== HTTP =============================================================================== */
@@ -85,9 +87,16 @@ static enum MHD_Result send_api_error(srv_server *s, struct MHD_Connection *c, c
     return r;
 }
 
+/* The wire format whose error shape a path's failures take: /v1/messages and everything
+ * under it answer in Anthropic's shape (401, 404, 405, 413 included); NULL: OpenAI's. */
+static const srv_api *path_api(const char *url) {
+    const char *p = !strncmp(url, "/v1/", 4) ? url + 3 : url;
+    return !strncmp(p, "/messages", 9) && (p[9] == 0 || p[9] == '/') ? &srv_api_messages : NULL;
+}
+
 static enum MHD_Result send_error(srv_server *s, struct MHD_Connection *c, conn_state *cs, const char *method,
                                   const char *url, const srv_error *e) {
-    return send_api_error(s, c, cs, method, url, e, NULL);
+    return send_api_error(s, c, cs, method, url, e, path_api(url));
 }
 
 static enum MHD_Result handle_generate(srv_server *s, struct MHD_Connection *c, conn_state *cs, srv_kind kind,
@@ -113,7 +122,8 @@ static enum MHD_Result handle_generate(srv_server *s, struct MHD_Connection *c, 
         pthread_mutex_unlock(&s->mu);
         srv_req_free(&req);
         if (s->stopping) srv_fail(&e, 503, NULL, "server_stopping", "the server is shutting down");
-        else srv_fail(&e, 503, NULL, "server_busy", "too many requests are waiting (%d); retry later", s->p.max_queue);
+        else srv_fail(&e, api->busy_status ? api->busy_status : 503, NULL, "server_busy",
+                      "too many requests are waiting (%d); retry later", s->p.max_queue);
         return send_api_error(s, c, cs, method, url, &e, api);
     }
     job *j = srv_job_new(s, &req, fd, cs->req_no);
@@ -229,6 +239,18 @@ static enum MHD_Result handle_tokenize(srv_server *s, struct MHD_Connection *c, 
     return r;
 }
 
+/* POST /v1/messages/count_tokens: the prompt tokens of a Messages body (server_msg.c). */
+static enum MHD_Result handle_count_tokens(srv_server *s, struct MHD_Connection *c, conn_state *cs,
+                                           const char *method, const char *url) {
+    srv_error e;
+    char *body = srv_msg_count_json((const char *)cs->body.data, cs->body.len, s->tok, &e);
+    if (!body) return send_error(s, c, cs, method, url, &e);
+    enum MHD_Result r = send_json(c, 200, body);
+    free(body);
+    log_line(s, cs->req_no, method, url, -1, 0, 0, 0, 0, 200, "ok", cs->t0);
+    return r;
+}
+
 static bool path_is(const char *url, const char *p) {
     if (!strcmp(url, p)) return true;
     /* both /v1/x and /x, as OpenAI-compatible servers accept */
@@ -278,11 +300,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!cs->body.data) dsf_buf_append(&cs->body, "", 0);
 
     if (s->p.api_key && !path_is(url, "/health")) {
+        /* OpenAI clients send a bearer key, Anthropic clients x-api-key: either one, anywhere */
         const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-        bool ok = auth && !strncmp(auth, "Bearer ", 7) && !strcmp(auth + 7, s->p.api_key);
+        const char *xkey = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+        bool ok = (auth && !strncmp(auth, "Bearer ", 7) && !strcmp(auth + 7, s->p.api_key)) ||
+                  (xkey && !strcmp(xkey, s->p.api_key));
         if (!ok) {
             srv_fail(&e, 401, NULL, "invalid_api_key",
-                     auth ? "Incorrect API key provided" : "Missing API key: send 'Authorization: Bearer <key>'");
+                     auth || xkey ? "Incorrect API key provided"
+                                  : "Missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'");
             return send_error(s, c, cs, method, url, &e);
         }
     }
@@ -319,6 +345,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (path_is(url, "/v1/completions")) {
         if (!post) goto not_allowed;
         return handle_generate(s, c, cs, SRV_COMPLETION, method, url);
+    }
+    if (path_is(url, "/v1/messages")) {
+        if (!post) goto not_allowed;
+        return handle_generate(s, c, cs, SRV_MESSAGES, method, url);
+    }
+    if (path_is(url, "/v1/messages/count_tokens")) {
+        if (!post) goto not_allowed;
+        return handle_count_tokens(s, c, cs, method, url);
     }
     if (!strcmp(url, "/tokenize") || !strcmp(url, "/detokenize")) {
         if (!post) goto not_allowed;

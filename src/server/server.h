@@ -58,7 +58,11 @@ void srv_stop(srv_server *s);
 
 /* ==== requests (server_api.c) ============================================================ */
 
-typedef enum { SRV_CHAT = 1, SRV_COMPLETION } srv_kind;
+typedef enum {
+    SRV_CHAT = 1,
+    SRV_COMPLETION,
+    SRV_MESSAGES, /* Anthropic /v1/messages (server_msg.h) */
+} srv_kind;
 
 /* An OpenAI-style error: HTTP status, message, type, param (may be NULL), code (may be NULL). */
 typedef struct {

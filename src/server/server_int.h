@@ -44,6 +44,7 @@ struct job {
     /* non-streaming result */
     int status;
     char *body;          /* JSON reply */
+    void *api_state;     /* the wire format's per-job stream state (malloc'ed, freed with the job) */
     /* for the log line */
     int n_prompt, n_cached, n_gen;
     long long batch_sum; /* scheduler: sum of the batch sizes of this job's decode forwards */
@@ -112,7 +113,8 @@ struct srv_server {
 
 /* ==== one API's wire format ================================================================
  * Each generation endpoint maps its request onto one srv_req and writes the job's output in
- * its own shape: server_oai.c for /v1/chat/completions and /v1/completions. The scheduler and
+ * its own shape: server_oai.c for /v1/chat/completions and /v1/completions, server_msg_api.c
+ * for /v1/messages. The scheduler and
  * the connection threads call these and know no API. Every function runs on the thread named
  * beside it; those writing to `out` append bytes for the client (SSE events, or nothing). */
 typedef struct {
@@ -132,10 +134,12 @@ typedef struct {
     char *(*reply)(srv_server *s, job *j, const dsf_gen_result *res, const srv_usage *u);
     /* any thread: an error body in this API's shape (malloc'ed) */
     char *(*error_body)(const srv_error *e);
+    int busy_status;       /* HTTP status of "too many requests waiting" (0: 503) */
 } srv_api;
 
 /* The wire format of a request kind. */
 const srv_api *srv_api_of(srv_kind kind);
+extern const srv_api srv_api_messages; /* server_msg_api.c */
 /* OpenAI's finish_reason for a generation result: stop, length or tool_calls. */
 const char *srv_finish_reason(const dsf_gen_result *res);
 /* The id of tool call `index` of the job, made on first use (scheduler thread). */

@@ -34,6 +34,7 @@ void srv_job_unref(srv_server *s, job *j) {
     free(j->ids);
     free(j->lp);
     free(j->body);
+    free(j->api_state);
     pthread_cond_destroy(&j->cv);
     free(j);
 }

@@ -181,7 +181,7 @@ static void job_start(slot *sl, job *j) {
     gp->sampler.ignore_eos = j->req.ignore_eos;
     gp->logprobs = j->req.logprobs >= 0;
     gp->top_logprobs = j->req.logprobs > 0 ? j->req.logprobs : 0;
-    gp->parse_dsml = j->req.kind == SRV_CHAT;
+    gp->parse_dsml = srv_api_of(j->req.kind)->stream_dsml != NULL; /* a chat-shaped generation */
     gp->dsml_thinking = j->req.gen_reasoning;
     gp->on_text = cb_text;
     gp->on_dsml = cb_dsml;
@@ -204,6 +204,7 @@ static void slot_prefill_step(slot *sl) {
         return;
     }
     if (left > 0) return;
+    sl->cur->n_cached = dsf_gen_n_cached(sl->g); /* known now: a stream's first event may report it */
     if (dsf_gen_begin(sl->g, &sl->gp, err) < 0) {
         job_abort_prefill(sl, err);
         return;

@@ -53,3 +53,6 @@ static void run_suite(test_ctx *t, const char *suite, const char *serve_extra) {
 
 /* The existing /v1/chat/completions through the official openai client: the harness itself. */
 TEST(sdk_openai_chat_completions) { run_suite(t, "chat_completions.test.mjs", NULL); }
+
+/* POST /v1/messages and /v1/messages/count_tokens through the official @anthropic-ai/sdk client. */
+TEST(sdk_anthropic_messages) { run_suite(t, "messages.test.mjs", NULL); }

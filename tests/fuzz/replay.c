@@ -5,7 +5,8 @@
  *
  * Guards against: crashes, overreads, leaks and broken promises of a parser on malformed,
  * truncated or random input (GGUF, model metadata, safetensors, tokenizer text and ids,
- * vocabularies, chat-request JSON, DSML output in random splits, HTTP request bodies,
+ * vocabularies, chat-request JSON, DSML output in random splits, HTTP request bodies (OpenAI
+ * and Anthropic Messages),
  * session snapshots, logits with NaN/inf, stop strings). What each harness checks is
  * written at the top of its file in tests/fuzz. The seeds are the files in
  * tests/fuzz/seeds/fuzz_NAME (read from the repository root, as `make test` runs) plus a
@@ -20,6 +21,7 @@
 #include "fuzz_chat.c"
 #include "fuzz_dsml.c"
 #include "fuzz_imatrix.c"
+#include "fuzz_messages.c"
 #include "fuzz_model.c"
 #include "fuzz_safetensors.c"
 #include "fuzz_sampler.c"
@@ -257,6 +259,22 @@ TEST(replay_server) {
     fi_add(&s, t2, sizeof t2 - 1);
     fi_add(&s, t3, sizeof t3 - 1);
     int total, acc = fi_run("server", &s, 1500, fz_server_one, &total);
+    FI_CHECK_MIX(acc, total);
+}
+
+TEST(replay_messages) {
+    fi_seeds s = {0};
+    fi_add_dir(&s, "fuzz_messages");
+    static const char t1[] = "\x00{\"model\": \"m\", \"max_tokens\": 5, \"system\": [{\"type\": \"text\", \"text\": \"s\"}], "
+                             "\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"stop_sequences\": [\"a\"]}";
+    static const char t2[] = "\x01{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": [{\"type\": "
+                             "\"tool_result\", \"tool_use_id\": \"t\", \"is_error\": true, \"content\": \"x\"}]}]}";
+    static const char t3[] = "\x81{\"model\": \"m\", \"max_tokens\": 3, \"messages\": [{\"role\": \"user\", "
+                             "\"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"a\"}]}";
+    fi_add(&s, t1, sizeof t1 - 1);
+    fi_add(&s, t2, sizeof t2 - 1);
+    fi_add(&s, t3, sizeof t3 - 1);
+    int total, acc = fi_run("messages", &s, 1500, fz_messages_one, &total);
     FI_CHECK_MIX(acc, total);
 }
 
