@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 
 #include "server/server.h"
+#include "server/store.h"
 
 /* ==== types =============================================================================== */
 
@@ -108,6 +109,7 @@ struct srv_server {
     /* batching statistics (/health): decode forwards, tokens in them, largest batch */
     atomic_ullong st_forwards, st_tokens;
     atomic_int st_max_batch;
+    srv_store *store;         /* stored responses (/v1/responses), thread-safe itself */
 };
 
 /* ==== one API's wire format ================================================================
@@ -132,10 +134,17 @@ typedef struct {
     char *(*reply)(srv_server *s, job *j, const dsf_gen_result *res, const srv_usage *u);
     /* any thread: an error body in this API's shape (malloc'ed) */
     char *(*error_body)(const srv_error *e);
+    /* scheduler: each sampled token, before its text is streamed (NULL: none) */
+    void (*on_token)(srv_server *s, job *j, const dsf_gen_token *t);
 } srv_api;
 
 /* The wire format of a request kind. */
 const srv_api *srv_api_of(srv_kind kind);
+/* OpenAI Responses (server_resp.c). */
+extern const srv_api srv_api_responses;
+/* GET / DELETE /v1/responses/{id} (server_resp.c): the stored response, or its deletion
+ * notice; a 404 in e when the id is unknown or evicted. Returns the malloc'ed JSON body or NULL. */
+char *srv_resp_lookup(srv_server *s, const char *id, bool del, srv_error *e);
 /* OpenAI's finish_reason for a generation result: stop, length or tool_calls. */
 const char *srv_finish_reason(const dsf_gen_result *res);
 /* The id of tool call `index` of the job, made on first use (scheduler thread). */

@@ -105,8 +105,14 @@ static char *oai_reply(srv_server *s, job *j, const dsf_gen_result *res, const s
 }
 
 static const srv_api api_chat = {"chatcmpl-", parse_chat, chat_begin, NULL, chat_dsml, oai_end, oai_reply,
-                                 srv_error_json};
+                                 srv_error_json, NULL};
 static const srv_api api_completion = {"cmpl-", parse_completion, NULL, completion_text, NULL, oai_end, oai_reply,
-                                       srv_error_json};
+                                       srv_error_json, NULL};
 
-const srv_api *srv_api_of(srv_kind kind) { return kind == SRV_CHAT ? &api_chat : &api_completion; }
+const srv_api *srv_api_of(srv_kind kind) {
+    switch (kind) {
+    case SRV_CHAT: return &api_chat;
+    case SRV_RESPONSES: return &srv_api_responses;
+    default: return &api_completion;
+    }
+}

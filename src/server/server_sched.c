@@ -37,6 +37,8 @@ static void cb_token(void *ud, const dsf_gen_token *t) {
     gen_ctx *c = ud;
     job *j = c->j;
     j->n_gen++;
+    const srv_api *api = srv_api_of(j->req.kind);
+    if (api->on_token) api->on_token(c->s, j, t);
     if (j->req.logprobs < 0 || t->is_eos) return;
     if (j->n_lp == j->cap_lp) {
         j->cap_lp = j->cap_lp ? 2 * j->cap_lp : 64;
@@ -181,7 +183,7 @@ static void job_start(slot *sl, job *j) {
     gp->sampler.ignore_eos = j->req.ignore_eos;
     gp->logprobs = j->req.logprobs >= 0;
     gp->top_logprobs = j->req.logprobs > 0 ? j->req.logprobs : 0;
-    gp->parse_dsml = j->req.kind == SRV_CHAT;
+    gp->parse_dsml = srv_api_of(j->req.kind)->stream_dsml != NULL; /* a chat-shaped generation */
     gp->dsml_thinking = j->req.gen_reasoning;
     gp->on_text = cb_text;
     gp->on_dsml = cb_dsml;

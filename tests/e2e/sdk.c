@@ -53,3 +53,6 @@ static void run_suite(test_ctx *t, const char *suite, const char *serve_extra) {
 
 /* The existing /v1/chat/completions through the official openai client: the harness itself. */
 TEST(sdk_openai_chat_completions) { run_suite(t, "chat_completions.test.mjs", NULL); }
+
+/* /v1/responses (create, stream, retrieve, delete, previous_response_id) through the openai client. */
+TEST(sdk_openai_responses) { run_suite(t, "responses.test.mjs", NULL); }
