@@ -136,9 +136,13 @@ static int item_call(conv_builder *cb, const json_t *it, const char *param, srv_
     json_t *a = assistant(cb);
     json_t *calls = json_object_get(a, "tool_calls");
     if (!calls) json_object_set_new(a, "tool_calls", calls = json_array());
-    json_array_append_new(calls, json_pack("{s:O,s:s,s:{s:O,s:O}}", "id", json_object_get(it, "call_id"), "type",
-                                           "function", "function", "name", json_object_get(it, "name"), "arguments",
-                                           json_object_get(it, "arguments")));
+    const json_t *ns = json_object_get(it, "namespace");
+    if (!is_null(ns) && !is_str(ns)) return srv_fail(e, 400, param, "invalid_type", "'%s.namespace' must be a string", param);
+    json_t *call = json_pack("{s:O,s:s,s:{s:O,s:O}}", "id", json_object_get(it, "call_id"), "type", "function",
+                             "function", "name", json_object_get(it, "name"), "arguments", json_object_get(it, "arguments"));
+    /* "ns::name" calls (spec chat-format.md: namespaced tools) keep their namespace */
+    if (is_str(ns)) json_object_set(call, "namespace", (json_t *)ns);
+    json_array_append_new(calls, call);
     return 0;
 }
 

@@ -106,6 +106,7 @@ function checkEvents(events) {
   assert.ok(validWire(last.response), ajv.errorsText(validWire.errors));
   const items = [];
   const acc = new Map(); // output_index -> accumulated delta text
+  const parts = new Map(); // output_index -> content parts added, done
   for (const e of events.slice(2, -1)) {
     if (e.type === 'response.output_item.added') {
       assert.equal(e.output_index, items.length, 'items are added in order');
@@ -117,14 +118,22 @@ function checkEvents(events) {
     assert.ok(it, `${e.type}: output_index ${e.output_index} was added`);
     if ('item_id' in e) assert.equal(e.item_id, it.id, `${e.type}: item_id`);
     if ('content_index' in e) assert.equal(e.content_index, 0);
+    const p = parts.get(e.output_index) ?? { added: 0, done: 0 };
+    parts.set(e.output_index, p);
+    if (/^response\.(output_text|reasoning_text)\./.test(e.type)) assert.equal(p.added - p.done, 1, `${e.type} outside its content part`);
     switch (e.type) {
       case 'response.output_text.delta': assert.equal(it.type, 'message'); acc.set(e.output_index, acc.get(e.output_index) + e.delta); break;
       case 'response.reasoning_text.delta': assert.equal(it.type, 'reasoning'); acc.set(e.output_index, acc.get(e.output_index) + e.delta); break;
       case 'response.function_call_arguments.delta': assert.equal(it.type, 'function_call'); acc.set(e.output_index, acc.get(e.output_index) + e.delta); break;
       case 'response.output_text.done': case 'response.reasoning_text.done': assert.equal(e.text, acc.get(e.output_index)); break;
       case 'response.function_call_arguments.done': assert.equal(e.arguments, acc.get(e.output_index)); break;
-      case 'response.content_part.added': case 'response.content_part.done': break;
-      case 'response.output_item.done': assert.equal(e.item.id, it.id); break;
+      case 'response.content_part.added':
+        assert.equal(e.part.type, it.type === 'message' ? 'output_text' : 'reasoning_text'); p.added++; break;
+      case 'response.content_part.done': assert.equal(e.part.text, acc.get(e.output_index)); p.done++; break;
+      case 'response.output_item.done':
+        assert.equal(e.item.id, it.id);
+        if (it.type !== 'function_call') assert.ok(p.added === 1 && p.done === 1, `${it.type} item without its content part`);
+        break;
       default: assert.fail(`unexpected event ${e.type}`);
     }
   }
@@ -189,16 +198,19 @@ test('stream: reasoning then a message in one stream (a seed where the reasoning
 });
 
 test('stream: the SDK stream helper accepts the sequence and its finalResponse matches', async () => {
-  const body = { ...ASK, reasoning: { effort: 'high' }, max_output_tokens: 24 };
-  const whole = await openai.responses.create(body);
-  const stream = openai.responses.stream(body);
-  let deltas = '';
-  stream.on('response.output_text.delta', (e) => { deltas += e.delta; });
-  const fin = await stream.finalResponse();
-  checkResponse(fin, 'finalResponse');
-  assert.equal(fin.output_text, whole.output_text);
-  assert.equal(deltas, fin.output_text);
-  assert.deepEqual(fin.output.map((o) => o.type), whole.output.map((o) => o.type));
+  for (const effort of ['none', 'high']) {
+    const body = { ...ASK, reasoning: { effort }, max_output_tokens: 24 };
+    const whole = await openai.responses.create(body);
+    const stream = openai.responses.stream(body);
+    let deltas = '';
+    stream.on('response.output_text.delta', (e) => { deltas += e.delta; });
+    const fin = await stream.finalResponse();
+    checkResponse(fin, 'finalResponse');
+    sameReply(fin, whole);
+    assert.equal(fin.output_text, whole.output_text);
+    assert.equal(deltas, fin.output_text);
+    if (effort === 'none') assert.ok(fin.output_text.length > 0, 'reasoning off: a message');
+  }
 });
 
 test('reasoning on: a reasoning item with reasoning_text content and counted reasoning tokens', async () => {
