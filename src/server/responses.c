@@ -332,6 +332,13 @@ static int map_scalars(const json_t *b, json_t *chat, json_t *echo, resp_request
     const json_t *rs = json_object_get(b, "reasoning");
     const json_t *eff = json_is_object(rs) ? json_object_get(rs, "effort") : NULL;
     if (!is_null(eff) && !is_str(eff)) return srv_fail(e, 400, "reasoning.effort", "invalid_type", "'reasoning.effort' must be a string");
+    static const char *const efforts[] = {"none", "minimal", "low", "medium", "high", "xhigh", "max", NULL};
+    bool known = is_null(eff);
+    for (int i = 0; !known && efforts[i]; i++) known = str_is(eff, efforts[i]);
+    if (!known)
+        return srv_fail(e, 400, "reasoning.effort", "invalid_value",
+                        "'reasoning.effort' must be none, minimal, low, medium, high, xhigh or max, got \"%.40s\"",
+                        json_string_value(eff));
     if (!is_null(eff)) json_object_set(chat, "reasoning_effort", (json_t *)eff);
     const json_t *md = json_object_get(b, "metadata");
     const char *k;

@@ -338,6 +338,7 @@ TEST(responses_errors_name_the_field) {
         {"{\"input\": \"x\", \"max_output_tokens\": 0}", "max_output_tokens", "at least 1"},
         {"{\"input\": \"x\", \"max_output_tokens\": 1.5}", "max_output_tokens", "integer"},
         {"{\"input\": \"x\", \"reasoning\": {\"effort\": 3}}", "reasoning.effort", "string"},
+        {"{\"input\": \"x\", \"reasoning\": {\"effort\": \"ultra\"}}", "reasoning.effort", "ultra"},
         {"{\"input\": \"x\", \"text\": {\"format\": {\"type\": \"json_schema\", \"name\": \"n\"}}}", "text.format.schema", "schema"},
         {"{\"input\": \"x\", \"text\": {\"format\": {\"type\": \"yaml\"}}}", "text.format", "json_schema"},
         {"{\"input\": \"x\", \"metadata\": {\"k\": 1}}", "metadata", "metadata.k"},
