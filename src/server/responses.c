@@ -2,7 +2,8 @@
  * request, the conversation items kept for previous_response_id, and the Response object,
  * its output items, usage and stream events. The wire shapes follow the openai SDK's types
  * (resources/responses/responses.d.ts: Response, ResponseOutputMessage,
- * ResponseReasoningItem, ResponseFunctionToolCall, ResponseUsage, the stream events).
+ * ResponseReasoningItem, ResponseFunctionToolCall, ResponseUsage, the stream events), and
+ * the stream state machine that turns the generation's DSML events into those events.
  * Must not: touch sockets, threads, the engine or the store; render prompts (the chat path
  * does). Bodies are hostile input: every field is type-checked before use. */
 #include <stdio.h>
@@ -504,4 +505,163 @@ void resp_event(dsf_buf *b, json_t *ev, int *seq) {
     dsf_buf_appendf(b, "event: %s\n", type ? type : "message");
     srv_sse_json(b, ev);
     json_decref(ev);
+}
+
+/* ==== the stream ========================================================================== */
+
+enum { OPEN_NONE = 0, OPEN_REASONING, OPEN_MESSAGE, OPEN_CALL };
+
+void resp_stream_init(resp_stream *rs, const char *rid, bool parallel, bool reasoning) {
+    memset(rs, 0, sizeof *rs);
+    snprintf(rs->rid, sizeof rs->rid, "%s", rid);
+    rs->parallel = parallel;
+    rs->in_reasoning = reasoning;
+    rs->items = json_array();
+}
+
+void resp_stream_free(resp_stream *rs) {
+    json_decref(rs->items);
+    dsf_buf_free(&rs->text);
+    free(rs->open_name);
+    free(rs->open_ns);
+    memset(rs, 0, sizeof *rs);
+}
+
+static void emit(resp_stream *rs, dsf_buf *out, json_t *ev) { resp_event(out, ev, &rs->seq); }
+
+/* An event of the open item {type, item_id, output_index} (+ content_index when >= 0). */
+static json_t *item_event(resp_stream *rs, const char *type, int content_index) {
+    json_t *ev = json_pack("{s:s,s:s,s:i}", "type", type, "item_id", rs->open_id, "output_index",
+                           (int)json_array_size(rs->items));
+    if (content_index >= 0) json_object_set_new(ev, "content_index", json_integer(content_index));
+    return ev;
+}
+
+static void open_item(resp_stream *rs, int kind, const dsf_dsml_event *ev, const char *call_id, dsf_buf *out) {
+    json_t *item, *part = NULL;
+    rs->open = kind;
+    rs->text.len = 0;
+    if (kind == OPEN_REASONING) {
+        resp_item_id(rs->open_id, "rs", rs->rid, -1);
+        item = json_pack("{s:s,s:s,s:[],s:[],s:s}", "id", rs->open_id, "type", "reasoning", "summary", "content",
+                         "status", "in_progress");
+        part = json_pack("{s:s,s:s}", "type", "reasoning_text", "text", "");
+    } else if (kind == OPEN_MESSAGE) {
+        resp_item_id(rs->open_id, "msg", rs->rid, -1);
+        item = json_pack("{s:s,s:s,s:s,s:s,s:[]}", "id", rs->open_id, "type", "message", "role", "assistant", "status",
+                         "in_progress", "content");
+        part = json_pack("{s:s,s:s,s:[]}", "type", "output_text", "text", "", "annotations");
+    } else {
+        rs->open_call = ev->index;
+        resp_item_id(rs->open_id, "fc", rs->rid, ev->index);
+        snprintf(rs->open_call_id, sizeof rs->open_call_id, "%s", call_id ? call_id : "");
+        free(rs->open_name);
+        free(rs->open_ns);
+        rs->open_name = dsf_xstrdup(ev->name ? ev->name : "");
+        rs->open_ns = ev->ns ? dsf_xstrdup(ev->ns) : NULL;
+        item = resp_item_call(rs->open_id, rs->open_call_id, rs->open_name, rs->open_ns, "", 0, "in_progress");
+    }
+    emit(rs, out, json_pack("{s:s,s:i,s:o}", "type", "response.output_item.added", "output_index",
+                            (int)json_array_size(rs->items), "item", item));
+    if (part) {
+        json_t *pe = item_event(rs, "response.content_part.added", 0);
+        json_object_set_new(pe, "part", part);
+        emit(rs, out, pe);
+    }
+}
+
+const json_t *resp_stream_close(resp_stream *rs, const char *status, dsf_buf *out) {
+    if (rs->open == OPEN_NONE) return rs->items;
+    const char *t = rs->text.data ? (const char *)rs->text.data : "";
+    size_t n = rs->text.len;
+    json_t *item, *ev;
+    if (rs->open == OPEN_REASONING || rs->open == OPEN_MESSAGE) {
+        bool reasoning = rs->open == OPEN_REASONING;
+        item = reasoning ? resp_item_reasoning(rs->open_id, t, n, status) : resp_item_message(rs->open_id, t, n, status);
+        json_t *part = json_array_get(json_object_get(item, "content"), 0);
+        ev = item_event(rs, reasoning ? "response.reasoning_text.done" : "response.output_text.done", 0);
+        json_object_set(ev, "text", json_object_get(part, "text"));
+        if (!reasoning) json_object_set_new(ev, "logprobs", json_array());
+        emit(rs, out, ev);
+        ev = item_event(rs, "response.content_part.done", 0);
+        json_object_set(ev, "part", part);
+        emit(rs, out, ev);
+    } else {
+        item = resp_item_call(rs->open_id, rs->open_call_id, rs->open_name, rs->open_ns, t, n, status);
+        ev = item_event(rs, "response.function_call_arguments.done", -1);
+        json_object_set(ev, "arguments", json_object_get(item, "arguments"));
+        emit(rs, out, ev);
+    }
+    emit(rs, out, json_pack("{s:s,s:i,s:O}", "type", "response.output_item.done", "output_index",
+                            (int)json_array_size(rs->items), "item", item));
+    json_array_append_new(rs->items, item);
+    rs->open = OPEN_NONE;
+    return rs->items;
+}
+
+/* A text delta of the open reasoning / message item, or of the open call's arguments. */
+static void delta(resp_stream *rs, const dsf_dsml_event *ev, dsf_buf *out) {
+    static const char *const type[] = {NULL, "response.reasoning_text.delta", "response.output_text.delta",
+                                       "response.function_call_arguments.delta"};
+    json_t *d = json_stringn(ev->text, ev->len); /* the parser's deltas are valid UTF-8 */
+    if (!d) return;
+    dsf_buf_append(&rs->text, ev->text, ev->len);
+    json_t *e = item_event(rs, type[rs->open], rs->open == OPEN_CALL ? -1 : 0);
+    json_object_set_new(e, "delta", d);
+    if (rs->open == OPEN_MESSAGE) json_object_set_new(e, "logprobs", json_array());
+    emit(rs, out, e);
+}
+
+void resp_stream_dsml(resp_stream *rs, const dsf_dsml_event *ev, const char *call_id, dsf_buf *out) {
+    switch (ev->type) {
+    case DSF_DSML_REASONING:
+    case DSF_DSML_CONTENT: {
+        if (!ev->len) return;
+        int kind = ev->type == DSF_DSML_REASONING ? OPEN_REASONING : OPEN_MESSAGE;
+        if (rs->open != kind) {
+            resp_stream_close(rs, "completed", out);
+            open_item(rs, kind, ev, NULL, out);
+        }
+        delta(rs, ev, out);
+        return;
+    }
+    case DSF_DSML_TOOL_START:
+        if (!rs->parallel && ev->index > 0) return;
+        resp_stream_close(rs, "completed", out);
+        open_item(rs, OPEN_CALL, ev, call_id, out);
+        return;
+    case DSF_DSML_TOOL_ARGS:
+        if (rs->open == OPEN_CALL && rs->open_call == ev->index && ev->len) delta(rs, ev, out);
+        return;
+    default: /* DSF_DSML_TOOL_END */
+        if (rs->open == OPEN_CALL && rs->open_call == ev->index) resp_stream_close(rs, "completed", out);
+        return;
+    }
+}
+
+void resp_stream_begin(resp_stream *rs, json_t *r, dsf_buf *out) {
+    emit(rs, out, json_pack("{s:s,s:O}", "type", "response.created", "response", r));
+    emit(rs, out, json_pack("{s:s,s:o}", "type", "response.in_progress", "response", r));
+}
+
+void resp_stream_end(resp_stream *rs, json_t *r, dsf_buf *out) {
+    char type[48];
+    snprintf(type, sizeof type, "response.%s", json_string_value(json_object_get(r, "status")));
+    emit(rs, out, json_pack("{s:s,s:o}", "type", type, "response", r));
+}
+
+void resp_stream_token(resp_stream *rs, const char *piece, size_t len) {
+    if (!rs->in_reasoning) return;
+    rs->reasoning_tokens++;
+    for (size_t i = 0; i < len; i++) {
+        if (rs->tail_len == sizeof rs->tail) {
+            memmove(rs->tail, rs->tail + 1, sizeof rs->tail - 1);
+            rs->tail_len--;
+        }
+        rs->tail[rs->tail_len++] = piece[i];
+    }
+    /* the parser leaves the reasoning at "</think>" or at a tool call's start (dsml.c) */
+    static const char *const ends[] = {"</think>", "<\xef\xbd\x9c" "DSML\xef\xbd\x9c"};
+    for (int k = 0; k < 2; k++)
+        if (memmem(rs->tail, rs->tail_len, ends[k], strlen(ends[k]))) rs->in_reasoning = false;
 }

@@ -61,4 +61,43 @@ json_t *resp_object(const srv_meta *m, const json_t *echo, const char *status, j
  * "event: <type>\ndata: <json>\n\n". Steals ev. */
 void resp_event(dsf_buf *b, json_t *ev, int *seq);
 
+/* ==== the stream: DSML events -> Responses events =========================================
+ * One item is open at a time: a reasoning item (content part reasoning_text), a message
+ * (content part output_text) or a function call; a new kind of text or a new call closes it
+ * (its .done events and response.output_item.done) and opens the next
+ * (response.output_item.added, the content part). Every event carries sequence_number 0, 1,
+ * ...; item events carry item_id and output_index (and content_index 0). */
+typedef struct {
+    char rid[48];           /* the random part of the response id */
+    bool parallel;          /* false: calls after the first are dropped */
+    int seq;                /* the next sequence_number */
+    json_t *items;          /* output items done, in order */
+    int open;               /* 0 none, 1 reasoning, 2 message, 3 function call */
+    int open_call;          /* the open call's DSML index */
+    char open_id[64];       /* the open item's id */
+    char open_call_id[32];  /* the open call's call_id */
+    char *open_name, *open_ns;
+    dsf_buf text;           /* the open item's text or arguments so far */
+    /* reasoning tokens: counted while the output is inside the reasoning */
+    bool in_reasoning;
+    char tail[32];          /* the output's last bytes, to see the reasoning end */
+    size_t tail_len;
+    int reasoning_tokens;
+} resp_stream;
+
+/* reasoning: the generation starts inside the reasoning (dsf_chat_prompt.gen_reasoning). */
+void resp_stream_init(resp_stream *rs, const char *rid, bool parallel, bool reasoning);
+void resp_stream_free(resp_stream *rs);
+/* response.created and response.in_progress carrying r (an in_progress Response; stolen). */
+void resp_stream_begin(resp_stream *rs, json_t *r, dsf_buf *out);
+/* One DSML event of the generation; call_id: the id of call ev->index (tool events). */
+void resp_stream_dsml(resp_stream *rs, const dsf_dsml_event *ev, const char *call_id, dsf_buf *out);
+/* Closes the open item with status (completed / incomplete). Returns the items done (borrowed). */
+const json_t *resp_stream_close(resp_stream *rs, const char *status, dsf_buf *out);
+/* The last event, response.<r's status> carrying r (the final Response; stolen). */
+void resp_stream_end(resp_stream *rs, json_t *r, dsf_buf *out);
+/* Counts one sampled token (its text piece) toward reasoning_tokens while the output is inside
+ * the reasoning: up to and including the one that completes "</think>" or starts a tool call. */
+void resp_stream_token(resp_stream *rs, const char *piece, size_t len);
+
 #endif

@@ -170,8 +170,9 @@ TEST(responses_render_matches_chat_fixtures) {
     char missing[128];
     json_t *cases = test_chat_cases(missing, sizeof missing);
     if (!cases) SKIP("needs ../shared/%s (absent)", missing);
-    for (size_t i = 0; i < json_array_size(cases); i++) {
-        const json_t *c = json_array_get(cases, i);
+    size_t i;
+    json_t *c;
+    json_array_foreach(cases, i, c) {
         const char *name = json_string_value(json_object_get(c, "name"));
         const json_t *exp = json_object_get(json_object_get(c, "expected"), "prompt");
         if (!exp || !strncmp(name, "effort_invalid", 14)) continue;
@@ -461,4 +462,218 @@ TEST(responses_event_framing) {
     CHECK(!strcmp(two + strlen(two) - 2, "\n\n"));
     json_decref(ev);
     dsf_buf_free(&b);
+}
+
+/* ==== the stream =========================================================================== */
+
+typedef struct {
+    resp_stream *rs;
+    dsf_buf *out;
+} feed_ctx;
+
+static void on_event(void *ud, const dsf_dsml_event *ev) {
+    feed_ctx *f = ud;
+    char id[32];
+    snprintf(id, sizeof id, "call_%d", ev->index);
+    resp_stream_dsml(f->rs, ev, ev->type == DSF_DSML_TOOL_START ? id : NULL, f->out);
+}
+
+/* Parses an SSE text of "event: T\ndata: J\n\n" blocks into a list of the J objects, checking
+ * that each block's event name is its JSON's type. NULL when the framing is broken. */
+static json_t *sse_events(const char *s, size_t n) {
+    json_t *list = json_array();
+    const char *p = s, *end = s + n;
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        if (!nl || strncmp(p, "event: ", 7) || strncmp(nl + 1, "data: ", 6)) goto bad;
+        const char *d = nl + 7, *de = memchr(d, '\n', (size_t)(end - d));
+        if (!de || de + 1 >= end || de[1] != '\n') goto bad;
+        json_t *ev = json_loadb(d, (size_t)(de - d), 0, NULL);
+        const char *ty = json_string_value(json_object_get(ev, "type"));
+        if (!ty || strlen(ty) != (size_t)(nl - p - 7) || strncmp(ty, p + 7, strlen(ty))) {
+            json_decref(ev);
+            goto bad;
+        }
+        json_array_append_new(list, ev);
+        p = de + 2;
+    }
+    return list;
+bad:
+    json_decref(list);
+    return NULL;
+}
+
+/* Checks a Responses event list the way the openai SDK's stream accumulator reads it:
+ * sequence numbers 0, 1, ...; created and in_progress first, the final Response last; items
+ * added in output_index order, each item event naming the open item; text events inside their
+ * content part; deltas adding up to the .done text; the final output = the items done.
+ * Returns NULL when fine, else what is wrong (static text). */
+static const char *check_events(const json_t *evs) {
+    size_t n = json_array_size(evs);
+    if (n < 3) return "fewer than 3 events";
+    for (size_t i = 0; i < n; i++)
+        if (json_integer_value(json_object_get(json_array_get(evs, i), "sequence_number")) != (json_int_t)i)
+            return "sequence_number is not 0, 1, 2, ...";
+    if (!str_eq(json_object_get(json_array_get(evs, 0), "type"), "response.created") ||
+        !str_eq(json_object_get(json_array_get(evs, 1), "type"), "response.in_progress"))
+        return "created / in_progress do not come first";
+    json_t *items = json_array();
+    const char *why = NULL;
+    dsf_buf acc = {0};
+    bool in_part = false;
+    for (size_t i = 2; i + 1 < n && !why; i++) {
+        const json_t *e = json_array_get(evs, i);
+        const char *ty = json_string_value(json_object_get(e, "type"));
+        json_int_t oi = json_integer_value(json_object_get(e, "output_index"));
+        if (!strcmp(ty, "response.output_item.added")) {
+            if (oi != (json_int_t)json_array_size(items)) why = "an item added out of order";
+            json_array_append(items, json_object_get(e, "item"));
+            acc.len = 0;
+            continue;
+        }
+        const json_t *it = json_array_get(items, (size_t)oi);
+        if (!it || oi != (json_int_t)json_array_size(items) - 1) { why = "an event for an item not open"; break; }
+        const json_t *iid = json_object_get(e, "item_id");
+        if (iid && !json_equal(iid, json_object_get(it, "id"))) { why = "item_id is not the open item's"; break; }
+        const json_t *delta = json_object_get(e, "delta");
+        const json_t *done = json_object_get(e, "text") ? json_object_get(e, "text") : json_object_get(e, "arguments");
+        bool text_ev = strstr(ty, "output_text.") || strstr(ty, "reasoning_text.");
+        if (text_ev && !in_part) { why = "a text event outside its content part"; break; }
+        if (!strcmp(ty, "response.content_part.added")) in_part = true;
+        else if (!strcmp(ty, "response.content_part.done")) in_part = false;
+        else if (delta) dsf_buf_append(&acc, json_string_value(delta), json_string_length(delta));
+        else if (done && (json_string_length(done) != acc.len || memcmp(json_string_value(done), acc.data ? (const char *)acc.data : "", acc.len)))
+            why = "the .done text is not the sum of the deltas";
+        else if (!strcmp(ty, "response.output_item.done")) json_array_set(items, (size_t)oi, json_object_get(e, "item"));
+    }
+    const json_t *fin = json_object_get(json_array_get(evs, n - 1), "response");
+    if (!why && !json_equal(json_object_get(fin, "output"), items)) why = "the final output is not the items streamed";
+    json_decref(items);
+    dsf_buf_free(&acc);
+    return why;
+}
+
+/* Guards the stream state machine against event sequences the SDK rejects and against a
+ * stream that differs from the non-streaming reply: each official parse fixture (reasoning,
+ * content, tool calls, namespaces) is fed to the DSML parser in small pieces, its events
+ * become Responses events, and those must be well formed (check_events), carry the fixture's
+ * expected reasoning, content and calls, and end with the items resp_output builds from the
+ * parsed result. parallel_tool_calls false keeps the first call only. */
+TEST(responses_stream_from_dsml_fixtures) {
+    NEED_SHARED(path, "fixtures/chat/official_test_encoding_assertions.json");
+    json_t *fx = test_load_json(path);
+    CHECK(fx);
+    json_t *cases = json_object_get(fx, "parse_cases");
+    /* two calls (one namespaced) after reasoning and content, written from the DSML spec
+     * (chat-format.md §3): the arguments are the official parser's json.dumps of the
+     * parameters (string="false" values as JSON) */
+#define D "\xef\xbd\x9c" "DSML" "\xef\xbd\x9c"
+    json_array_append_new(cases, json_pack(
+        "{s:s,s:s,s:s,s:{s:s,s:s,s:[{s:{s:s,s:s}},{s:{s:s,s:s}}]}}", "name", "local_two_calls", "thinking_mode",
+        "thinking", "completion",
+        "  plan  </think>Two lookups.\n\n<" D " calls>\n<" D " invoke name=\"weather\">\n<" D
+        " parameter name=\"city\" string=\"true\">Paris</" D " parameter>\n<" D
+        " parameter name=\"days\" string=\"false\">3</" D " parameter>\n</" D " invoke>\n<" D
+        " invoke name=\"search::find\">\n<" D " parameter name=\"q\" string=\"true\">x y</" D " parameter>\n</" D
+        " invoke>\n</" D " calls>",
+        "expected_parsed", "content", "Two lookups.", "reasoning_content", "  plan  ", "tool_calls", "function", "name",
+        "weather", "arguments", "{\"city\": \"Paris\", \"days\": 3}", "function", "name", "find", "arguments",
+        "{\"q\": \"x y\"}"));
+#undef D
+    int ran = 0, with_calls = 0, with_two = 0;
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        const json_t *c = json_array_get(cases, i), *ep = json_object_get(c, "expected_parsed");
+        if (!ep) continue;
+        const char *name = json_string_value(json_object_get(c, "name"));
+        bool thinking = str_eq(json_object_get(c, "thinking_mode"), "thinking");
+        dsf_buf text = {0};
+        const json_t *comp = json_object_get(c, "completion");
+        dsf_buf_append(&text, json_string_value(comp), json_string_length(comp));
+        dsf_buf_appendf(&text, "<\xef\xbd\x9c" "end\xe2\x96\x81" "of\xe2\x96\x81" "sentence\xef\xbd\x9c>");
+        for (int parallel = 1; parallel >= 0; parallel--) {
+            resp_stream rs;
+            dsf_buf out = {0};
+            resp_stream_init(&rs, "RID", parallel, thinking);
+            srv_meta m = {.id = "resp_RID", .model = "m", .created = 1};
+            json_t *echo = json_object();
+            resp_stream_begin(&rs, resp_object(&m, echo, "in_progress", NULL, NULL, NULL, NULL), &out);
+            feed_ctx f = {&rs, &out};
+            dsf_dsml_parser *pp = dsf_dsml_parser_new(thinking, false);
+            for (size_t at = 0, step = 1; at < text.len; at += step, step = step % 7 + 1)
+                dsf_dsml_feed(pp, (const char *)text.data + at, at + step > text.len ? text.len - at : step, on_event, &f);
+            dsf_dsml_result r;
+            char err[DSF_ERR_LEN];
+            CHECKF(dsf_dsml_finish(pp, on_event, &f, &r, err) == 0, "%s: %s", name, err);
+            dsf_dsml_parser_free(pp);
+            const json_t *items = resp_stream_close(&rs, "completed", &out);
+            resp_usage u = {0};
+            resp_stream_end(&rs, resp_object(&m, echo, "completed", json_incref((json_t *)items), &u, NULL, NULL), &out);
+            json_t *evs = sse_events((const char *)out.data, out.len);
+            CHECKF(evs, "%s: broken SSE framing", name);
+            const char *why = check_events(evs);
+            CHECKF(!why, "%s: %s", name, why);
+            /* the fixture's expected output, item by item */
+            const json_t *ecalls = json_object_get(ep, "tool_calls");
+            size_t n_calls = parallel || json_array_size(ecalls) < 2 ? json_array_size(ecalls) : 1;
+            const json_t *erc = json_object_get(ep, "reasoning_content"), *ec = json_object_get(ep, "content");
+            size_t k = 0;
+            if (json_string_length(erc)) {
+                const json_t *it = json_array_get(items, k++);
+                CHECKF(str_eq(json_object_get(it, "type"), "reasoning"), "%s: no reasoning item", name);
+                CHECKF(json_equal(json_object_get(json_array_get(json_object_get(it, "content"), 0), "text"), erc), "%s: reasoning", name);
+            }
+            if (json_string_length(ec)) {
+                const json_t *it = json_array_get(items, k++);
+                CHECKF(str_eq(json_object_get(it, "type"), "message"), "%s: no message item", name);
+                CHECKF(json_equal(json_object_get(json_array_get(json_object_get(it, "content"), 0), "text"), ec), "%s: content", name);
+            }
+            for (size_t q = 0; q < n_calls; q++) {
+                const json_t *it = json_array_get(items, k++), *ef = json_object_get(json_array_get(ecalls, q), "function");
+                CHECKF(str_eq(json_object_get(it, "type"), "function_call"), "%s: call %zu missing", name, q);
+                CHECKF(json_equal(json_object_get(it, "name"), json_object_get(ef, "name")), "%s: call %zu name", name, q);
+                CHECKF(json_equal(json_object_get(it, "arguments"), json_object_get(ef, "arguments")), "%s: call %zu args", name, q);
+            }
+            CHECKF(k == json_array_size(items), "%s: %zu items, expected %zu", name, json_array_size(items), k);
+            /* stream == non-stream */
+            char ids[8][32];
+            for (int q = 0; q < 8; q++) snprintf(ids[q], sizeof ids[q], "call_%d", q);
+            json_t *whole = resp_output(&r, "RID", ids, parallel, "completed");
+            CHECKF(json_equal(whole, items), "%s: the stream's items differ from resp_output's", name);
+            with_calls += n_calls > 0;
+            with_two += n_calls == 2;
+            json_decref(whole);
+            json_decref(evs);
+            json_decref(echo);
+            dsf_dsml_result_free(&r);
+            resp_stream_free(&rs);
+            dsf_buf_free(&out);
+        }
+        dsf_buf_free(&text);
+        ran++;
+    }
+    json_decref(fx);
+    CHECKF(ran >= 4 && with_calls >= 4 && with_two == 1, "only %d parse cases (%d with calls, %d with two)", ran,
+           with_calls, with_two);
+}
+
+/* Guards the reasoning-token count: tokens count while the output is inside the reasoning, up
+ * to and including the one that completes "</think>" (even split across pieces) or starts a
+ * tool call; a generation that starts outside the reasoning counts none. */
+TEST(responses_reasoning_tokens) {
+    resp_stream rs;
+    resp_stream_init(&rs, "R", true, true);
+    static const char *const pieces[] = {"a", "b", "</th", "ink>", "c", "d"};
+    for (int i = 0; i < 6; i++) resp_stream_token(&rs, pieces[i], strlen(pieces[i]));
+    CHECK(rs.reasoning_tokens == 4);
+    resp_stream_free(&rs);
+    resp_stream_init(&rs, "R", true, true);
+    resp_stream_token(&rs, "x", 1);
+    resp_stream_token(&rs, "\n\n<\xef\xbd\x9c" "DSML\xef\xbd\x9c", 13);
+    resp_stream_token(&rs, " calls>", 7);
+    CHECK(rs.reasoning_tokens == 2);
+    resp_stream_free(&rs);
+    resp_stream_init(&rs, "R", true, false);
+    resp_stream_token(&rs, "a", 1);
+    CHECK(rs.reasoning_tokens == 0);
+    resp_stream_free(&rs);
 }
