@@ -317,6 +317,11 @@ test('400s name the problem', async () => {
   await bad({ tool_choice: { type: 'file_search' } }, /file_search/);
   await bad({ input: [{ role: 'wizard', content: 'x' }] }, /wizard/);
   await bad({ input: [{ type: 'function_call_output', output: 'x' }] }, /call_id/);
+  // a prompt over the context: the chat path's limit, named with the Responses field
+  await assert.rejects(openai.responses.create({ ...ASK, input: 'word '.repeat(20000) }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'input' && /maximum context length/.test(e.message));
+  await assert.rejects(openai.responses.create({ ...ASK, input: 'hi', max_output_tokens: 1 << 24 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'max_output_tokens');
 });
 
 test('text.format json_schema is accepted and echoed', async () => {
