@@ -6,7 +6,8 @@
  * server_job.c (a job on its connection's side: reference count, cancellation, the wait of a
  * non-streaming request, the SSE content reader); server_sched.c (the slots and the
  * scheduler thread); server_api.c (OpenAI JSON <-> srv_req, no sockets, no engine);
- * server_int.h (the internal types they share).
+ * server_resp.c + responses.c + store.c (OpenAI Responses: its srv_api table, its pure JSON,
+ * the stored responses); server_int.h (the internal types they share).
  * Must not: call the engine from a connection thread except to read idle slots' histories
  * (srv_assign) and the vocabulary; hold srv->mu while it answers a connection.
  *

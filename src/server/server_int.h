@@ -114,7 +114,8 @@ struct srv_server {
 
 /* ==== one API's wire format ================================================================
  * Each generation endpoint maps its request onto one srv_req and writes the job's output in
- * its own shape: server_oai.c for /v1/chat/completions and /v1/completions. The scheduler and
+ * its own shape: server_oai.c for /v1/chat/completions and /v1/completions, server_resp.c for
+ * /v1/responses. The scheduler and
  * the connection threads call these and know no API. Every function runs on the thread named
  * beside it; those writing to `out` append bytes for the client (SSE events, or nothing). */
 typedef struct {
