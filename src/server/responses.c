@@ -5,7 +5,10 @@
  * ResponseReasoningItem, ResponseFunctionToolCall, ResponseUsage, the stream events), and
  * the stream state machine that turns the generation's DSML events into those events.
  * Must not: touch sockets, threads, the engine or the store; render prompts (the chat path
- * does). Bodies are hostile input: every field is type-checked before use. */
+ * does). Bodies are hostile input: every field is type-checked before use.
+ * Invariants: item ids derive from the response id (rs_<rid>, msg_<rid>, fc_<rid>_<i>), so a
+ * stream, its final Response and the non-streaming reply name the same items; a stream has
+ * at most one item open, and only the last item can end "incomplete". */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
