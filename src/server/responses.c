@@ -403,8 +403,10 @@ int resp_map_request(const json_t *b, const json_t *history, resp_request *out, 
     } else if (!is_null(in)) {
         srv_fail(e, 400, "input", "invalid_type", "'input' must be a string or a list of input items");
         goto fail;
-    } else if (!json_array_size(out->conv)) {
-        srv_fail(e, 400, "input", "missing_required_parameter", "'input' is required");
+    }
+    if (!json_array_size(out->conv)) { /* nothing to answer: no history and no input items */
+        srv_fail(e, 400, "input", "missing_required_parameter",
+                 is_null(in) ? "'input' is required" : "'input' must not be empty");
         goto fail;
     }
     json_t *msgs = json_array();

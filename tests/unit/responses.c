@@ -320,6 +320,7 @@ TEST(responses_errors_name_the_field) {
     static const struct { const char *body, *param, *needle; } cases[] = {
         {"[]", "", "object"},
         {"{}", "input", "required"},
+        {"{\"input\": [], \"instructions\": \"x\"}", "input", "empty"},
         {"{\"input\": 42}", "input", "input"},
         {"{\"input\": [7]}", "input[0]", "object"},
         {"{\"input\": [{\"role\": \"wizard\", \"content\": \"x\"}]}", "input[0].role", "wizard"},
