@@ -14,7 +14,7 @@
 static void usage(void) {
     printf("usage: dsflash serve -m MODEL.gguf [options]\n\n"
            "OpenAI-compatible HTTP server: POST /v1/chat/completions, POST /v1/completions,\n"
-           "GET /v1/models, GET /health, POST /tokenize, POST /detokenize.\n\n"
+           "POST /v1/responses, GET|DELETE /v1/responses/ID, GET /v1/models, GET /health, POST /tokenize, POST /detokenize.\n\n"
            "  -m, --model FILE     deepseek41 GGUF (required)\n"
            "  --host ADDR          IPv4 address to listen on (default 127.0.0.1)\n"
            "  --port N             port (default 8080; 0 = any free port)\n"
@@ -30,6 +30,8 @@ static void usage(void) {
            "  --keepalive-ms MS    SSE ': keep-alive' comment period while waiting (default 5000)\n"
            "  --prefill-chunk N    prompt tokens per forward; other slots run between chunks (default 256)\n"
            "  --timeout S          close a connection idle for S seconds (default 600)\n"
+           "  --store-mb N         memory for stored responses (/v1/responses \"store\", previous_response_id),\n"
+           "                       least recently used dropped first (default 64; 0 = store nothing)\n"
            "  --numerics MODE      reference (default) or plain\n"
            "  --act-q8k            quantize the activations of K / IQ weights to Q8_K as ggml does (faster\n"
            "                       there; changes the results: opt-in)\n"
@@ -109,6 +111,9 @@ static int cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--timeout")) {
             if (parse_int(a, v, 1, 86400, &x)) return 2;
             p.idle_timeout_s = (int)x;
+        } else if (!strcmp(a, "--store-mb")) {
+            if (parse_int(a, v, 0, 1 << 20, &x)) return 2;
+            p.store_mb = (int)x;
         } else if (!strcmp(a, "--prefill-chunk")) {
             if (parse_int(a, v, 1, 1 << 20, &x)) return 2;
             p.prefill_chunk = (int)x;

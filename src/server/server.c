@@ -7,7 +7,8 @@
  * non-streaming request, the SSE content reader); server_sched.c (the slots and the
  * scheduler thread); server_api.c (OpenAI JSON <-> srv_req, no sockets, no engine);
  * server_msg*.c (Anthropic Messages: /v1/messages, /v1/messages/count_tokens);
- * server_int.h (the internal types they share).
+ * server_resp.c + responses.c + store.c (OpenAI Responses: its srv_api table, its pure JSON,
+ * the stored responses); server_int.h (the internal types they share).
  * Must not: call the engine from a connection thread except to read idle slots' histories
  * (srv_assign) and the vocabulary; hold srv->mu while it answers a connection.
  *
@@ -151,6 +152,18 @@ static enum MHD_Result handle_generate(srv_server *s, struct MHD_Connection *c, 
     srv_log_job(s, cs->req_no, method, url, j, status, j->outcome ? j->outcome : "cancelled", cs->t0);
     srv_job_unref(s, j);
     return ret;
+}
+
+/* GET / DELETE /v1/responses/{id}: the store's answer (server_resp.c). */
+static enum MHD_Result handle_stored_response(srv_server *s, struct MHD_Connection *c, conn_state *cs, const char *id,
+                                              bool del, const char *method, const char *url) {
+    srv_error e;
+    char *body = srv_resp_lookup(s, id, del, &e);
+    if (!body) return send_error(s, c, cs, method, url, &e);
+    enum MHD_Result r = send_json(c, 200, body);
+    free(body);
+    log_line(s, cs->req_no, method, url, -1, 0, 0, 0, 0, 200, "ok", cs->t0);
+    return r;
 }
 
 static enum MHD_Result handle_tokenize(srv_server *s, struct MHD_Connection *c, conn_state *cs, bool detok,
@@ -354,6 +367,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!post) goto not_allowed;
         return handle_count_tokens(s, c, cs, method, url);
     }
+    if (path_is(url, "/v1/responses")) {
+        if (!post) goto not_allowed;
+        return handle_generate(s, c, cs, SRV_RESPONSES, method, url);
+    }
+    if (!strncmp(url, "/v1/responses/", 14) || !strncmp(url, "/responses/", 11)) {
+        bool del = !strcmp(method, "DELETE");
+        if (!get && !del) goto not_allowed;
+        return handle_stored_response(s, c, cs, url + (url[1] == 'v' ? 14 : 11), del, method, url);
+    }
     if (!strcmp(url, "/tokenize") || !strcmp(url, "/detokenize")) {
         if (!post) goto not_allowed;
         return handle_tokenize(s, c, cs, url[1] == 'd', method, url);
@@ -388,6 +410,7 @@ void srv_params_default(srv_params *p) {
     p->keepalive_ms = 5000;
     p->prefill_chunk = 256;
     p->idle_timeout_s = 600;
+    p->store_mb = 64;
     p->numerics = DSF_NUMERICS_REFERENCE;
 }
 
@@ -401,6 +424,7 @@ static void free_server(srv_server *s) {
     free(s->b_slot);
     free(s->b_logits);
     free(s->slots);
+    srv_store_free(s->store);
     dsf_tokenizer_free(s->tok);
     dsf_engine_close(s->e);
     free(s->model_name);
@@ -413,6 +437,8 @@ srv_server *srv_start(const srv_params *p, char *err) {
     if (!p->model_path) return dsf_seterr(err, "no model (-m FILE)"), NULL;
     if (p->n_slots < 1 || p->n_slots > 256) return dsf_seterr(err, "--slots must be within 1..256, got %d", p->n_slots), NULL;
     if (p->port < 0 || p->port > 65535) return dsf_seterr(err, "--port must be within 0..65535, got %d", p->port), NULL;
+    if (p->store_mb < 0 || p->store_mb > (1 << 20))
+        return dsf_seterr(err, "--store-mb must be within 0..%d, got %d", 1 << 20, p->store_mb), NULL;
     srv_server *s = dsf_xcalloc(1, sizeof *s);
     s->p = *p;
     if (s->p.max_body == 0) s->p.max_body = 8u << 20;
@@ -424,6 +450,7 @@ srv_server *srv_start(const srv_params *p, char *err) {
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->sched_cv, NULL);
     s->created = (long long)time(NULL);
+    s->store = srv_store_new((size_t)p->store_mb << 20);
     if (p->model_name) {
         s->model_name = dsf_xstrdup(p->model_name);
     } else {

@@ -43,6 +43,7 @@ typedef struct {
     int keepalive_ms;       /* SSE keep-alive comment period while nothing is sent; default 5000 */
     int prefill_chunk;      /* tokens per prefill forward (interleaves slots); default 256 */
     int idle_timeout_s;     /* an idle connection is closed after this; default 600 */
+    int store_mb;           /* stored responses (/v1/responses "store"), LRU by bytes; default 64; 0: none */
     dsf_numerics numerics;
 } srv_params;
 
@@ -61,7 +62,8 @@ void srv_stop(srv_server *s);
 typedef enum {
     SRV_CHAT = 1,
     SRV_COMPLETION,
-    SRV_MESSAGES, /* Anthropic /v1/messages (server_msg.h) */
+    SRV_MESSAGES,  /* Anthropic /v1/messages (server_msg.h) */
+    SRV_RESPONSES, /* OpenAI /v1/responses (responses.h) */
 } srv_kind;
 
 /* An OpenAI-style error: HTTP status, message, type, param (may be NULL), code (may be NULL). */
@@ -98,6 +100,10 @@ typedef struct {
     char **stop;                 /* [n_stop] (malloc'ed strings) */
     int n_stop;
     bool ignore_eos;
+    /* the endpoint's own request state (e.g. what a Responses reply repeats), freed by
+     * srv_req_free with api_free; NULL for chat and completions */
+    void *api_data;
+    void (*api_free)(void *api_data);
 } srv_req;
 
 void srv_req_free(srv_req *r);
@@ -112,6 +118,10 @@ int srv_chat_render(const json_t *body, dsf_chat_prompt *out, srv_error *e);
  * renders and tokenizes the prompt and checks it against n_ctx (400 naming the limit). */
 int srv_parse_request(srv_kind kind, const char *body, size_t len, const dsf_tokenizer *tok,
                       int n_ctx, srv_req *out, srv_error *e);
+/* The same for a body already parsed (kind SRV_CHAT or SRV_COMPLETION): the entry point of
+ * the endpoints that map their own request onto a chat request (/v1/responses). */
+int srv_parse_json(srv_kind kind, const json_t *body, const dsf_tokenizer *tok, int n_ctx, srv_req *out,
+                   srv_error *e);
 
 /* ==== responses (server_api.c) =========================================================== */
 

@@ -191,6 +191,7 @@ void srv_req_free(srv_req *r) {
     free(r->prompt);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->stop);
+    if (r->api_free) r->api_free(r->api_data);
     memset(r, 0, sizeof *r);
 }
 
@@ -417,6 +418,14 @@ int srv_parse_request(srv_kind kind, const char *body, size_t len, const dsf_tok
     char err[DSF_ERR_LEN] = "";
     json_t *b = pyjson_loads(body, len, err);
     if (!b) return srv_fail(e, 400, NULL, "invalid_json", "invalid JSON body: %s", err);
+    int rc = srv_parse_json(kind, b, tok, n_ctx, out, e);
+    json_decref(b);
+    return rc;
+}
+
+int srv_parse_json(srv_kind kind, const json_t *b, const dsf_tokenizer *tok, int n_ctx, srv_req *out, srv_error *e) {
+    memset(out, 0, sizeof *out);
+    out->kind = kind;
     int rc = -1;
     if (!json_is_object(b)) {
         srv_fail(e, 400, NULL, "invalid_type", "request body must be a JSON object");
@@ -442,7 +451,6 @@ int srv_parse_request(srv_kind kind, const char *body, size_t len, const dsf_tok
     }
     rc = 0;
 done:
-    json_decref(b);
     if (rc) srv_req_free(out), out->kind = kind;
     return rc;
 }

@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 
 #include "server/server.h"
+#include "server/store.h"
 
 /* ==== types =============================================================================== */
 
@@ -109,12 +110,13 @@ struct srv_server {
     /* batching statistics (/health): decode forwards, tokens in them, largest batch */
     atomic_ullong st_forwards, st_tokens;
     atomic_int st_max_batch;
+    srv_store *store;         /* stored responses (/v1/responses), thread-safe itself */
 };
 
 /* ==== one API's wire format ================================================================
  * Each generation endpoint maps its request onto one srv_req and writes the job's output in
  * its own shape: server_oai.c for /v1/chat/completions and /v1/completions, server_msg_api.c
- * for /v1/messages. The scheduler and
+ * for /v1/messages, server_resp.c for /v1/responses. The scheduler and
  * the connection threads call these and know no API. Every function runs on the thread named
  * beside it; those writing to `out` append bytes for the client (SSE events, or nothing). */
 typedef struct {
@@ -135,11 +137,18 @@ typedef struct {
     /* any thread: an error body in this API's shape (malloc'ed) */
     char *(*error_body)(const srv_error *e);
     int busy_status;       /* HTTP status of "too many requests waiting" (0: 503) */
+    /* scheduler: each sampled token, before its text is streamed (NULL: none) */
+    void (*on_token)(srv_server *s, job *j, const dsf_gen_token *t);
 } srv_api;
 
 /* The wire format of a request kind. */
 const srv_api *srv_api_of(srv_kind kind);
 extern const srv_api srv_api_messages; /* server_msg_api.c */
+/* OpenAI Responses (server_resp.c). */
+extern const srv_api srv_api_responses;
+/* GET / DELETE /v1/responses/{id} (server_resp.c): the stored response, or its deletion
+ * notice; a 404 in e when the id is unknown or evicted. Returns the malloc'ed JSON body or NULL. */
+char *srv_resp_lookup(srv_server *s, const char *id, bool del, srv_error *e);
 /* OpenAI's finish_reason for a generation result: stop, length or tool_calls. */
 const char *srv_finish_reason(const dsf_gen_result *res);
 /* The id of tool call `index` of the job, made on first use (scheduler thread). */

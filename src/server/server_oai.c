@@ -105,14 +105,15 @@ static char *oai_reply(srv_server *s, job *j, const dsf_gen_result *res, const s
 }
 
 static const srv_api api_chat = {"chatcmpl-", parse_chat, chat_begin, NULL, chat_dsml, oai_end, oai_reply,
-                                 srv_error_json, 503};
+                                 srv_error_json, 503, NULL};
 static const srv_api api_completion = {"cmpl-", parse_completion, NULL, completion_text, NULL, oai_end, oai_reply,
-                                       srv_error_json, 503};
+                                       srv_error_json, 503, NULL};
 
 const srv_api *srv_api_of(srv_kind kind) {
     switch (kind) {
     case SRV_CHAT: return &api_chat;
     case SRV_MESSAGES: return &srv_api_messages;
+    case SRV_RESPONSES: return &srv_api_responses;
     default: return &api_completion;
     }
 }

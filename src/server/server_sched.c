@@ -37,6 +37,8 @@ static void cb_token(void *ud, const dsf_gen_token *t) {
     gen_ctx *c = ud;
     job *j = c->j;
     j->n_gen++;
+    const srv_api *api = srv_api_of(j->req.kind);
+    if (api->on_token) api->on_token(c->s, j, t);
     if (j->req.logprobs < 0 || t->is_eos) return;
     if (j->n_lp == j->cap_lp) {
         j->cap_lp = j->cap_lp ? 2 * j->cap_lp : 64;

@@ -56,3 +56,5 @@ TEST(sdk_openai_chat_completions) { run_suite(t, "chat_completions.test.mjs", NU
 
 /* POST /v1/messages and /v1/messages/count_tokens through the official @anthropic-ai/sdk client. */
 TEST(sdk_anthropic_messages) { run_suite(t, "messages.test.mjs", NULL); }
+/* /v1/responses (create, stream, retrieve, delete, previous_response_id) through the openai client. */
+TEST(sdk_openai_responses) { run_suite(t, "responses.test.mjs", NULL); }

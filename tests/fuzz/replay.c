@@ -5,8 +5,8 @@
  *
  * Guards against: crashes, overreads, leaks and broken promises of a parser on malformed,
  * truncated or random input (GGUF, model metadata, safetensors, tokenizer text and ids,
- * vocabularies, chat-request JSON, DSML output in random splits, HTTP request bodies (OpenAI
- * and Anthropic Messages),
+ * vocabularies, chat-request JSON, DSML output in random splits, HTTP request bodies (chat,
+ * completions, Anthropic Messages and Responses),
  * session snapshots, logits with NaN/inf, stop strings). What each harness checks is
  * written at the top of its file in tests/fuzz. The seeds are the files in
  * tests/fuzz/seeds/fuzz_NAME (read from the repository root, as `make test` runs) plus a
@@ -25,6 +25,7 @@
 #include "fuzz_model.c"
 #include "fuzz_safetensors.c"
 #include "fuzz_sampler.c"
+#include "fuzz_responses.c"
 #include "fuzz_server.c"
 #include "fuzz_snapshot.c"
 #include "fuzz_tokenizer.c"
@@ -275,6 +276,15 @@ TEST(replay_messages) {
     fi_add(&s, t2, sizeof t2 - 1);
     fi_add(&s, t3, sizeof t3 - 1);
     int total, acc = fi_run("messages", &s, 1500, fz_messages_one, &total);
+    FI_CHECK_MIX(acc, total);
+}
+
+TEST(replay_responses) {
+    fi_seeds s = {0};
+    fi_add_dir(&s, "fuzz_responses");
+    static const char t1[] = "\x00{\"input\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_output_tokens\": 4}";
+    fi_add(&s, t1, sizeof t1 - 1);
+    int total, acc = fi_run("responses", &s, 1500, fz_responses_one, &total);
     FI_CHECK_MIX(acc, total);
 }
 

@@ -19,6 +19,26 @@ json_t *test_load_json(const char *path) {
     return v;
 }
 
+json_t *test_chat_cases(char *missing, size_t cap) {
+    static const char *const files[] = {
+        "fixtures/chat/official_test_encoding_assertions.json", "fixtures/chat/official_kiojuvr_encoding_fixtures.json",
+        "fixtures/chat/official_vllm_reference_encoder.json", "fixtures/chat/generated_reconstructed_edge_cases.json"};
+    json_t *all = json_array();
+    for (size_t f = 0; f < sizeof files / sizeof *files; f++) {
+        const char *path = test_shared(files[f]);
+        json_t *fx = path ? test_load_json(path) : NULL;
+        if (!json_is_array(json_object_get(fx, "cases"))) {
+            snprintf(missing, cap, "%s", files[f]);
+            json_decref(fx);
+            json_decref(all);
+            return NULL;
+        }
+        json_array_extend(all, json_object_get(fx, "cases"));
+        json_decref(fx);
+    }
+    return all;
+}
+
 unsigned char *test_slurp(const char *path, long *size) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;

@@ -14,6 +14,11 @@
  * fixtures of ../shared/fixtures are written; NULL if it cannot be read or parsed. */
 json_t *test_load_json(const char *path);
 
+/* Every encoder case of the four case files of ../shared/fixtures/chat ({"name", "messages",
+ * "args", "expected": {"prompt"} | "expected_error"}) in one new array; NULL when a file is
+ * absent or unreadable, its path relative to ../shared in missing. */
+json_t *test_chat_cases(char *missing, size_t cap);
+
 /* A whole (test-sized) file in a malloc'ed buffer, its length in *size; NULL on failure. */
 unsigned char *test_slurp(const char *path, long *size);
 

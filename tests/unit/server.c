@@ -48,51 +48,45 @@ static bool served_differently(const char *name) {
  * builds (every fixture with a prompt and no encoder-only arguments must render byte-exact
  * through srv_chat_render), or that accepts input the encoder rejects. */
 TEST(server_render_matches_chat_fixtures) {
-    static const char *const files[] = {
-        "fixtures/chat/official_test_encoding_assertions.json", "fixtures/chat/official_kiojuvr_encoding_fixtures.json",
-        "fixtures/chat/official_vllm_reference_encoder.json", "fixtures/chat/generated_reconstructed_edge_cases.json"};
     int n_prompt = 0, n_error = 0;
-    for (size_t f = 0; f < sizeof files / sizeof *files; f++) {
-        NEED_SHARED(path, files[f]);
-        json_t *fx = test_load_json(path);
-        CHECKF(fx, "cannot load %s", path);
-        const json_t *cases = json_object_get(fx, "cases");
-        for (size_t i = 0; i < json_array_size(cases); i++) {
-            const json_t *c = json_array_get(cases, i);
-            const char *name = json_string_value(json_object_get(c, "name"));
-            const json_t *args = json_object_get(c, "args");
-            /* encoder-only arguments have no OpenAI request equivalent */
-            if (json_object_get(args, "context") || json_object_get(args, "drop_thinking") ||
-                json_object_get(args, "add_default_bos_token"))
-                continue;
-            if (served_differently(name)) continue;
-            const json_t *exp = json_object_get(json_object_get(c, "expected"), "prompt");
-            const json_t *experr = json_object_get(c, "expected_error");
-            if (!exp && !experr) continue;
-            json_t *req = openai_request(c);
-            dsf_chat_prompt p;
-            srv_error e;
-            int rc = srv_chat_render(req, &p, &e);
-            json_decref(req);
-            if (exp) {
-                CHECKF(rc == 0, "%s: %s", name, e.message);
-                size_t el = json_string_length(exp);
-                CHECKF(p.prompt_len == el && !memcmp(p.prompt, json_string_value(exp), el),
-                       "%s: prompt differs from the official encoder's", name);
-                dsf_chat_prompt_free(&p);
-                n_prompt++;
-            } else {
-                CHECKF(rc != 0, "%s: accepted, the official encoder raises", name);
-                CHECKF(e.status == 400, "%s: status %d", name, e.status);
-                const json_t *msg = json_object_get(experr, "message");
-                const json_t *sub = json_object_get(experr, "message_contains");
-                const char *want = json_string_value(msg ? msg : sub);
-                CHECKF(want && strstr(e.message, want), "%s: error '%s' lacks '%s'", name, e.message, want);
-                n_error++;
-            }
+    char missing[128];
+    json_t *cases = test_chat_cases(missing, sizeof missing);
+    if (!cases) SKIP("needs ../shared/%s (absent)", missing);
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        const json_t *c = json_array_get(cases, i);
+        const char *name = json_string_value(json_object_get(c, "name"));
+        const json_t *args = json_object_get(c, "args");
+        /* encoder-only arguments have no OpenAI request equivalent */
+        if (json_object_get(args, "context") || json_object_get(args, "drop_thinking") ||
+            json_object_get(args, "add_default_bos_token"))
+            continue;
+        if (served_differently(name)) continue;
+        const json_t *exp = json_object_get(json_object_get(c, "expected"), "prompt");
+        const json_t *experr = json_object_get(c, "expected_error");
+        if (!exp && !experr) continue;
+        json_t *req = openai_request(c);
+        dsf_chat_prompt p;
+        srv_error e;
+        int rc = srv_chat_render(req, &p, &e);
+        json_decref(req);
+        if (exp) {
+            CHECKF(rc == 0, "%s: %s", name, e.message);
+            size_t el = json_string_length(exp);
+            CHECKF(p.prompt_len == el && !memcmp(p.prompt, json_string_value(exp), el),
+                   "%s: prompt differs from the official encoder's", name);
+            dsf_chat_prompt_free(&p);
+            n_prompt++;
+        } else {
+            CHECKF(rc != 0, "%s: accepted, the official encoder raises", name);
+            CHECKF(e.status == 400, "%s: status %d", name, e.status);
+            const json_t *msg = json_object_get(experr, "message");
+            const json_t *sub = json_object_get(experr, "message_contains");
+            const char *want = json_string_value(msg ? msg : sub);
+            CHECKF(want && strstr(e.message, want), "%s: error '%s' lacks '%s'", name, e.message, want);
+            n_error++;
         }
-        json_decref(fx);
     }
+    json_decref(cases);
     /* counts of the fixture files at the time of writing: most cases must have run */
     CHECKF(n_prompt >= 40 && n_error >= 10, "only %d prompt and %d error cases ran", n_prompt, n_error);
 }
