@@ -92,6 +92,10 @@ typedef struct {
     char **stop;                 /* [n_stop] (malloc'ed strings) */
     int n_stop;
     bool ignore_eos;
+    /* chat: the output constraint (NULL: none), derived from tool_choice "required" / a named
+     * function (the DSML calls block) or response_format json_object / json_schema (the
+     * content); owned, freed by srv_req_free */
+    dsf_grammar *grammar;
 } srv_req;
 
 void srv_req_free(srv_req *r);

@@ -245,6 +245,7 @@ static void job_start(slot *sl, job *j) {
     gp->top_logprobs = j->req.logprobs > 0 ? j->req.logprobs : 0;
     gp->parse_dsml = j->req.kind == SRV_CHAT;
     gp->dsml_thinking = j->req.gen_reasoning;
+    gp->grammar = j->req.grammar;
     gp->on_text = cb_text;
     gp->on_dsml = cb_dsml;
     gp->on_token = cb_token;
