@@ -53,3 +53,5 @@ static void run_suite(test_ctx *t, const char *suite, const char *serve_extra) {
 
 /* The existing /v1/chat/completions through the official openai client: the harness itself. */
 TEST(sdk_openai_chat_completions) { run_suite(t, "chat_completions.test.mjs", NULL); }
+/* Constrained decoding: a required tool / response_format schema always parses and validates. */
+TEST(sdk_constrained_chat) { run_suite(t, "constrained_chat.test.mjs", NULL); }
