@@ -774,7 +774,7 @@ static int invoke_alt(cc *c, const json_t *tool, seq *out, const char *where) {
     const char *name = json_string_value(nm);
     if (!json_string_length(nm) || !raw_ok(name, json_string_length(nm), true))
         return fail(c, where, "tool name \"%.100s\" cannot be written in DSML (empty, or a '\"' or marker in it)", name);
-    if (json_is_null(params) || json_is_true(params)) params = NULL;
+    if (!params || json_is_null(params) || json_is_true(params)) params = NULL;
     else if (!json_is_object(params)) return fail(c, where, "%s must be a JSON schema object", "parameters");
     c->root = params;
     seq *item = NULL;
