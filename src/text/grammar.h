@@ -112,6 +112,8 @@ void gr_matcher_free(gr_matcher *m);
 int gr_matcher_mask(gr_matcher *m, const float *logits, float *out, int n_vocab, int budget);
 /* Advances by token id; -1 if it was not allowed. */
 int gr_matcher_accept(gr_matcher *m, int32_t id);
+/* Fewest tokens that complete the output from the current state (GR_INF: dead). */
+int gr_matcher_cost(const gr_matcher *m);
 /* The allowed token ids of the current state (ids room for n_vocab); returns the count. */
 int gr_matcher_allowed(gr_matcher *m, int budget, int32_t *ids, int cap);
 
