@@ -8,8 +8,9 @@
  * jansson, and validates against the schema once the ignored keywords are dropped.
  *
  * Output forms: JSON is written compact, with at most one space after ':' and ','; numbers as
- * -?(0|[1-9]d*)(.d+)?([eE][+-]?d+)? with at most 20 digits before and after the point and 2
- * in the exponent, so that every number is a finite double (integers: no fraction, exponent);
+ * -?(0|[1-9]d*)(.d+)?([eE][+-]?d+)? with at most 18 digits before the point, 20 after it and 2
+ * in the exponent, so that every number is a finite double and every integer fits int64
+ * (integers: no fraction, no exponent);
  * object properties in the schema's order (optional ones may be left out); literals (enum,
  * const, property names) escape '<' and U+FF5C so that no marker string can appear.
  * Keywords: type (and type lists), properties, required, additionalProperties (absent with
@@ -236,7 +237,7 @@ static int r_int(cc *c) {
         s = a_new(&a);
         if (neg) s_byte(c->g, s, '-');
         s_range(c->g, s, "123456789");
-        s_ref(s, r_digits(c, 19));
+        s_ref(s, r_digits(c, 17)); /* 18 digits: every integer fits int64 (jansson refuses more) */
     }
     return c->r_int = a_commit(c->g, &a, -1);
 }
