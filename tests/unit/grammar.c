@@ -11,6 +11,7 @@
  * Note: properties are accepted in the schema's order only (a documented restriction), so
  * every accepted object below lists them in that order. */
 #include "test.h"
+#include "helpers.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -195,15 +196,6 @@ TEST(grammar_min_tokens) {
 
 /* ==== the DSML tool-calls grammar against the official encoder's rendering ================ */
 
-static json_t *load_json(const char *path) {
-    uint8_t *d;
-    size_t n;
-    if (dsf_read_file(path, &d, &n, NULL)) return NULL;
-    json_t *v = pyjson_loads((const char *)d, n, NULL);
-    free(d);
-    return v;
-}
-
 /* The JSON-schema type of a rendered argument value (any for containers); big integers
  * (beyond the grammar's 20 digits, a documented bound) set *skip. */
 static json_t *schema_of(const json_t *v, bool *skip) {
@@ -333,7 +325,7 @@ TEST(grammar_dsml_fixtures) {
     int n_blocks = 0;
     for (size_t fi = 0; fi < sizeof files / sizeof *files; fi++) {
         NEED_SHARED(path, files[fi]);
-        json_t *d = load_json(path);
+        json_t *d = test_load_json(path);
         CHECKF(d, "cannot read %s", path);
         const json_t *cases = json_object_get(d, "cases");
         for (size_t i = 0; i < json_array_size(cases); i++) {
