@@ -241,6 +241,29 @@ int dsf_dsml_parse(const char *text, size_t len, bool thinking, bool strict, dsf
  * (malloc'ed, NUL-terminated). */
 char *dsf_dsml_result_json(const dsf_dsml_result *r);
 
+/* ==== constrained decoding (src/text/grammar*.c) ======================================== */
+
+/* A compiled output constraint: what the generated text must be, as a grammar over bytes and
+ * the special tokens EOS, ｜DSML｜ and </think>. Immutable once built (share it freely); the
+ * generation loop applies it token by token (dsf_gen_params.grammar). spec is JSON:
+ *   {"json_schema": SCHEMA}   the output is one JSON value of SCHEMA, then EOS;
+ *   {"json_object": true}     the output is one JSON object, then EOS;
+ *   {"tools": [{"name": QUALIFIED_NAME, "parameters": SCHEMA}, ...], "parallel": BOOL}
+ *                             the output is exactly one DSML tool-calls block (spec
+ *                             chat-format.md §3.1; one invoke unless parallel) after an empty
+ *                             content, then EOS;
+ * each with "thinking": true when the output starts inside the reasoning (free text up to
+ * </think>, which must come; the constraint starts after it). The JSON-schema subset, the
+ * output forms and the ignored keywords are listed at the top of src/text/grammar_schema.c.
+ * tok resolves the special tokens (NULL: text-level use only). NULL + err (naming the field)
+ * for a spec that is malformed, unsupported or admits no output. */
+typedef struct dsf_grammar dsf_grammar;
+dsf_grammar *dsf_grammar_new(const dsf_tokenizer *tok, const char *spec, size_t len, char *err);
+void dsf_grammar_free(dsf_grammar *g);
+/* Tokens of the shortest complete output (EOS and, when thinking, </think> included): a
+ * generation needs at least this many tokens of budget. */
+int dsf_grammar_min_tokens(const dsf_grammar *g);
+
 /* ==== sampler ========================================================================== */
 
 /* Sampling parameters. Filters are applied in llama.cpp's default order:
@@ -361,6 +384,13 @@ typedef struct {
     void (*on_token)(void *ud, const dsf_gen_token *tok);    /* per sampled token */
     int (*cancel)(void *ud);  /* polled before each token; non-zero stops with "cancelled" */
     void *ud;
+    /* Constrained decoding (NULL: off): before each draw the logits of tokens the grammar
+     * does not allow next are set to -inf, and so are those after which the output could
+     * no longer be completed within the tokens left (max_tokens and the context); EOS is
+     * allowed only where the grammar accepts, and ignore_eos is then ignored. logprob and
+     * top logprobs are those of the constrained (sampled) distribution. The grammar must
+     * outlive the generation; built with the generation's tokenizer. */
+    const dsf_grammar *grammar;
 } dsf_gen_params;
 
 /* Defaults: dsf_sampler_params_default, no logprobs, no DSML, no callbacks. */

@@ -16,6 +16,7 @@
  * dsf_gen_prefill_step. */
 #include "runtime/generate.h"
 #include "base/util.h"
+#include "text/grammar.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -51,6 +52,8 @@ struct dsf_gen {
     dsf_stop_matcher *stop;
     dsf_detok *dt;
     dsf_dsml_parser *dsml;
+    gr_matcher *gm;         /* constrained decoding (p.grammar), else NULL */
+    float *masked;          /* [n_vocab] the constrained logits (allocated on first use) */
     dsf_buf text;           /* visible text */
     int stopped;            /* a stop string matched */
     int stop_index;
@@ -136,6 +139,7 @@ void dsf_gen_free(dsf_gen *g) {
     gen_release(g);
     free(g->logits);
     free(g->scratch);
+    free(g->masked);
     free(g);
 }
 
@@ -230,6 +234,8 @@ static void gen_release(dsf_gen *g) {
     dsf_stop_matcher_free(g->stop);
     dsf_detok_free(g->dt);
     dsf_dsml_parser_free(g->dsml);
+    gr_matcher_free(g->gm);
+    g->gm = NULL;
     dsf_buf_free(&g->text);
     g->stop = NULL;
     g->dt = NULL;
@@ -289,6 +295,15 @@ int dsf_gen_begin(dsf_gen *g, const dsf_gen_params *p, char *err) {
         gen_release(g);
         return dsf_seterr(err, "dsf_gen_begin: out of memory");
     }
+    if (p->grammar) {
+        g->gm = gr_matcher_new(p->grammar, g->tok, err);
+        if (!g->masked) g->masked = malloc((size_t)g->n_vocab * sizeof *g->masked);
+        if (!g->gm || !g->masked) {
+            gen_release(g);
+            return g->masked ? -1 : dsf_seterr(err, "dsf_gen_begin: out of memory");
+        }
+        g->sp.ignore_eos = false; /* the grammar decides where EOS goes */
+    }
     dsf_buf_reserve(&g->text, 256);
     g->ready = false;
     g->logits_fresh = true;
@@ -344,9 +359,24 @@ dsf_finish_reason dsf_gen_next(dsf_gen *g, const float *logits, int32_t *tok_to_
     g->logits_fresh = false;
     const dsf_gen_params *p = &g->p;
     if (p->cancel && p->cancel(p->ud)) return gen_finish(g, DSF_FINISH_CANCELLED);
+    if (g->gm) {
+        /* tokens left, this one included: max_tokens, and the context (the step after the
+         * one that fills it ends the generation) */
+        long long left = dsf_session_max_ctx(g->s) - dsf_session_n_past(g->s) + 1;
+        if (g->sp.max_tokens > 0 && g->sp.max_tokens - g->n_completion < left) left = g->sp.max_tokens - g->n_completion;
+        if (gr_matcher_mask(g->gm, logits, g->masked, g->n_vocab, left > INT32_MAX ? INT32_MAX : (int)left) == 0) {
+            dsf_seterr(g->errmsg, "constrained decoding: no token can complete the required output within %lld tokens", left);
+            return gen_error(g, err);
+        }
+        logits = g->masked;
+    }
     int32_t id = dsf_sample_ws(logits, g->n_vocab, &g->sp, &g->rng, g->scratch);
     if (id < 0) {
         dsf_seterr(g->errmsg, "no token can be sampled (every logit is -inf or NaN)");
+        return gen_error(g, err);
+    }
+    if (g->gm && gr_matcher_accept(g->gm, id) < 0) {
+        dsf_seterr(g->errmsg, "constrained decoding: token %d is not allowed", (int)id);
         return gen_error(g, err);
     }
     g->n_completion++;

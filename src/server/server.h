@@ -104,6 +104,10 @@ typedef struct {
      * srv_req_free with api_free; NULL for chat and completions */
     void *api_data;
     void (*api_free)(void *api_data);
+    /* chat: the output constraint (NULL: none), derived from tool_choice "required" / a named
+     * function (the DSML calls block) or response_format json_object / json_schema (the
+     * content); owned, freed by srv_req_free */
+    dsf_grammar *grammar;
 } srv_req;
 
 void srv_req_free(srv_req *r);

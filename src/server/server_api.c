@@ -192,6 +192,7 @@ void srv_req_free(srv_req *r) {
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->stop);
     if (r->api_free) r->api_free(r->api_data);
+    dsf_grammar_free(r->grammar);
     memset(r, 0, sizeof *r);
 }
 
@@ -300,7 +301,8 @@ static json_t *normalize_chat(const json_t *body, srv_error *e) {
             for (size_t i = 0; i < n_tools; i++)
                 if (!strcmp(tool_name(json_array_get(tools, i)), want)) keep = json_array_get(tools, i);
             if (!keep) { srv_fail(e, 400, "tool_choice", "invalid_value", "tool_choice names function '%s', which is not in 'tools'", want); goto fail; }
-            /* A named choice offers the model that one tool (no constrained decoding). */
+            /* A named choice offers the model that one tool (and constrains the output to a call of
+             * it: derive_constraint). */
             json_t *only = json_pack("[O]", keep);
             json_object_set_new(req, "tools", only);
             json_object_set_new(req, "tool_choice", json_string("auto"));
@@ -411,6 +413,81 @@ static int parse_completion_prompt(const json_t *b, const dsf_tokenizer *tok, sr
     return 0;
 }
 
+/* ==== constrained decoding ================================================================ */
+
+/* "ns::name" as the model writes it in <｜DSML｜ invoke name="..."> (spec chat-format.md §2.10:
+ * the tool-level namespace wins over the function-level one). Returns a new string. */
+static json_t *qualified_name(const json_t *tool) {
+    const char *name = tool_name(tool);
+    const json_t *ns = json_object_get(tool, "namespace");
+    if (is_null(ns)) ns = json_object_get(json_object_get(tool, "function"), "namespace");
+    if (json_is_object(ns)) ns = json_object_get(ns, "name");
+    if (!pyjson_is_str(ns) || !*json_string_value(ns) || strstr(name, "::")) return json_string(name);
+    dsf_buf b = {0};
+    dsf_buf_appendf(&b, "%s::%s", json_string_value(ns), name);
+    json_t *q = json_stringn((const char *)b.data, b.len);
+    dsf_buf_free(&b);
+    return q ? q : json_string(name);
+}
+
+/* The constraint spec of dsf_grammar_new from the chat keys (NULL: unconstrained):
+ * tool_choice "required" or a named function -> the calls block over those tools;
+ * otherwise response_format json_object / json_schema -> the content. */
+static json_t *constraint_spec(const json_t *b, const srv_req *r, const char **param) {
+    const json_t *tools = json_object_get(b, "tools"), *tc = json_object_get(b, "tool_choice");
+    const json_t *rf = json_object_get(b, "response_format");
+    json_t *spec = json_pack("{s:b}", "thinking", r->gen_reasoning);
+    const char *want = json_is_object(tc) ? tool_name(tc) : NULL;
+    if (json_is_array(tools) && json_array_size(tools) && (str_is(tc, "required") || want)) {
+        json_t *list = json_array();
+        for (size_t i = 0; i < json_array_size(tools); i++) {
+            const json_t *t = json_array_get(tools, i);
+            if (want && strcmp(tool_name(t), want)) continue;
+            const json_t *params = json_object_get(json_object_get(t, "function"), "parameters");
+            json_t *one = json_pack("{s:o}", "name", qualified_name(t));
+            if (params) json_object_set(one, "parameters", (json_t *)params);
+            json_array_append_new(list, one);
+        }
+        json_object_set_new(spec, "tools", list);
+        json_object_set_new(spec, "parallel", json_boolean(r->parallel_tool_calls && !want));
+        *param = "tools";
+        return spec;
+    }
+    const json_t *t = json_object_get(rf, "type");
+    if (str_is(t, "json_object")) {
+        json_object_set_new(spec, "json_object", json_true());
+    } else if (str_is(t, "json_schema")) {
+        json_object_set(spec, "json_schema", json_object_get(json_object_get(rf, "json_schema"), "schema"));
+    } else {
+        json_decref(spec);
+        return NULL;
+    }
+    *param = "response_format";
+    return spec;
+}
+
+/* Compiles the request's constraint into r->grammar; 400 for a schema that cannot be
+ * compiled or a budget (max_tokens, else the context left) below the shortest valid output. */
+static int derive_constraint(const json_t *b, const dsf_tokenizer *tok, int n_ctx, srv_req *r, srv_error *e) {
+    const char *param = NULL;
+    json_t *spec = constraint_spec(b, r, &param);
+    if (!spec) return 0;
+    dsf_buf txt = {0};
+    char err[DSF_ERR_LEN] = "";
+    int rc = pyjson_dumps(&txt, spec, err);
+    json_decref(spec);
+    if (rc == 0) r->grammar = dsf_grammar_new(tok, (const char *)txt.data, txt.len, err);
+    dsf_buf_free(&txt);
+    if (!r->grammar) return srv_fail(e, 400, param, "invalid_value", "'%s': %s", param, err);
+    int need = dsf_grammar_min_tokens(r->grammar);
+    int budget = r->max_tokens > 0 ? r->max_tokens : n_ctx - r->n_prompt;
+    if (need > budget)
+        return srv_fail(e, 400, "max_tokens", "invalid_value",
+                        "%s %d tokens, but the shortest output that satisfies '%s' needs %d", r->max_tokens > 0 ? "'max_tokens' allows" : "the context leaves",
+                        budget, param, need);
+    return 0;
+}
+
 int srv_parse_request(srv_kind kind, const char *body, size_t len, const dsf_tokenizer *tok, int n_ctx, srv_req *out,
                       srv_error *e) {
     memset(out, 0, sizeof *out);
@@ -445,6 +522,7 @@ int srv_parse_json(srv_kind kind, const json_t *b, const dsf_tokenizer *tok, int
         if (rc) goto done;
         rc = -1;
         if (check_ctx(out, n_ctx, "messages", e)) goto done;
+        if (derive_constraint(b, tok, n_ctx, out, e)) goto done;
     } else {
         if (parse_completion_prompt(b, tok, out, e)) goto done;
         if (check_ctx(out, n_ctx, "prompt", e)) goto done;

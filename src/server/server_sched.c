@@ -185,6 +185,7 @@ static void job_start(slot *sl, job *j) {
     gp->top_logprobs = j->req.logprobs > 0 ? j->req.logprobs : 0;
     gp->parse_dsml = srv_api_of(j->req.kind)->stream_dsml != NULL; /* a chat-shaped generation */
     gp->dsml_thinking = j->req.gen_reasoning;
+    gp->grammar = j->req.grammar;
     gp->on_text = cb_text;
     gp->on_dsml = cb_dsml;
     gp->on_token = cb_token;

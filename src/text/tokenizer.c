@@ -27,6 +27,7 @@
 #include "text/tokenizer_impl.h"
 #include "base/util.h"
 #include "text/bytelevel.h"
+#include "text/grammar.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,6 +71,7 @@ void dsf_tokenizer_free(dsf_tokenizer *tok) {
     free(tok->mhash);
     free(tok->sp_ids);
     for (int i = 0; i < N_PRE; i++) pcre2_code_free(tok->re[i]);
+    gr_vocab_free(tok->trie);
     free(tok);
 }
 

@@ -49,6 +49,9 @@ struct dsf_tokenizer {
     bool add_bos;
 
     pcre2_code *re[N_PRE];
+
+    /* the byte trie of constrained decoding (grammar_vocab.c), built on first use */
+    struct gr_vocab *_Atomic trie;
 };
 
 /* Classifies the UTF-8 sequence at s[0..n) (n >= 1) per Unicode Table 3-7.

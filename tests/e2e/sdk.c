@@ -58,3 +58,5 @@ TEST(sdk_openai_chat_completions) { run_suite(t, "chat_completions.test.mjs", NU
 TEST(sdk_anthropic_messages) { run_suite(t, "messages.test.mjs", NULL); }
 /* /v1/responses (create, stream, retrieve, delete, previous_response_id) through the openai client. */
 TEST(sdk_openai_responses) { run_suite(t, "responses.test.mjs", NULL); }
+/* Constrained decoding: a required tool / response_format schema always parses and validates. */
+TEST(sdk_constrained_chat) { run_suite(t, "constrained_chat.test.mjs", NULL); }

@@ -632,7 +632,8 @@ TEST(server_tools) {
     START(s, model, "--slots 1");
     const char *plain = CHAT_HELLO ",\"max_tokens\":2}";
     const char *with = CHAT_HELLO ",\"max_tokens\":2,\"tools\":" TOOLS2 ",\"tool_choice\":\"auto\",\"parallel_tool_calls\":true}";
-    const char *named = CHAT_HELLO ",\"max_tokens\":2,\"tools\":" TOOLS2
+    /* a named choice constrains the output to that call: the budget must fit the shortest one */
+    const char *named = CHAT_HELLO ",\"max_tokens\":80,\"tools\":" TOOLS2
                                    ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_time\"}}}";
     const char *only = CHAT_HELLO ",\"max_tokens\":2,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_time\","
                                   "\"parameters\":{\"type\":\"object\",\"properties\":{}}}}]}";

@@ -20,6 +20,7 @@
 #include "fuzz_common.h"
 #include "fuzz_chat.c"
 #include "fuzz_dsml.c"
+#include "fuzz_grammar.c"
 #include "fuzz_imatrix.c"
 #include "fuzz_messages.c"
 #include "fuzz_model.c"
@@ -237,6 +238,24 @@ TEST(replay_dsml) {
                              "</\xEF\xBD\x9C" "DSML\xEF\xBD\x9C calls>";
     fi_add(&s, t1, sizeof t1 - 1);
     int total, acc = fi_run("dsml", &s, 1000, fz_dsml_one, &total);
+    FI_CHECK_MIX(acc, total);
+}
+
+TEST(replay_grammar) {
+    fi_seeds s = {0};
+    fi_add_dir(&s, "fuzz_grammar");
+    static const char *const seeds[] = {
+        "\x10\x01\x02\x03\x04\x05\x06\x07\x08{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"string\", \"maxLength\": 4},"
+        " \"b\": {\"type\": \"array\", \"items\": {\"enum\": [1, \"x\", null]}}, \"c\": {\"anyOf\": [{\"type\": \"number\"},"
+        " {\"$ref\": \"#/$defs/d\"}]}}, \"required\": [\"a\", \"c\"], \"$defs\": {\"d\": {\"type\": [\"boolean\", \"null\"]}}}",
+        "\x01\x09\x08\x07\x06\x05\x04\x03\x02true",
+        "\x06\x11\x12\x13\x14\x15\x16\x17\x18[{\"name\": \"f\", \"parameters\": {\"type\": \"object\", \"properties\": {\"q\":"
+        " {\"type\": \"string\"}, \"n\": {\"type\": \"integer\"}, \"o\": {\"type\": \"object\", \"properties\": {\"x\": {}}}},"
+        " \"required\": [\"q\"]}}, {\"name\": \"ns::g\"}]",
+        "\x03\x21\x22\x23\x24\x25\x26\x27\x28[{\"name\": \"h\", \"parameters\": {\"properties\": {\"e\": {\"enum\": [\"a<b\", \"c\"]}}}}]",
+    };
+    for (size_t i = 0; i < sizeof seeds / sizeof *seeds; i++) fi_add(&s, seeds[i], strlen(seeds[i]));
+    int total, acc = fi_run("grammar", &s, 2000, fz_grammar_one, &total);
     FI_CHECK_MIX(acc, total);
 }
 
