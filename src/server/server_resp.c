@@ -62,11 +62,25 @@ static int load_history(srv_server *s, const json_t *b, json_t **hist, srv_error
     return 0;
 }
 
-/* The chat parse names chat fields; name the Responses ones instead. */
+/* Replaces the first "'from'" in the message by "'to'". */
+static void rename_quoted(srv_error *e, const char *from, const char *to) {
+    char q[64];
+    snprintf(q, sizeof q, "'%s'", from);
+    char *at = strstr(e->message, q);
+    if (!at) return;
+    char rest[DSF_ERR_LEN];
+    snprintf(rest, sizeof rest, "%s", at + strlen(q));
+    snprintf(at, sizeof e->message - (size_t)(at - e->message), "'%s'%s", to, rest);
+}
+
+/* The chat parse names chat fields; name the Responses ones instead (the field and the message). */
 static void rename_param(srv_error *e) {
-    if (!strcmp(e->param, "messages")) snprintf(e->param, sizeof e->param, "input");
-    else if (!strcmp(e->param, "max_tokens")) snprintf(e->param, sizeof e->param, "max_output_tokens");
-    else if (!strcmp(e->param, "response_format")) snprintf(e->param, sizeof e->param, "text.format");
+    static const char *const names[][2] = {{"messages", "input"}, {"max_tokens", "max_output_tokens"},
+                                           {"response_format", "text.format"}};
+    for (int i = 0; i < 3; i++) {
+        if (!strcmp(e->param, names[i][0])) snprintf(e->param, sizeof e->param, "%s", names[i][1]);
+        rename_quoted(e, names[i][0], names[i][1]);
+    }
 }
 
 static int resp_parse(srv_server *s, const char *body, size_t len, srv_req *out, srv_error *e) {

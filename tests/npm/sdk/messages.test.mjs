@@ -221,13 +221,40 @@ test('stop_sequences: a string the model emits ends the reply with stop_reason s
   assert.equal(fin.stop_sequence, stop);
 });
 
-test('tools: a reply with tools parses; tool_choice any / tool / none are accepted', async () => {
+test('tools: a reply with tools parses; tool_choice any / tool force a call, auto / none do not', async () => {
+  const validInput = new Ajv({ strict: false }).compile(weather.input_schema);
   for (const tool_choice of [{ type: 'auto' }, { type: 'any', disable_parallel_tool_use: true },
     { type: 'tool', name: 'get_weather' }, { type: 'none' }]) {
-    const m = await anthropic.messages.create(body({ tools: [weather], tool_choice, max_tokens: 32 }));
+    const forced = tool_choice.type === 'any' || tool_choice.type === 'tool';
+    // a forced call needs room for the shortest valid DSML call (the server refuses less)
+    const m = await anthropic.messages.create(body({ tools: [weather], tool_choice, max_tokens: forced ? 400 : 32 }));
     checkMessage(m);
-    for (const b of m.content.filter((x) => x.type === 'tool_use')) assert.equal(b.name, 'get_weather');
+    const uses = m.content.filter((x) => x.type === 'tool_use');
+    for (const b of uses) assert.equal(b.name, 'get_weather');
+    if (forced) {
+      assert.equal(m.stop_reason, 'tool_use', `tool_choice ${tool_choice.type}: ${JSON.stringify(m.content)}`);
+      assert.equal(uses.length, 1, 'disable_parallel_tool_use / a named tool: exactly one call');
+      assert.ok(validInput(uses[0].input), JSON.stringify(validInput.errors));
+    }
   }
+});
+
+test('tools: with tool_choice any every sampled reply is a call whose input validates (10 draws)', async () => {
+  const validInput = new Ajv({ strict: false }).compile(weather.input_schema);
+  for (let i = 0; i < 10; i++) {
+    const m = await anthropic.messages.create(body({ tools: [weather], tool_choice: { type: 'any' }, max_tokens: 400,
+      temperature: 1, messages: [{ role: 'user', content: `Weather, please (${i})` }] }));
+    checkMessage(m);
+    const uses = m.content.filter((x) => x.type === 'tool_use');
+    assert.equal(m.stop_reason, 'tool_use');
+    assert.ok(uses.length >= 1 && uses.every((u) => u.name === 'get_weather' && validInput(u.input)),
+      JSON.stringify(m.content));
+  }
+});
+
+test('a forced tool with too small a max_tokens is a 400 naming max_tokens', async () => {
+  await assert.rejects(anthropic.messages.create(body({ tools: [weather], tool_choice: { type: 'any' }, max_tokens: 8 })),
+    (e) => e instanceof Anthropic.BadRequestError && /max_tokens/.test(e.message));
 });
 
 test('tools: round trip with tool_result (and is_error) gives a reply, streamed identically', async () => {

@@ -229,34 +229,52 @@ test('reasoning on: a reasoning item with reasoning_text content and counted rea
 test('tools: function tools echo, and a call round trip with function_call_output', async () => {
   const tools = [{ type: 'function', name: 'get_weather', description: 'Weather of a city', strict: false,
     parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } }];
-  const r = await openai.responses.create({ ...ASK, input: 'Weather in Paris?', tools, tool_choice: 'required', parallel_tool_calls: false });
+  // a required tool is guaranteed (constrained decoding); it needs room for the shortest valid call
+  const r = await openai.responses.create({ ...ASK, max_output_tokens: 400, input: 'Weather in Paris?', tools,
+    tool_choice: 'required', parallel_tool_calls: false });
   checkResponse(r, 'tools');
   assert.equal(r.tool_choice, 'required');
   assert.equal(r.parallel_tool_calls, false);
   assert.deepEqual(r.tools.map((t) => [t.type, t.name, t.strict]), [['function', 'get_weather', false]]);
-  assert.ok(r.output.filter((o) => o.type === 'function_call').length <= 1, 'parallel_tool_calls false: one call at most');
-  // The model's calls (when the random weights make any), else one written here, go back
-  // with their results: through previous_response_id, and as explicit input items.
-  let calls = r.output.filter((o) => o.type === 'function_call');
-  let prev = r.id;
-  if (!calls.length) {
-    const seeded = await openai.responses.create({ ...ASK, tools, input: [
-      { role: 'user', content: 'Weather in Paris?' },
-      { type: 'function_call', call_id: 'call_written_1', name: 'get_weather', arguments: '{"city":"Paris"}' }] });
-    checkResponse(seeded, 'written call');
-    calls = [{ call_id: 'call_written_1' }];
-    prev = seeded.id;
-  }
+  const calls = r.output.filter((o) => o.type === 'function_call');
+  assert.equal(calls.length, 1, 'tool_choice required, parallel_tool_calls false: exactly one call');
+  const validArgs = new Ajv({ strict: false }).compile(tools[0].parameters);
+  assert.equal(calls[0].name, 'get_weather');
+  assert.ok(validArgs(JSON.parse(calls[0].arguments)), `${calls[0].arguments}: ${JSON.stringify(validArgs.errors)}`);
+  // The model's call goes back with its result: through previous_response_id, and as explicit input items.
+  const prev = r.id;
   const outputs = calls.map((c) => ({ type: 'function_call_output', call_id: c.call_id, output: '{"temperature_c": 21}' }));
   const r2 = await openai.responses.create({ ...ASK, tools, previous_response_id: prev, input: outputs });
   checkResponse(r2, 'tool result');
   assert.equal(r2.previous_response_id, prev);
-  const r3 = await openai.responses.create({ ...ASK, tools, tool_choice: { type: 'function', name: 'get_weather' }, input: [
+  const r3 = await openai.responses.create({ ...ASK, max_output_tokens: 400, tools, tool_choice: { type: 'function', name: 'get_weather' }, input: [
     { role: 'user', content: 'Weather in Paris?' },
     { type: 'function_call', call_id: 'c1', name: 'get_weather', arguments: '{"city":"Paris"}' },
     { type: 'function_call_output', call_id: 'c1', output: [{ type: 'input_text', text: '21 C' }] }] });
   checkResponse(r3, 'explicit tool history');
   assert.deepEqual(r3.tool_choice, { type: 'function', name: 'get_weather' });
+  const c3 = r3.output.filter((o) => o.type === 'function_call');
+  assert.ok(c3.length >= 1 && c3.every((c) => c.name === 'get_weather' && validArgs(JSON.parse(c.arguments))), JSON.stringify(r3.output));
+});
+
+test('tools: with tool_choice required every sampled reply is a call whose arguments validate (10 draws)', async () => {
+  const tools = [{ type: 'function', name: 'plan', strict: false, parameters: { type: 'object', required: ['city', 'days'],
+    properties: { city: { type: 'string' }, days: { type: 'integer' }, mode: { enum: ['car', 'train'] } } } }];
+  const validArgs = new Ajv({ strict: false }).compile(tools[0].parameters);
+  for (let i = 0; i < 10; i++) {
+    const r = await openai.responses.create({ model: MODEL, input: `Plan a trip (${i})`, tools, tool_choice: 'required',
+      max_output_tokens: 400, temperature: 1, reasoning: { effort: 'none' } });
+    checkResponse(r, `draw ${i}`);
+    const calls = r.output.filter((o) => o.type === 'function_call');
+    assert.ok(calls.length >= 1, `draw ${i}: no call in ${JSON.stringify(r.output)}`);
+    for (const c of calls) assert.ok(c.name === 'plan' && validArgs(JSON.parse(c.arguments)), c.arguments);
+  }
+});
+
+test('a required tool with too small a max_output_tokens is a 400 naming max_output_tokens', async () => {
+  const tools = [{ type: 'function', name: 'f', parameters: { type: 'object', properties: { a: { type: 'string' } } } }];
+  await assert.rejects(openai.responses.create({ ...ASK, max_output_tokens: 4, tools, tool_choice: 'required' }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'max_output_tokens' && /'max_output_tokens'/.test(e.message));
 });
 
 test('store and previous_response_id: the follow-up continues the conversation from the cache', async () => {
