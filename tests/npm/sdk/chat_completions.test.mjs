@@ -35,3 +35,22 @@ test('a wrong key is a 401 AuthenticationError', async () => {
   await assert.rejects(bad.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'x' }] }),
     (e) => e instanceof OpenAI.AuthenticationError && e.status === 401);
 });
+
+test('cancellation: an aborted stream frees its slot and the server answers the next request', async () => {
+  const stream = await openai.chat.completions.create({
+    model: MODEL, messages: [{ role: 'user', content: 'Tell me everything' }], max_tokens: 400, stream: true,
+  });
+  let n = 0;
+  for await (const ch of stream) if (ch.choices[0]?.delta?.content || ch.choices[0]?.delta?.reasoning_content) if (++n === 2) break;
+  assert.equal(n, 2); // leaving the loop aborts the request
+  const r = await openai.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'x' }], max_tokens: 2 });
+  assert.equal(r.object, 'chat.completion');
+  const health = await fetch(`${openai.baseURL.replace(/\/v1$/, '')}/health`).then((x) => x.json());
+  assert.equal(health.status, 'ok');
+});
+
+test('errors are the SDK error classes: a bad field is a 400 BadRequestError naming it', async () => {
+  const { default: OpenAI } = await import('openai');
+  await assert.rejects(openai.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'x' }], temperature: 'hot' }),
+    (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && /temperature/.test(e.message));
+});
