@@ -195,42 +195,36 @@ static void prefill_prompt(const json_t *c, const json_t *req, dsf_buf *out) {
  * fixture's expected prompt byte for byte through srv_msg_to_chat + srv_chat_render (system,
  * tools, tool_use / tool_result, thinking blocks, merged user turns, the effort levels). */
 TEST(server_msg_render_matches_chat_fixtures) {
-    static const char *const files[] = {
-        "fixtures/chat/official_test_encoding_assertions.json", "fixtures/chat/official_kiojuvr_encoding_fixtures.json",
-        "fixtures/chat/official_vllm_reference_encoder.json", "fixtures/chat/generated_reconstructed_edge_cases.json"};
+    char missing[256];
+    json_t *cases = test_chat_cases(missing, sizeof missing);
+    if (!cases) SKIP("needs ../shared/%s (absent)", missing);
     int n = 0, n_tools = 0, n_thinking = 0;
-    for (size_t f = 0; f < sizeof files / sizeof *files; f++) {
-        NEED_SHARED(path, files[f]);
-        json_t *fx = test_load_json(path);
-        CHECKF(fx, "cannot load %s", path);
-        const json_t *cases = json_object_get(fx, "cases");
-        for (size_t i = 0; i < json_array_size(cases); i++) {
-            const json_t *c = json_array_get(cases, i);
-            const json_t *exp = json_object_get(json_object_get(c, "expected"), "prompt");
-            json_t *req = exp ? messages_request(c) : NULL;
-            if (!req) continue;
-            const char *name = json_string_value(json_object_get(c, "name"));
-            srv_error e;
-            json_t *chat = srv_msg_to_chat(req, false, &e);
-            CHECKF(chat, "%s: %s", name, e.message);
-            dsf_chat_prompt p;
-            int rc = srv_chat_render(chat, &p, &e);
-            CHECKF(rc == 0, "%s: %s", name, e.message);
-            dsf_buf want = {0};
-            prefill_prompt(c, req, &want);
-            bool same = p.prompt_len == want.len && !memcmp(p.prompt, want.data, want.len);
-            CHECKF(same, "%s: the Messages request renders a different prompt:\n%.*s\n---- expected ----\n%.*s", name,
-                   (int)p.prompt_len, p.prompt, (int)want.len, (const char *)want.data);
-            dsf_buf_free(&want);
-            n++;
-            n_tools += json_object_get(req, "tools") != NULL;
-            n_thinking += json_object_get(req, "thinking") != NULL;
-            dsf_chat_prompt_free(&p);
-            json_decref(chat);
-            json_decref(req);
-        }
-        json_decref(fx);
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        const json_t *c = json_array_get(cases, i);
+        const json_t *exp = json_object_get(json_object_get(c, "expected"), "prompt");
+        json_t *req = exp ? messages_request(c) : NULL;
+        if (!req) continue;
+        const char *name = json_string_value(json_object_get(c, "name"));
+        srv_error e;
+        json_t *chat = srv_msg_to_chat(req, false, &e);
+        CHECKF(chat, "%s: %s", name, e.message);
+        dsf_chat_prompt p;
+        int rc = srv_chat_render(chat, &p, &e);
+        CHECKF(rc == 0, "%s: %s", name, e.message);
+        dsf_buf want = {0};
+        prefill_prompt(c, req, &want);
+        bool same = p.prompt_len == want.len && !memcmp(p.prompt, want.data, want.len);
+        CHECKF(same, "%s: the Messages request renders a different prompt:\n%.*s\n---- expected ----\n%.*s", name,
+               (int)p.prompt_len, p.prompt, (int)want.len, (const char *)want.data);
+        dsf_buf_free(&want);
+        n++;
+        n_tools += json_object_get(req, "tools") != NULL;
+        n_thinking += json_object_get(req, "thinking") != NULL;
+        dsf_chat_prompt_free(&p);
+        json_decref(chat);
+        json_decref(req);
     }
+    json_decref(cases);
     /* most fixtures are expressible: a converter that silently skips them all must fail */
     CHECKF(n >= 20 && n_tools >= 4 && n_thinking >= 10, "only %d fixture cases compared (%d with tools, %d thinking)", n,
            n_tools, n_thinking);
