@@ -241,6 +241,13 @@ static int rig_open(rig *r, char *err) {
     return 0;
 }
 
+/* The rig's prologue in a TEST: skips without ../shared/NEED, fails if it does not open. */
+#define RIG_OPEN(r, err, need)                                                              \
+    rig r;                                                                                  \
+    char err[DSF_ERR_LEN] = "";                                                             \
+    if (!test_shared(need)) SKIP("needs ../shared/%s", need);                               \
+    CHECKF(rig_open(&r, err) == 0, "%s", err)
+
 static void rig_close(rig *r) {
     dsf_session_free(r->s);
     dspark_seq_free(r->q);
@@ -249,10 +256,7 @@ static void rig_close(rig *r) {
 }
 
 TEST(dspark_round0_dump) {
-    rig r;
-    char err[DSF_ERR_LEN] = "";
-    if (!test_shared(TDS "golden/plain-spec.dump/index.json")) SKIP("needs ../shared/" TDS "golden/plain-spec.dump");
-    CHECKF(rig_open(&r, err) == 0, "%s", err);
+    RIG_OPEN(r, err, TDS "golden/plain-spec.dump/index.json");
     int32_t ids[5];
     CHECK(dspark_draft(r.q, 47, 744, 5, 0.0f, NULL, ids, NULL, NULL, NULL, err) == 5); /* round 0: p 47, anchor 744 */
     const int32_t want[5] = {425, 471, 482, 7, 513};
@@ -281,10 +285,7 @@ TEST(dspark_round0_dump) {
 /* tau > 0: the returned q rows are softmax(l / tau), each id is a draw the rng reproduces, and
  * the chain conditions on the drawn token (row i+1's logits depend on ids[i] only). */
 TEST(dspark_draft_sampling) {
-    rig r;
-    char err[DSF_ERR_LEN] = "";
-    if (!test_shared(TDS "tinyds-dspark.gguf")) SKIP("needs ../shared/" TDS);
-    CHECKF(rig_open(&r, err) == 0, "%s", err);
+    RIG_OPEN(r, err, TDS "tinyds-dspark.gguf");
     const int64_t V = 1024;
     float *l = malloc(5 * V * sizeof(float)), *q = malloc(5 * V * sizeof(float)), *l2 = malloc(5 * V * sizeof(float));
     int32_t ids[5], ids2[5], g[5];
@@ -305,17 +306,13 @@ TEST(dspark_draft_sampling) {
     CHECK(dspark_draft(r.q, 47, 744, 5, 0.0f, NULL, g, l2, NULL, NULL, err) == 5);
     CHECK(maxdiff(l, l2, V) == 0);
     if (g[0] != ids[0]) CHECK(maxdiff(l + V, l2 + V, V) > 0);
-    free(l);
-    free(q);
-    free(l2);
+    float *bufs[3] = {l, q, l2};
+    for (int i = 0; i < 3; i++) free(bufs[i]);
     rig_close(&r);
 }
 
 TEST(dspark_draft_errors) {
-    rig r;
-    char err[DSF_ERR_LEN] = "";
-    if (!test_shared(TDS "tinyds-dspark.gguf")) SKIP("needs ../shared/" TDS);
-    CHECKF(rig_open(&r, err) == 0, "%s", err);
+    RIG_OPEN(r, err, TDS "tinyds-dspark.gguf");
     int32_t ids[8];
     CHECK(dspark_draft(r.q, 48, 744, 5, 0.0f, NULL, ids, NULL, NULL, NULL, err) < 0 && strstr(err, "rings hold positions 40..47"));
     CHECK(dspark_draft(r.q, 47, 744, 6, 0.0f, NULL, ids, NULL, NULL, NULL, err) < 0 && strstr(err, "at most 5"));
