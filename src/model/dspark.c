@@ -56,12 +56,14 @@ int dsf_session_set_features(dsf_session *s, const int32_t *layers, int n, char 
     for (int64_t il = 0; il < sh->n_layer; il++) kv->feat_of[il] = -1;
     for (int i = 0; i < n; i++) kv->feat_of[layers[i]] = i;
     kv->nfeat = n;
+    kv->feat_lo = kv->n; /* the positions consumed so far were not recorded */
     return 0;
 }
 
 const float *dsf_session_feature(const dsf_session *s, int pos) {
     const dsf_kvstate *kv = &s->kv;
-    if (!kv->feat || pos < 0 || pos >= kv->n || pos < kv->n - kv->fslots) return NULL;
+    /* fslots == wslots: the rows of positions >= win_lo are intact, as the window KV's */
+    if (!kv->feat || pos < 0 || pos >= kv->n || pos < kv->win_lo || pos < kv->feat_lo) return NULL;
     return kv->feat + (int64_t)(pos % kv->fslots) * kv->nfeat * s->e->shape.n_embd;
 }
 

@@ -38,8 +38,10 @@ void dspark_info(const dsf_dspark *d, dsf_dspark_info *out);
  * live in a ring indexed by position (as the window KV), so a rollback needs nothing; n = 0
  * turns recording off. */
 int dsf_session_set_features(dsf_session *s, const int32_t *layers, int n, char *err);
-/* The feature row of position pos, or NULL when not recorded or no longer in the ring (pos
- * must be < n_past; rows for the last window + chunk + 1024 positions are kept). */
+/* The feature row of position pos, or NULL when not recorded (consumed before recording was
+ * turned on, restored from a snapshot) or no longer in the ring (pos must be < n_past; rows for
+ * the last window + chunk + 1024 positions are kept, as the window KV: that many rows of
+ * n_layers x n_embd floats per session, ~100 MB on the released model). */
 const float *dsf_session_feature(const dsf_session *s, int pos);
 
 /* dspark.c: one sequence's draft state: empty rings. */

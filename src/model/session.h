@@ -39,6 +39,8 @@ typedef struct {
     int64_t fslots;
     int32_t nfeat;
     int32_t *feat_of;   /* [n_layer]: the layer's place in the row, or -1 */
+    int64_t feat_lo;    /* positions below it were not recorded (consumed before recording started,
+                         * restored from a snapshot); fslots == wslots, so win_lo bounds the rest */
 } dsf_kvstate;
 
 typedef struct {

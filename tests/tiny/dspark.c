@@ -195,6 +195,7 @@ TEST(dspark_features) {
     const int32_t tl[3] = {5, 6, 7}, bad[2] = {6, 5};
     CHECK(dsf_session_set_features(s, bad, 2, err) < 0 && strstr(err, "out of order"));
     CHECK(dsf_session_set_features(s, tl, 3, err) == 0);
+    CHECKF(!dsf_session_feature(s, 3), "a position consumed before recording started has a feature row");
     CHECK(dsf_session_rollback(s, 0, err) == 0);
     CHECK(dsf_session_eval(s, prompt, n, NULL, false, err) == 0);
     /* the official features of every prompt position (plain tolerance) */
@@ -213,6 +214,12 @@ TEST(dspark_features) {
     CHECK(dsf_session_rollback(s, 30, err) == 0);
     for (int p = 30; p < n; p++) CHECK(dsf_session_eval(s, prompt + p, 1, NULL, false, err) == 0);
     CHECKF(maxdiff(keep, dsf_session_feature(s, 40), 384) <= 1e-5, "a rollback changed position 40's features");
+    /* a snapshot does not carry the features: restored positions have none */
+    uint8_t *snap;
+    size_t snap_len;
+    CHECK(dsf_session_save(s, &snap, &snap_len, err) == 0 && dsf_session_restore(s, snap, snap_len, err) == 0);
+    free(snap);
+    CHECKF(!dsf_session_feature(s, 40), "a restored position reports a feature row");
     CHECK(dsf_session_set_features(s, NULL, 0, err) == 0 && !dsf_session_feature(s, 3));
     free(gold);
     dsf_session_free(s);
