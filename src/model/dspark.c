@@ -28,7 +28,8 @@ struct dsf_dspark_seq {
     int64_t lo, hi;    /* ring positions held: [lo, hi) */
     float *fq;         /* [T][feat_dim] features' activation prep */
     float *bk;         /* [B][dh] the block's own keys */
-    float *att;        /* [H][W + B] */
+    float *att;        /* [B][heads / 4][4][W + B]: the attention core's scores, per item */
+    float *lrow, *prow;/* [V] a logits row and its probabilities when the caller takes none */
     const float **keys;/* [W + B] */
     float *xc, *base;  /* [B][D] final collapse, [B][V] head logits (before the Markov term) */
     float *erow, *cin; /* [R] Markov embedding, [D + R] confidence input */
@@ -89,19 +90,21 @@ dsf_dspark_seq *dspark_seq_new(dsf_dspark *d, char *err) {
     q->ring = dsf_xcalloc((size_t)(sh->n_layer * W * dh), sizeof(float));
     q->fq = dsf_xmalloc((size_t)(T * sh->n_feat_in) * sizeof(float));
     q->bk = dsf_xmalloc((size_t)(B * dh) * sizeof(float));
-    q->att = dsf_xmalloc((size_t)(sh->n_head * (W + B)) * sizeof(float));
+    q->att = dsf_xmalloc((size_t)(B * ((sh->n_head + 3) / 4) * 4 * (W + B)) * sizeof(float));
     q->keys = dsf_xmalloc((size_t)(W + B) * sizeof(float *));
     q->xc = dsf_xmalloc((size_t)(B * D) * sizeof(float));
     q->base = dsf_xmalloc((size_t)(B * sh->n_vocab) * sizeof(float));
     q->erow = dsf_xmalloc((size_t)sh->markov_rank * sizeof(float));
     q->cin = dsf_xmalloc((size_t)(D + sh->markov_rank) * sizeof(float));
+    q->lrow = dsf_xmalloc((size_t)sh->n_vocab * sizeof(float));
+    q->prow = dsf_xmalloc((size_t)sh->n_vocab * sizeof(float));
     return q;
 }
 
 void dspark_seq_free(dsf_dspark_seq *q) {
     if (!q) return;
     scratch_free(&q->sc);
-    void *p[] = {q->ring, q->fq, q->bk, q->att, (void *)q->keys, q->xc, q->base, q->erow, q->cin};
+    void *p[] = {q->ring, q->fq, q->bk, q->att, (void *)q->keys, q->xc, q->base, q->erow, q->cin, q->lrow, q->prow};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
     free(q);
 }
@@ -187,6 +190,33 @@ void dspark_seq_commit(dsf_dspark_seq *q, const float *feat, int64_t pos0, int64
 
 /* ---- the block attention (§4.2) ------------------------------------------------------------ */
 
+/* The attention core of the block, threaded: item i = (row t, heads [4g, 4g + 4)); every row
+ * sees the same keys; each item writes only its own output heads (then their inverse RoPE). */
+#define CORE_HEADS 4
+
+typedef struct {
+    const fwd *f;
+    const float *sinks;
+    const float *const *keys;
+    int64_t nk;
+    float scale;
+} core_job;
+
+static void core_range(void *ctx, int64_t i0, int64_t i1, int tid) {
+    (void)tid;
+    const core_job *j = ctx;
+    const dsf_shape *sh = j->f->sh;
+    const int64_t H = sh->n_head, dh = sh->head_dim, nrot = sh->n_rot, ng = (H + CORE_HEADS - 1) / CORE_HEADS;
+    dsf_dspark_seq *q = j->f->attn_user;
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t t = i / ng, h0 = i % ng * CORE_HEADS, nh = H - h0 < CORE_HEADS ? H - h0 : CORE_HEADS;
+        float *o = j->f->sc->o + (t * H + h0) * dh;
+        float *att = q->att + i * CORE_HEADS * j->nk; /* [items][4][nk]: one private slice per item */
+        ka_attn(akernels_get(), o, j->f->sc->q + (t * H + h0) * dh, nh, dh, j->keys, j->nk, j->scale, j->sinks + h0, att);
+        for (int64_t h = 0; h < nh; h++) ka_rope_apply(o + h * dh + dh - nrot, nrot, j->f->sc->rcs + t * nrot, 1);
+    }
+}
+
 /* Stage il's attention for the B block rows at positions p+1..p+B: the keys are the ring
  * entries of max(0, p-W+1)..p and the B block keys, the same set for every row. */
 static void block_attn(const fwd *f, int64_t il, const float *u, float *out) {
@@ -210,12 +240,8 @@ static void block_attn(const fwd *f, int64_t il, const float *u, float *out) {
     int64_t nk = 0;
     for (int64_t pos = c0; pos <= p; pos++) q->keys[nk++] = ring_row(q, il, pos);
     for (int64_t t = 0; t < T; t++) q->keys[nk++] = q->bk + t * dh;
-    const float scale = (float)(1.0 / sqrt((double)dh));
-    for (int64_t t = 0; t < T; t++) {
-        float *o = sc->o + t * H * dh;
-        ka_attn(ak, o, sc->q + t * H * dh, H, dh, q->keys, nk, scale, L->attn_sinks, q->att);
-        for (int64_t h = 0; h < H; h++) ka_rope_apply(o + h * dh + dh - nrot, nrot, sc->rcs + t * nrot, 1);
-    }
+    core_job cj = {f, L->attn_sinks, q->keys, nk, (float)(1.0 / sqrt((double)dh))};
+    dsf_parallel_for_guided(f->e->pool, T * ((H + CORE_HEADS - 1) / CORE_HEADS), 1, core_range, &cj);
     /* grouped wo_a (fp32, no activation quant), then wo_b (architecture.md §4.4.9) */
     const int64_t og = sh->o_groups, olr = sh->o_lora, gin = H * dh / og;
     for (int64_t g = 0; g < og; g++) {
@@ -297,11 +323,9 @@ int dspark_draft(dsf_dspark_seq *q, int64_t p, int32_t anchor, int n, float tau,
     if (tau > 0.0f && !rng) return dsf_seterr(err, "draft: sampling at tau > 0 needs an rng state");
     run_block(q, p, anchor);
     fwd f = seq_fwd(q, 1);
-    float *lrow = logits ? NULL : dsf_xmalloc((size_t)V * sizeof(float));
-    float *prow = probs ? NULL : (tau > 0.0f ? dsf_xmalloc((size_t)V * sizeof(float)) : NULL);
     int32_t prev = anchor;
     for (int i = 0; i < n; i++) {
-        float *li = logits ? logits + (int64_t)i * V : lrow;
+        float *li = logits ? logits + (int64_t)i * V : q->lrow;
         wmat_dequant_row(&w->markov_w1, prev, q->erow); /* e_i = markov_w1[prev] */
         fwd_mm(&f, &w->markov_w2, q->erow, 1, li, V);
         const float *bi = q->base + (int64_t)i * V;
@@ -311,10 +335,8 @@ int dspark_draft(dsf_dspark_seq *q, int64_t p, int32_t anchor, int n, float tau,
         float c = 0.0f;
         for (int64_t k = 0; k < D + R; k++) c += w->conf_proj[k] * q->cin[k];
         if (conf) conf[i] = c;
-        ids[i] = pick(li, V, tau, rng, probs ? probs + (int64_t)i * V : prow);
+        ids[i] = pick(li, V, tau, rng, probs ? probs + (int64_t)i * V : q->prow);
         prev = ids[i];
     }
-    free(lrow);
-    free(prow);
     return n;
 }
