@@ -17,6 +17,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: dsflash convert HF_DIR OUT.gguf [--outtype bf16|f32] [--threads T] [--name NAME]\n"
+            "       dsflash convert --dspark HF_DIR OUT.gguf [--outtype bf16|f32] [--threads T] [--name NAME]\n"
             "       dsflash convert --vocab-only TOKENIZER_DIR OUT.gguf\n\n"
             "Converts a DeepSeek-V4.1-Flash Hugging Face checkpoint (config.json, tokenizer.json,\n"
             "tokenizer_config.json, model.safetensors or model.safetensors.index.json + shards) into a\n"
@@ -26,6 +27,8 @@ static void usage(FILE *f) {
             "  --threads T    threads for dequantization (default 1)\n"
             "  --name NAME    general.name (default: the directory name, or its parent's for .../hf)\n"
             "  --vocab-only   write only the tokenizer metadata of TOKENIZER_DIR\n"
+            "  --dspark       write the DSpark speculative draft (mtp.* stages) as a dflash GGUF instead\n"
+            "                 (default name: the model's name + '-dspark')\n"
             "The file is written as OUT.gguf.tmp and renamed when complete.\n");
 }
 
@@ -41,6 +44,7 @@ static int cmd_convert(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--vocab-only")) vocab_only = true;
+        else if (!strcmp(a, "--dspark")) o.dspark = true;
         else if (!strcmp(a, "--outtype") && i + 1 < argc) {
             const char *t = argv[++i];
             if (!strcmp(t, "f32")) o.f32 = true;

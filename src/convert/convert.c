@@ -36,6 +36,7 @@ static void cfg_free(cfg *c) {
     free(c->offsets);
     free(c->mults);
     free(c->tmap);
+    free(c->ds_targets);
 }
 
 /* text_config first, then the top level. */
@@ -184,6 +185,27 @@ static int check_engram(cfg *c, const char *hf_dir, char *err) {
     return 0;
 }
 
+/* The DSpark draft's config (dspark.md §1; the converter refusals of gguf-layout.md §6.3). */
+static int check_dspark(cfg *c, char *err) {
+    if (!cget(c, "dspark_block_size"))
+        return dsf_seterr(err, "config.json: --dspark needs the dspark_* config (dspark_block_size is missing)");
+    if (req_int(c, "num_nextn_predict_layers", 1, 64, &c->ds_stages, err) ||
+        req_int(c, "dspark_block_size", 1, 1024, &c->ds_block, err) ||
+        req_int(c, "dspark_noise_token_id", 0, c->n_vocab - 1, &c->ds_noise, err) ||
+        req_int(c, "dspark_markov_rank", 1, MAX_DIM, &c->ds_rank, err) ||
+        req_int(c, "dspark_n_routed_experts", 1, 1024, &c->ds_expert, err) ||
+        req_int(c, "dspark_num_experts_per_tok", 1, c->ds_expert, &c->ds_used, err) ||
+        int_list(cget(c, "dspark_target_layer_ids"), "dspark_target_layer_ids", c->n_layer, &c->ds_targets,
+                 &c->ds_n_targets, err))
+        return -1;
+    if (c->ds_n_targets == 0) return dsf_seterr(err, "config.json: dspark_target_layer_ids is missing or empty");
+    for (int64_t s = 0; s < c->ds_stages; s++)
+        if (c->n_layer + s < c->n_ratio && c->ratio[c->n_layer + s] != 0)
+            return dsf_seterr(err, "config.json: compress_ratios[%lld] = %d, but DSpark stages are uncompressed (0)",
+                              (long long)(c->n_layer + s), c->ratio[c->n_layer + s]);
+    return 0;
+}
+
 static int load_config(cfg *c, const char *hf_dir, char *err) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", hf_dir);
@@ -260,7 +282,8 @@ static int load_config(cfg *c, const char *hf_dir, char *err) {
                  &c->n_idx_src, err))
         return -1;
     if (check_sources(c, err)) return -1;
-    return check_engram(c, hf_dir, err);
+    if (check_engram(c, hf_dir, err)) return -1;
+    return c->dspark ? check_dspark(c, err) : 0;
 }
 
 /* ================================================================ metadata (§2) */
@@ -443,6 +466,66 @@ static int write_metadata(gguf_writer *w, const cfg *c, const char *hf_dir, cons
     return vocab_write_gguf(w, hf_dir, c->n_vocab, err);
 }
 
+/* The `dflash` keys, exactly those of gguf-layout.md §4.3 in the reference converter's order. */
+#define KD(s) "dflash." s
+
+static int write_metadata_dspark(gguf_writer *w, const cfg *c, const char *hf_dir, const convert_opts *o, char *err) {
+    char name[512];
+    if (o->name) snprintf(name, sizeof name, "%s", o->name);
+    else {
+        default_name(hf_dir, name, sizeof name - 8);
+        strcat(name, "-dspark");
+    }
+    uint32_t n = (uint32_t)c->ds_stages;
+    double lim = 0;
+    bool norm = false;
+    if (gguf_writer_kv_str(w, "general.architecture", "dflash", err) ||
+        gguf_writer_kv_str(w, "general.type", "model", err) || gguf_writer_kv_str(w, "general.name", name, err) ||
+        gguf_writer_kv_u32(w, KD("block_count"), n, err) ||
+        put_u32c(w, c, KD("context_length"), "max_position_embeddings", err) ||
+        gguf_writer_kv_u32(w, KD("embedding_length"), (uint32_t)c->n_embd, err) ||
+        gguf_writer_kv_u32(w, KD("feed_forward_length"), (uint32_t)c->moe_ff, err) ||
+        gguf_writer_kv_u32(w, KD("attention.head_count"), (uint32_t)c->n_head, err) ||
+        gguf_writer_kv_u32(w, KD("attention.head_count_kv"), 1, err) ||
+        gguf_writer_kv_u32(w, KD("attention.key_length"), (uint32_t)c->head_dim, err) ||
+        gguf_writer_kv_u32(w, KD("attention.value_length"), (uint32_t)c->head_dim, err) ||
+        gguf_writer_kv_u32(w, KD("rope.dimension_count"), (uint32_t)c->rope_dim, err) ||
+        put_f32c(w, c, KD("rope.freq_base"), "rope_theta", err) ||
+        put_f32c(w, c, KD("attention.layer_norm_rms_epsilon"), "rms_norm_eps", err) ||
+        gguf_writer_kv_u32(w, KD("attention.q_lora_rank"), (uint32_t)c->q_lora, err) ||
+        gguf_writer_kv_u32(w, KD("attention.sliding_window"), (uint32_t)c->swa, err) ||
+        gguf_writer_kv_u32(w, KD("expert_count"), (uint32_t)c->ds_expert, err) ||
+        gguf_writer_kv_u32(w, KD("expert_used_count"), (uint32_t)c->ds_used, err) ||
+        gguf_writer_kv_u32(w, KD("expert_feed_forward_length"), (uint32_t)c->moe_ff, err) ||
+        gguf_writer_kv_u32(w, KD("expert_shared_count"), (uint32_t)c->n_shared, err) ||
+        put_f32c(w, c, KD("expert_weights_scale"), "routed_scaling_factor", err) ||
+        req_bool(c, "norm_topk_prob", &norm, err) || gguf_writer_kv_bool(w, KD("expert_weights_norm"), norm, err) ||
+        gguf_writer_kv_u32(w, KD("expert_gating_func"), 4, err) || req_num(c, "swiglu_limit", &lim, err))
+        return -1;
+    float lims[64];
+    int32_t zeros[64] = {0};
+    for (uint32_t i = 0; i < n; i++) lims[i] = (float)lim;
+    if (gguf_writer_kv_arr(w, KD("swiglu_clamp_exp"), GGUF_VT_FLOAT32, lims, n, err) ||
+        gguf_writer_kv_arr(w, KD("swiglu_clamp_shexp"), GGUF_VT_FLOAT32, lims, n, err) ||
+        gguf_writer_kv_u32(w, KD("attention.output_group_count"), (uint32_t)c->o_groups, err) ||
+        gguf_writer_kv_u32(w, KD("attention.output_lora_rank"), (uint32_t)c->o_lora, err) ||
+        gguf_writer_kv_arr(w, KD("attention.compress_ratios"), GGUF_VT_INT32, zeros, n, err) ||
+        gguf_writer_kv_u32(w, KD("hyper_connection.count"), (uint32_t)c->hc, err) ||
+        put_u32c(w, c, KD("hyper_connection.sinkhorn_iterations"), "hc_sinkhorn_iters", err) ||
+        put_f32c(w, c, KD("hyper_connection.epsilon"), "hc_eps", err) ||
+        gguf_writer_kv_bool(w, KD("hyper_connection.single_pass"), true, err) ||
+        gguf_writer_kv_u32(w, KD("block_size"), (uint32_t)c->ds_block, err) ||
+        /* Python ints through add_array: INT32, the V4.1 ids as-is */
+        gguf_writer_kv_arr(w, KD("target_layers"), GGUF_VT_INT32, c->ds_targets, (uint64_t)c->ds_n_targets, err) ||
+        gguf_writer_kv_bool(w, KD("sample_from_anchor"), true, err) ||
+        gguf_writer_kv_bool(w, KD("has_confidence_head"), true, err) ||
+        gguf_writer_kv_u32(w, "general.file_type", 38, err) ||
+        gguf_writer_kv_u32(w, "general.quantization_version", 2, err) ||
+        vocab_write_gguf(w, hf_dir, c->n_vocab, err))
+        return -1;
+    return gguf_writer_kv_u32(w, "tokenizer.ggml.mask_token_id", (uint32_t)c->ds_noise, err);
+}
+
 /* ================================================================ entry points */
 
 int convert_checkpoint(const char *hf_dir, const char *out_path, const convert_opts *o, char *err) {
@@ -453,13 +536,15 @@ int convert_checkpoint(const char *hf_dir, const char *out_path, const convert_o
     gguf_writer *w = NULL;
     uint64_t total = 0;
     int rc = -1;
+    c.dspark = o->dspark;
     if (load_config(&c, hf_dir, err)) goto done;
     ck = st_open_dir(hf_dir, err);
     if (!ck) goto done;
     p = tensor_plan_build(&c, ck, o->f32, err);
     if (!p) goto done;
     w = gguf_writer_new();
-    if (write_metadata(w, &c, hf_dir, o, err) || tensor_plan_declare(p, w, &total, err) ||
+    if ((o->dspark ? write_metadata_dspark(w, &c, hf_dir, o, err) : write_metadata(w, &c, hf_dir, o, err)) ||
+        tensor_plan_declare(p, w, &total, err) ||
         gguf_writer_begin(w, out_path, err) || tensor_plan_write(p, w, total, o->threads, o->progress, err))
         goto done;
     rc = 0;

@@ -43,10 +43,12 @@ typedef struct {
     int threads;         /* <= 1: single-threaded */
     bool progress;       /* draw a progress bar on stderr */
     const char *name;    /* general.name; NULL: derived from the directory name */
+    bool dspark;         /* --dspark: write the DSpark draft (`dflash`, gguf-layout.md §4) instead */
 } convert_opts;
 
 /* Converts hf_dir (config.json, tokenizer files, model.safetensors[.index.json]) into a GGUF
- * written at out_path (the caller handles .tmp and rename). Validates the whole checkpoint
+ * written at out_path (the caller handles .tmp and rename): the `deepseek41` main model, or with
+ * o->dspark the `dflash` draft of its mtp.* stages (gguf-layout.md §4; default name DIR-dspark). Validates the whole checkpoint
  * and config before writing anything. Returns 0 / -1 with err. */
 int convert_checkpoint(const char *hf_dir, const char *out_path, const convert_opts *o, char *err);
 

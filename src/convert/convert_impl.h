@@ -33,6 +33,11 @@ typedef struct {
     uint64_t *sizes, *offsets, *mults;
     int32_t *tmap;
     int64_t tmap_n;
+    /* DSpark draft (--dspark, gguf-layout.md §4): the stages mtp.0..ds_stages-1 */
+    bool dspark;
+    int64_t ds_stages, ds_block, ds_noise, ds_rank, ds_expert, ds_used;
+    uint32_t *ds_targets;
+    int64_t ds_n_targets;
 } cfg;
 
 /* The output tensors: names, GGUF types and shapes, each bound to its checkpoint sources and

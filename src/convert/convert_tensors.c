@@ -30,7 +30,8 @@ typedef struct {
     uint32_t n_dims;
     int64_t ne[GGUF_MAX_DIMS];
     const st_tensor *w, *s;  /* source (and its scale, or k_weight for K_GATE) */
-    int layer;               /* K_MXFP4: layer; */
+    const char *pfx;         /* K_MXFP4: checkpoint block prefix ("layers" or "mtp") */
+    int layer;               /* K_MXFP4: layer (or DSpark stage) */
     int proj;                /* K_MXFP4: 1, 2, 3 */
     int order;               /* position of w in the checkpoint, for the output order */
     int seq;                 /* position in the plan (tie-break) */
@@ -143,9 +144,11 @@ static int add_dense(plan *p, const char *ckname, const char *gname, int64_t d0,
     return 0;
 }
 
-static int add_experts(plan *p, int il, int proj, const char *gname, int64_t rows, int64_t in, char *err) {
-    const cfg *c = p->c;
+/* The routed experts pfx.il.ffn.experts.{0..n_expert-1}.w{proj} as one MXFP4 tensor. */
+static int add_experts(plan *p, const char *pfx, int il, int proj, const char *gname, int64_t rows, int64_t in,
+                       int64_t n_expert, char *err) {
     otensor *o = plan_add(p, gname);
+    o->pfx = pfx;
     o->kind = K_MXFP4;
     o->type = GGML_TYPE_MXFP4;
     o->layer = il;
@@ -153,13 +156,13 @@ static int add_experts(plan *p, int il, int proj, const char *gname, int64_t row
     o->n_dims = 3;
     o->ne[0] = in;
     o->ne[1] = rows;
-    o->ne[2] = c->n_expert;
+    o->ne[2] = n_expert;
     o->ne[3] = 1;
     o->order = -1;
-    for (int64_t e = 0; e < c->n_expert; e++) {
+    for (int64_t e = 0; e < n_expert; e++) {
         char wn[256], sn[256];
-        snprintf(wn, sizeof wn, "layers.%d.ffn.experts.%lld.w%d.weight", il, (long long)e, proj);
-        snprintf(sn, sizeof sn, "layers.%d.ffn.experts.%lld.w%d.scale", il, (long long)e, proj);
+        snprintf(wn, sizeof wn, "%s.%d.ffn.experts.%lld.w%d.weight", pfx, il, (long long)e, proj);
+        snprintf(sn, sizeof sn, "%s.%d.ffn.experts.%lld.w%d.scale", pfx, il, (long long)e, proj);
         const st_tensor *w = need(p, wn, rows, in / 2, err), *s = w ? need(p, sn, rows, in / 32, err) : NULL;
         if (!s) return -1;
         if (w->dtype != ST_I8 && w->dtype != ST_U8)
@@ -171,18 +174,57 @@ static int add_experts(plan *p, int il, int proj, const char *gname, int64_t row
     return 0;
 }
 
+/* The routed experts' GGUF names by projection w1, w2, w3 (the order they are written in). */
+static const char *const exp_names[3] = {"ffn_gate_exps", "ffn_down_exps", "ffn_up_exps"};
+
+/* The dense tensors every block has (a main layer, or a DSpark stage: gguf-layout.md §3.2, §4.2):
+ * checkpoint pfx.il.* -> blk.gl.*, with E routed experts. */
+static int add_block_dense(plan *p, const char *pfx, int il, int gl, int64_t E, char *err) {
+    const cfg *c = p->c;
+    int64_t D = c->n_embd, H = c->n_head, dh = c->head_dim, mix = (2 + c->hc) * c->hc, ff = c->moe_ff;
+    int64_t og_in = H * dh / c->o_groups, og_out = c->o_groups * c->o_lora;
+    struct { const char *ck, *g; int64_t d0, d1; bool f32; } t[] = {
+        {"attn_norm.weight", "attn_norm.weight", D, -1, false},
+        {"ffn_norm.weight", "ffn_norm.weight", D, -1, false},
+        {"hc_attn_fn", "hc_attn_fn.weight", mix, c->hc * D, false},
+        {"hc_ffn_fn", "hc_ffn_fn.weight", mix, c->hc * D, false},
+        {"hc_attn_base", "hc_attn_base.weight", mix, -1, false},
+        {"hc_ffn_base", "hc_ffn_base.weight", mix, -1, false},
+        {"hc_attn_scale", "hc_attn_scale.weight", 3, -1, false},
+        {"hc_ffn_scale", "hc_ffn_scale.weight", 3, -1, false},
+        {"attn.attn_sink", "attn_sinks.weight", H, -1, false},
+        {"attn.wq_a.weight", "attn_q_a.weight", c->q_lora, D, false},
+        {"attn.q_norm.weight", "attn_q_a_norm.weight", c->q_lora, -1, false},
+        {"attn.wq_b.weight", "attn_q_b.weight", H * dh, c->q_lora, false},
+        {"attn.wkv.weight", "attn_kv.weight", dh, D, false},
+        {"attn.kv_norm.weight", "attn_kv_a_norm.weight", dh, -1, false},
+        {"attn.wo_a.weight", "attn_output_a.weight", og_out, og_in, false},
+        {"attn.wo_b.weight", "attn_output_b.weight", D, og_out, false},
+        {"ffn.gate.weight", "ffn_gate_inp.weight", E, D, true},
+        {"ffn.gate.bias", "exp_probs_b.bias", E, -1, false},
+        {"ffn.shared_experts.w1.weight", "ffn_gate_shexp.weight", ff * c->n_shared, D, false},
+        {"ffn.shared_experts.w2.weight", "ffn_down_shexp.weight", D, ff * c->n_shared, false},
+        {"ffn.shared_experts.w3.weight", "ffn_up_shexp.weight", ff * c->n_shared, D, false},
+    };
+    char ck[256], g[GGUF_MAX_NAME];
+    for (size_t k = 0; k < sizeof t / sizeof t[0]; k++) {
+        snprintf(ck, sizeof ck, "%s.%d.%s", pfx, il, t[k].ck);
+        snprintf(g, sizeof g, "blk.%d.%s", gl, t[k].g);
+        if (add_dense(p, ck, g, t[k].d0, t[k].d1, t[k].f32, err)) return -1;
+    }
+    return 0;
+}
+
 static int build_plan(plan *p, char *err) {
     const cfg *c = p->c;
-    int64_t D = c->n_embd, V = c->n_vocab, H = c->n_head, dh = c->head_dim, mix = (2 + c->hc) * c->hc;
+    int64_t D = c->n_embd, V = c->n_vocab, dh = c->head_dim;
     int64_t ff = c->moe_ff, E = c->n_expert, ih = c->idx_heads, id = c->idx_dim;
-    int64_t og_in = H * dh / c->o_groups, og_out = c->o_groups * c->o_lora;
     /* Routed experts first, as the reference converter writes them (§3.4). */
-    static const char *const exp_names[3] = {"ffn_gate_exps", "ffn_down_exps", "ffn_up_exps"};
     for (int il = 0; il < c->n_layer; il++)
         for (int pj = 1; pj <= 3; pj++) {
             char g[GGUF_MAX_NAME];
             snprintf(g, sizeof g, "blk.%d.%s.weight", il, exp_names[pj - 1]);
-            if (add_experts(p, il, pj, g, pj == 2 ? D : ff, pj == 2 ? ff : D, err)) return -1;
+            if (add_experts(p, "layers", il, pj, g, pj == 2 ? D : ff, pj == 2 ? ff : D, E, err)) return -1;
         }
     if (c->n_eng) {
         otensor *o = plan_add(p, "per_layer_token_embd.weight");
@@ -220,35 +262,8 @@ static int build_plan(plan *p, char *err) {
         add_dense(p, "head.weight", "output.weight", V, D, false, err))
         return -1;
     for (int il = 0; il < c->n_layer; il++) {
-        struct { const char *ck, *g; int64_t d0, d1; bool f32; } t[] = {
-            {"attn_norm.weight", "attn_norm.weight", D, -1, false},
-            {"ffn_norm.weight", "ffn_norm.weight", D, -1, false},
-            {"hc_attn_fn", "hc_attn_fn.weight", mix, c->hc * D, false},
-            {"hc_ffn_fn", "hc_ffn_fn.weight", mix, c->hc * D, false},
-            {"hc_attn_base", "hc_attn_base.weight", mix, -1, false},
-            {"hc_ffn_base", "hc_ffn_base.weight", mix, -1, false},
-            {"hc_attn_scale", "hc_attn_scale.weight", 3, -1, false},
-            {"hc_ffn_scale", "hc_ffn_scale.weight", 3, -1, false},
-            {"attn.attn_sink", "attn_sinks.weight", H, -1, false},
-            {"attn.wq_a.weight", "attn_q_a.weight", c->q_lora, D, false},
-            {"attn.q_norm.weight", "attn_q_a_norm.weight", c->q_lora, -1, false},
-            {"attn.wq_b.weight", "attn_q_b.weight", H * dh, c->q_lora, false},
-            {"attn.wkv.weight", "attn_kv.weight", dh, D, false},
-            {"attn.kv_norm.weight", "attn_kv_a_norm.weight", dh, -1, false},
-            {"attn.wo_a.weight", "attn_output_a.weight", og_out, og_in, false},
-            {"attn.wo_b.weight", "attn_output_b.weight", D, og_out, false},
-            {"ffn.gate.weight", "ffn_gate_inp.weight", E, D, true},
-            {"ffn.gate.bias", "exp_probs_b.bias", E, -1, false},
-            {"ffn.shared_experts.w1.weight", "ffn_gate_shexp.weight", ff * c->n_shared, D, false},
-            {"ffn.shared_experts.w2.weight", "ffn_down_shexp.weight", D, ff * c->n_shared, false},
-            {"ffn.shared_experts.w3.weight", "ffn_up_shexp.weight", ff * c->n_shared, D, false},
-        };
+        if (add_block_dense(p, "layers", il, il, E, err)) return -1;
         char ck[256], g[GGUF_MAX_NAME];
-        for (size_t k = 0; k < sizeof t / sizeof t[0]; k++) {
-            snprintf(ck, sizeof ck, "layers.%d.%s", il, t[k].ck);
-            snprintf(g, sizeof g, "blk.%d.%s", il, t[k].g);
-            if (add_dense(p, ck, g, t[k].d0, t[k].d1, t[k].f32, err)) return -1;
-        }
         /* Optional on every layer (TENSOR_NOT_REQUIRED in the loader). */
         snprintf(ck, sizeof ck, "layers.%d.ffn.gate.bias_vl", il);
         if (st_find(p->ck, ck)) {
@@ -307,6 +322,50 @@ static int build_plan(plan *p, char *err) {
             !strcmp(n, "image_start") || !strcmp(n, "image_end") || !strcmp(n, "image_newline"))
             continue;
         return dsf_seterr(err, "checkpoint: unexpected tensor '%s' (not part of this config's deepseek41 layout)", n);
+    }
+    return 0;
+}
+
+/* The DSpark draft (gguf-layout.md §4.1-§4.2): stages mtp.S -> blk.S with E' experts, the
+ * global tensors, bias_vl dropped; every other mtp.* tensor (a stage >= S) is refused, and
+ * the main model's tensors are ignored (the draft shares them at runtime). */
+static int build_plan_dspark(plan *p, char *err) {
+    const cfg *c = p->c;
+    int64_t D = c->n_embd, V = c->n_vocab, ff = c->moe_ff, R = c->ds_rank, E = c->ds_expert;
+    char ck[256], g[GGUF_MAX_NAME];
+    for (int s = 0; s < c->ds_stages; s++)
+        for (int pj = 1; pj <= 3; pj++) {
+            snprintf(g, sizeof g, "blk.%d.%s.weight", s, exp_names[pj - 1]);
+            if (add_experts(p, "mtp", s, pj, g, pj == 2 ? D : ff, pj == 2 ? ff : D, E, err)) return -1;
+        }
+    for (int s = 0; s < c->ds_stages; s++) {
+        if (add_block_dense(p, "mtp", s, s, E, err)) return -1;
+        snprintf(ck, sizeof ck, "mtp.%d.ffn.gate.bias_vl", s);
+        const st_tensor *vl = st_find(p->ck, ck);
+        if (vl) p->used[ck_index(p, vl)] = true;
+    }
+    int last = (int)c->ds_stages - 1;
+    char nrm[64], w1[64], w2[64], cp[64];
+    snprintf(nrm, sizeof nrm, "mtp.%d.norm.weight", last);
+    snprintf(w1, sizeof w1, "mtp.%d.markov_head.embed.weight", last);
+    snprintf(w2, sizeof w2, "mtp.%d.markov_head.head.weight", last);
+    snprintf(cp, sizeof cp, "mtp.%d.confidence_head.proj.weight", last);
+    if (add_dense(p, "mtp.0.main_proj.weight", "fc.weight", D, c->ds_n_targets * D, false, err) ||
+        add_dense(p, "mtp.0.main_norm.weight", "enc.output_norm.weight", D, -1, false, err) ||
+        add_dense(p, nrm, "output_norm.weight", D, -1, false, err) ||
+        add_dense(p, w1, "markov_w1.weight", V, R, false, err) ||
+        add_dense(p, w2, "markov_w2.weight", V, R, false, err) ||
+        add_dense(p, cp, "conf_proj.weight", 1, D + R, true, err))
+        return -1;
+    for (int i = 0; i < st_count(p->ck); i++) {
+        const char *n = st_at(p->ck, i)->name;
+        if (p->used[i] || strncmp(n, "mtp.", 4)) continue;
+        char *end;
+        long st = strtol(n + 4, &end, 10);
+        if (end != n + 4 && st >= c->ds_stages)
+            return dsf_seterr(err, "checkpoint: unexpected DSpark stage %ld in '%s' (num_nextn_predict_layers = %lld)",
+                              st, n, (long long)c->ds_stages);
+        return dsf_seterr(err, "checkpoint: unexpected tensor '%s' (not part of the DSpark draft layout)", n);
     }
     return 0;
 }
@@ -455,8 +514,8 @@ static int write_mxfp4(stream *s, const st_checkpoint *ck, const otensor *o, cha
     int64_t in = o->ne[0], rows = o->ne[1], ob = in / 32 * 17;
     for (int64_t e = 0; e < o->ne[2]; e++) {
         char wn[256], sn[256];
-        snprintf(wn, sizeof wn, "layers.%d.ffn.experts.%lld.w%d.weight", o->layer, (long long)e, o->proj);
-        snprintf(sn, sizeof sn, "layers.%d.ffn.experts.%lld.w%d.scale", o->layer, (long long)e, o->proj);
+        snprintf(wn, sizeof wn, "%s.%d.ffn.experts.%lld.w%d.weight", o->pfx, o->layer, (long long)e, o->proj);
+        snprintf(sn, sizeof sn, "%s.%d.ffn.experts.%lld.w%d.scale", o->pfx, o->layer, (long long)e, o->proj);
         const st_tensor *w = st_find(ck, wn), *sc = st_find(ck, sn);
         DSF_ASSERT(w && sc); /* checked by build_plan */
         int64_t step = (int64_t)(CHUNK_BYTES / (uint64_t)(in / 2));
@@ -530,7 +589,7 @@ tensor_plan *tensor_plan_build(const cfg *c, const st_checkpoint *ck, bool f32, 
     p->ck = ck;
     p->f32 = f32;
     p->used = dsf_xcalloc((size_t)st_count(ck) + 1, sizeof *p->used);
-    if (build_plan(p, err)) {
+    if (c->dspark ? build_plan_dspark(p, err) : build_plan(p, err)) {
         tensor_plan_free(p);
         return NULL;
     }

@@ -170,49 +170,6 @@ static int plan_check(qplan *p, const quantize_opts *o, char *err) {
 
 /* ================================================================ KVs */
 
-static int copy_kv(gguf_writer *w, const gguf_kv *kv, char *err) {
-    switch (kv->type) {
-    case GGUF_VT_STRING: {
-        if (memchr(kv->str.ptr, 0, kv->str.len))
-            return dsf_seterr(err, "key '%s': a string with a NUL byte cannot be copied", kv->key);
-        char *s = dsf_xmalloc(kv->str.len + 1);
-        memcpy(s, kv->str.ptr, kv->str.len);
-        s[kv->str.len] = 0;
-        int r = gguf_writer_kv_str(w, kv->key, s, err);
-        free(s);
-        return r;
-    }
-    case GGUF_VT_ARRAY:
-        if (kv->arr_type != GGUF_VT_STRING) return gguf_writer_kv_arr(w, kv->key, kv->arr_type, kv->arr_data, kv->arr_n, err);
-        {
-            const char **s = dsf_xmalloc((size_t)(kv->arr_n + 1) * sizeof *s);
-            uint64_t *len = dsf_xmalloc((size_t)(kv->arr_n + 1) * sizeof *len);
-            for (uint64_t i = 0; i < kv->arr_n; i++) {
-                s[i] = kv->strs[i].ptr;
-                len[i] = kv->strs[i].len;
-            }
-            int r = kv->arr_n ? gguf_writer_kv_arr_str(w, kv->key, s, len, kv->arr_n, err)
-                              : dsf_seterr(err, "key '%s': an empty array cannot be written", kv->key);
-            free(s);
-            free(len);
-            return r;
-        }
-    default: {
-        /* the value as the file had it: little-endian, the type's width (x86-64 and the
-         * reader are little-endian) */
-        uint8_t b[8];
-        float f32 = (float)kv->f;
-        bool sgn = kv->type == GGUF_VT_INT8 || kv->type == GGUF_VT_INT16 || kv->type == GGUF_VT_INT32 ||
-                   kv->type == GGUF_VT_INT64;
-        if (kv->type == GGUF_VT_FLOAT32) memcpy(b, &f32, 4);
-        else if (kv->type == GGUF_VT_FLOAT64) memcpy(b, &kv->f, 8);
-        else if (sgn) memcpy(b, &kv->i, 8);
-        else memcpy(b, &kv->u, 8);
-        return gguf_writer_kv_scalar(w, kv->key, kv->type, b, err);
-    }
-    }
-}
-
 static int write_kvs(gguf_writer *w, const gguf_file *f, uint32_t ftype, char *err) {
     bool ft = false, qv = false;
     for (uint64_t i = 0; i < f->n_kv; i++) {
@@ -227,7 +184,7 @@ static int write_kvs(gguf_writer *w, const gguf_file *f, uint32_t ftype, char *e
         } else if (!strcmp(kv->key, "general.alignment") && !(kv->type == GGUF_VT_UINT32 && kv->u == GGUF_DEFAULT_ALIGNMENT)) {
             dsf_log(1, "quantize: general.alignment dropped (the output is aligned to %d bytes)", GGUF_DEFAULT_ALIGNMENT);
             continue;
-        } else r = copy_kv(w, kv, err);
+        } else r = gguf_writer_copy_kv(w, kv, err);
         if (r) return -1;
     }
     if (!qv && gguf_writer_kv_u32(w, "general.quantization_version", 2, err)) return -1;

@@ -145,6 +145,9 @@ int gguf_writer_kv_arr(gguf_writer *w, const char *key, uint32_t elem_type, cons
                        uint64_t n, char *err);
 int gguf_writer_kv_arr_str(gguf_writer *w, const char *key, const char *const *strs,
                            const uint64_t *lens, uint64_t n, char *err);
+/* Copies kv (read by gguf_open) with its type and value; strings with a NUL byte and empty
+ * arrays are refused. */
+int gguf_writer_copy_kv(gguf_writer *w, const gguf_kv *kv, char *err);
 int gguf_writer_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
                        const int64_t *ne, char *err);
 int gguf_writer_begin(gguf_writer *w, const char *path, char *err);

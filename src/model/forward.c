@@ -32,9 +32,25 @@ static void embed(const fwd *f, const int32_t *tok) {
     }
 }
 
-/* Layer il on the stream sc->X (in place); sc->pre holds the previous FFN's pre on entry and
- * this layer's on return. */
-static void layer(const fwd *f, int64_t il) {
+/* dspark.md §3: the target feature of layer il for every token whose sequence records it:
+ * the plain mean over the hc copies of the stream entering the block (after Engram), stored
+ * at the layer's slot of the token's row in the sequence's feature ring. */
+static void record_features(const fwd *f, int64_t il) {
+    const int64_t D = f->sh->n_embd, hc = f->sh->hc;
+    for (int64_t t = 0; t < f->T; t++) {
+        const dsf_kvstate *kv = f->tkv[t];
+        if (!kv->feat || kv->feat_of[il] < 0) continue;
+        float *dst = kv->feat + ((f->tpos[t] % kv->fslots) * kv->nfeat + kv->feat_of[il]) * D;
+        const float *x = f->sc->X + t * hc * D;
+        for (int64_t d = 0; d < D; d++) {
+            float acc = 0.0f;
+            for (int64_t c = 0; c < hc; c++) acc += x[c * D + d];
+            dst[d] = acc / (float)hc;
+        }
+    }
+}
+
+void forward_layer(const fwd *f, int64_t il) {
     const dsf_layer *L = &f->w->layers[il];
     dsf_scratch *sc = f->sc;
     const int64_t T = f->T, D = f->sh->n_embd, hc = f->sh->hc;
@@ -42,11 +58,13 @@ static void layer(const fwd *f, int64_t il) {
         engram_forward(f, il);
         fwd_dump_layer(f, il, "engram_out", sc->X, T * hc * D);
     }
+    if (f->feats) record_features(f, il);
     hc_mixes(f, &L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, sc->X, sc->a_pre, sc->post, sc->comb);
     hc_collapse(f, sc->X, sc->pre, sc->h);
     hc_norm_rows(f, sc->u, sc->h, L->attn_norm, 0);
     fwd_dump_layer(f, il, "attn_in", sc->u, T * D);
-    attn_forward(f, il, sc->u, sc->out);
+    if (f->attn) f->attn(f, il, sc->u, sc->out);
+    else attn_forward(f, il, sc->u, sc->out);
     fwd_dump_layer(f, il, "attn_out", sc->out, T * D);
     hc_expand(f, sc->out, sc->X, sc->post, sc->comb, sc->X1);
     hc_mixes(f, &L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, sc->X1, sc->f_pre, sc->post, sc->comb);
@@ -81,10 +99,11 @@ void forward_tokens(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, con
         DSF_ASSERT(sc->tpos[t] < tkv[t]->max_ctx);
         tkv[t]->tokens[sc->tpos[t]] = tok[t];
     }
-    fwd f = {e, sh, &e->w, sc, sc->tkv, sc->tpos, T, e->numerics == DSF_NUMERICS_REFERENCE};
+    fwd f = {e, sh, &e->w, sc, sc->tkv, sc->tpos, T, e->numerics == DSF_NUMERICS_REFERENCE, false, NULL, NULL};
+    for (int64_t t = 0; t < T; t++) f.feats |= tkv[t]->feat != NULL;
     double prof_t0 = fwd_profile_start();
     embed(&f, tok);
-    for (int64_t il = 0; il < sh->n_layer; il++) layer(&f, il);
+    for (int64_t il = 0; il < sh->n_layer; il++) forward_layer(&f, il);
     for (int64_t t = 0; t < T; t++) {
         dsf_kvstate *kv = tkv[t];
         kv->n = sc->tpos[t] + 1;

@@ -17,7 +17,7 @@
 /* A forward over T tokens. Token t belongs to the sequence state tkv[t] at absolute position
  * tpos[t]; the tokens of one sequence are consecutive and in position order. One sequence's
  * chunk (prefill, decode) and a batch of several sequences' decode steps run the same code. */
-typedef struct {
+typedef struct fwd_ctx {
     const dsf_engine *e;
     const dsf_shape *sh;
     const dsf_weights *w;
@@ -26,8 +26,17 @@ typedef struct {
     const int64_t *tpos; /* [T] */
     int64_t T;
     int ref;        /* reference numerics (QDQ contract) */
+    bool feats;     /* some token's sequence records target features (dspark.md §3) */
+    /* the attention of forward_layer: NULL is attn_forward; the DSpark draft (dspark.c) plugs
+     * in its block attention */
+    void (*attn)(const struct fwd_ctx *f, int64_t il, const float *u, float *out);
+    void *attn_user; /* the plugged-in attention's state */
 } fwd;
 
+/* forward.c: layer il of a V4.1 block (Engram where the shape has it, hc mixes, attention,
+ * MoE) on the stream f->sc->X, in place; f->sc->pre holds the previous FFN's pre on entry and
+ * this layer's on return. The main layer loop and the DSpark stages (dspark.c) run it. */
+void forward_layer(const fwd *f, int64_t il);
 /* forward.c: consumes T <= max_chunk tokens at positions kv->n.. and appends them.
  * logits: NULL, or [T][n_vocab] when all_rows, else [n_vocab] (last token). */
 void forward_chunk(dsf_session *s, const int32_t *tok, int64_t T, float *logits, int all_rows);

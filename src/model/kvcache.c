@@ -79,6 +79,8 @@ void kv_free(dsf_kvstate *kv, const dsf_shape *s) {
     free(kv->ik);
     free(kv->carry);
     free(kv->tokens);
+    free(kv->feat);
+    free(kv->feat_of);
     memset(kv, 0, sizeof *kv);
 }
 

@@ -58,6 +58,11 @@ typedef struct {
     uint32_t engram_pad_raw;
     int64_t engram_pad;      /* token_map[pad_raw] */
     int64_t ple_rows_needed; /* max(offset + size) */
+    /* A DSpark draft (`dflash`, gguf-layout.md §4; dspark_load.c): the layers are its stages,
+     * the file has no token_embd/output (shared with the main model) but the draft's own
+     * tensors (dsf_weights.fc ...); n_feat_in = target layers x n_embd, markov_rank = R. */
+    bool dspark;
+    int64_t n_feat_in, markov_rank;
 } dsf_shape;
 
 /* A small vector in fp32 (norm weights, sinks, biases, hc base/scale...): a view into the
@@ -95,6 +100,9 @@ typedef struct {
     fvec output_norm;
     const gguf_tensor *ple; /* per_layer_token_embd: rows of ple_dim, lazily read */
     dsf_layer *layers;
+    /* DSpark draft only (shape.dspark): main_proj, its norm, the Markov tables, the confidence */
+    dsf_wmat fc, markov_w1, markov_w2;
+    fvec enc_norm, conf_proj;
 } dsf_weights;
 
 /* An observer of the forward pass's products (dsflash imatrix; engine_set_mm_observer): called
@@ -140,7 +148,7 @@ void engine_set_mm_observer(dsf_engine *e, dsf_mm_observer fn, void *user);
 /* shape.c */
 int shape_load(dsf_shape *s, const gguf_file *f, char *err);
 void shape_free(dsf_shape *s);
-/* weights.c */
+/* weights.c: binds a deepseek41 file's tensors, or a dflash draft's when s->dspark. */
 int weights_bind(dsf_weights *w, const dsf_shape *s, const gguf_file *f, char *err);
 void weights_free(dsf_weights *w, const dsf_shape *s);
 /* An expert's matrix inside a stacked expert tensor. */

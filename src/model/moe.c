@@ -231,7 +231,8 @@ void moe_forward(const fwd *f, int64_t il, const float *v, float *out) {
         float *wt = sc->ewt + t * K, sum = 0.0f;
         for (int64_t k = 0; k < K; k++) sum += (wt[k] = lg[sel[k]]);
         for (int64_t k = 0; k < K; k++) {
-            if (sh->expert_weights_norm) wt[k] /= (sum + 1e-20f);
+            /* [R] Gate.forward renormalizes only when top-k > 1 (dspark.md §4.2) */
+            if (sh->expert_weights_norm && K > 1) wt[k] /= (sum + 1e-20f);
             wt[k] *= sh->expert_weights_scale;
         }
     }

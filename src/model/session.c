@@ -171,6 +171,7 @@ int dsf_session_rollback(dsf_session *s, int n, char *err) {
         kv->win_lo = 0;
     }
     kv->n = keep;
+    if (kv->feat_lo > keep) kv->feat_lo = keep; /* the re-prefill below records them */
     for (int64_t i = keep; i < n;) {
         int64_t T = n - i < s->sc.max_chunk ? n - i : s->sc.max_chunk;
         forward_chunk(s, kv->tokens + i, T, NULL, 0);

@@ -33,6 +33,14 @@ typedef struct {
     float **ckv;        /* [n_layer] -> [max_ctx/ratio][head_dim] (KV sources only) */
     float **ik;         /* [n_layer] -> [max_ctx/ratio][idx_dim] (KV sources only) */
     float **carry;      /* [n_layer] -> [2][head_dim]: a then g (ratio-2 KV sources) */
+    /* DSpark target features (dspark.md §3), off (NULL) unless dsf_session_set_features asked:
+     * position p's row [nfeat][n_embd] at slot p % fslots, written by every forward */
+    float *feat;
+    int64_t fslots;
+    int32_t nfeat;
+    int32_t *feat_of;   /* [n_layer]: the layer's place in the row, or -1 */
+    int64_t feat_lo;    /* positions below it were not recorded (consumed before recording started,
+                         * restored from a snapshot); fslots == wslots, so win_lo bounds the rest */
 } dsf_kvstate;
 
 typedef struct {

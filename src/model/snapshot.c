@@ -162,5 +162,6 @@ int dsf_session_restore(dsf_session *s, const uint8_t *data, size_t len, char *e
     DSF_ASSERT(!bad && r.left == 0);
     s->kv.n = n;
     s->kv.win_lo = n - nw; /* older window rows are not in the snapshot: a rollback past them re-prefills */
+    s->kv.feat_lo = n; /* target features are not in the snapshot */
     return 0;
 }

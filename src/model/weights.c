@@ -167,14 +167,26 @@ int weights_bind(dsf_weights *w, const dsf_shape *s, const gguf_file *f, char *e
     const int64_t mix = (2 + s->hc) * s->hc;
     char nm[GGUF_MAX_NAME + 32];
 #define N(...) (snprintf(nm, sizeof nm, __VA_ARGS__), nm)
-    if (bind_mat(b, &w->tok_embd, "token_embd.weight", D, s->n_vocab, 1, true) < 0) goto fail;
-    if (s->n_vocab < 1) {
-        dsf_seterr(err, "token_embd.weight has no rows");
-        goto fail;
+    if (s->dspark) { /* gguf-layout.md §4.1: the draft's own tensors; embedding and head are the main model's */
+        if (bind_vec(b, w, &w->output_norm, "output_norm.weight", D, 1, true) < 0 ||
+            bind_mat(b, &w->fc, "fc.weight", s->n_feat_in, D, 1, true) < 0 ||
+            bind_vec(b, w, &w->enc_norm, "enc.output_norm.weight", D, 1, true) < 0 ||
+            bind_mat(b, &w->markov_w1, "markov_w1.weight", s->markov_rank, s->n_vocab, 1, true) < 0 ||
+            bind_mat(b, &w->markov_w2, "markov_w2.weight", s->markov_rank, s->n_vocab, 1, true) < 0 ||
+            bind_vec(b, w, &w->conf_proj, "conf_proj.weight", D + s->markov_rank, 1, true) < 0)
+            goto fail;
+        find(b, "conf_proj.bias", false); /* optional (§4.3 loader rules); [R] has no bias */
+        find(b, "fc.scale", false);
+    } else {
+        if (bind_mat(b, &w->tok_embd, "token_embd.weight", D, s->n_vocab, 1, true) < 0) goto fail;
+        if (s->n_vocab < 1) {
+            dsf_seterr(err, "token_embd.weight has no rows");
+            goto fail;
+        }
+        if (bind_vec(b, w, &w->output_norm, "output_norm.weight", D, 1, true) < 0 ||
+            bind_mat(b, &w->output, "output.weight", D, s->n_vocab, 1, true) < 0)
+            goto fail;
     }
-    if (bind_vec(b, w, &w->output_norm, "output_norm.weight", D, 1, true) < 0 ||
-        bind_mat(b, &w->output, "output.weight", D, s->n_vocab, 1, true) < 0)
-        goto fail;
     if (s->n_engram) {
         const gguf_tensor *t = find(b, "per_layer_token_embd.weight", true);
         if (!t) goto fail;
@@ -273,8 +285,8 @@ int weights_bind(dsf_weights *w, const dsf_shape *s, const gguf_file *f, char *e
     /* S14: no unused tensors. */
     for (uint64_t t = 0; t < f->n_tensors; t++)
         if (!bb.used[t]) {
-            dsf_seterr(err, "wrong number of tensors: '%s' is not part of a deepseek41 model of this shape",
-                       f->tensors[t].name);
+            dsf_seterr(err, "wrong number of tensors: '%s' is not part of a %s model of this shape",
+                       f->tensors[t].name, s->dspark ? "dflash" : "deepseek41");
             goto fail;
         }
     free(bb.used);

@@ -66,9 +66,10 @@ static int gguf_same(const gguf_file *a, const gguf_file *b, char *msg, size_t c
     return 0;
 }
 
-static void check_convert_matches(test_ctx *t, const char *ref, const char *tag, const char *extra) {
-    const char *hf = test_shared("testdata/tiny41/hf");
-    if (!hf) SKIP("needs ../shared/testdata/tiny41/hf (absent)");
+static void check_convert_matches_from(test_ctx *t, const char *hfrel, const char *ref, const char *tag,
+                                      const char *extra) {
+    const char *hf = test_shared(hfrel);
+    if (!hf) SKIP("needs ../shared/%s (absent)", hfrel);
     char out[512], cmd[2048], log[4096];
     snprintf(out, sizeof out, "%s/conv%s.gguf", test_tmpdir(), tag);
     snprintf(cmd, sizeof cmd, "%s convert %s %s %s 2>&1", test_bin(), hf, out, extra);
@@ -88,6 +89,10 @@ static void check_convert_matches(test_ctx *t, const char *ref, const char *tag,
     unlink(out);
 }
 
+static void check_convert_matches(test_ctx *t, const char *ref, const char *tag, const char *extra) {
+    check_convert_matches_from(t, "testdata/tiny41/hf", ref, tag, extra);
+}
+
 /* ================================================================ acceptance: tiny41 */
 
 TEST(convert_tiny41_matches) {
@@ -98,6 +103,20 @@ TEST(convert_tiny41_matches) {
 TEST(convert_tiny41_f32_matches) {
     NEED_SHARED(ref, "testdata/tiny41/tiny41-f32.gguf");
     check_convert_matches(t, ref, "f32", "--outtype f32 --threads 2");
+}
+
+/* ================================================================ acceptance: the DSpark draft */
+
+/* Guards against a dflash file (gguf-layout.md §4) that differs from the maintainers' in any key,
+ * value type, value, tensor name, dtype, shape or data byte. */
+TEST(convert_tinyds_dspark_matches) {
+    NEED_SHARED(ref, "testdata/tinyds/tinyds-dspark.gguf");
+    check_convert_matches_from(t, "testdata/tinyds/hf", ref, "dspark", "--dspark");
+}
+
+TEST(convert_tinyds_dspark_f32_matches) {
+    NEED_SHARED(ref, "testdata/tinyds/tinyds-dspark-f32.gguf");
+    check_convert_matches_from(t, "testdata/tinyds/hf", ref, "dspark32", "--dspark --outtype f32 --threads 2");
 }
 
 /* ================================================================ malformed checkpoints */
@@ -159,10 +178,10 @@ typedef void (*cfg_mut)(json_t *cfg);
         if (!test_shared("testdata/tiny41/hf")) SKIP("needs ../shared/testdata/tiny41/hf (absent)"); \
     } while (0)
 
-/* Builds dir NAME in the temp dir from tiny41/hf with the mutations applied. */
-static const char *make_variant(const char *name, st_mut sm, cfg_mut cm) {
+/* Builds dir NAME in the temp dir from ../shared/HFREL with the mutations applied. */
+static const char *make_variant_from(const char *hfrel, const char *name, st_mut sm, cfg_mut cm) {
     static char dir[512];
-    const char *hf = test_shared("testdata/tiny41/hf");
+    const char *hf = test_shared(hfrel);
     if (!hf) return NULL;
     char src[1024], dst[1024];
     snprintf(dir, sizeof dir, "%s/%s", test_tmpdir(), name);
@@ -191,20 +210,26 @@ static const char *make_variant(const char *name, st_mut sm, cfg_mut cm) {
     return dir;
 }
 
-/* Runs convert on dir; the conversion must fail with a message containing want, and leave
+static const char *make_variant(const char *name, st_mut sm, cfg_mut cm) {
+    return make_variant_from("testdata/tiny41/hf", name, sm, cm);
+}
+
+/* Runs convert [opt] on dir; the conversion must fail with a message containing want, and leave
  * neither the output nor its .tmp. */
-static void expect_refused(test_ctx *t, const char *dir, const char *want) {
+static void expect_refused_opt(test_ctx *t, const char *opt, const char *dir, const char *want) {
     CHECKF(dir, "could not build the variant");
     char out[1024], tmp[1100], cmd[4096], log[4096];
     snprintf(out, sizeof out, "%s.gguf", dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", out);
-    snprintf(cmd, sizeof cmd, "%s convert %s %s 2>&1", test_bin(), dir, out);
+    snprintf(cmd, sizeof cmd, "%s convert %s %s %s 2>&1", test_bin(), opt, dir, out);
     int rc = test_run(cmd, log, sizeof log);
     CHECKF(rc == 1, "%s: exit %d (want 1): %s", dir, rc, log);
     CHECKF(strstr(log, "dsflash convert: ") && strstr(log, want), "%s: message '%s' lacks '%s'", dir, log, want);
     CHECKF(!strchr(log, '\n') || strchr(log, '\n') == log + strlen(log) - 1, "%s: more than one line: %s", dir, log);
     CHECKF(!file_exists(out) && !file_exists(tmp), "%s: output or .tmp left behind", dir);
 }
+
+static void expect_refused(test_ctx *t, const char *dir, const char *want) { expect_refused_opt(t, "", dir, want); }
 
 static json_t *ent(st_image *im, const char *name) { return json_object_get(im->hdr, name); }
 
@@ -213,13 +238,15 @@ static uint64_t data_begin(st_image *im, const char *name) {
 }
 
 static void m_missing(st_image *im) { json_object_del(im->hdr, "layers.3.attn.wkv.weight"); }
-static void m_extra(st_image *im) {
+/* Appends a one-element F32 tensor NAME. */
+static void add_extra(st_image *im, const char *name) {
     json_t *e = json_pack("{s:s, s:[i], s:[I, I]}", "dtype", "F32", "shape", 1, "data_offsets",
                           (json_int_t)im->len, (json_int_t)im->len + 4);
-    json_object_set_new(im->hdr, "layers.0.attn.extra.weight", e);
+    json_object_set_new(im->hdr, name, e);
     memset(im->data + im->len, 0, 4);
     im->len += 4;
 }
+static void m_extra(st_image *im) { add_extra(im, "layers.0.attn.extra.weight"); }
 static void m_shape(st_image *im) {
     json_object_set_new(ent(im, "layers.0.attn.q_norm.weight"), "shape", json_pack("[i, i]", 2, 32));
 }
@@ -411,6 +438,30 @@ TEST(convert_bad_config) {
     json_dump_file(cfg, p, 0);
     json_decref(cfg);
     expect_refused(t, dir, "unsupported FP8 scale format e4m3");
+}
+
+static void d_stage3(st_image *im) { add_extra(im, "mtp.3.attn_norm.weight"); }
+static void d_no_markov(st_image *im) { json_object_del(im->hdr, "mtp.2.markov_head.head.weight"); }
+static void d_norm_shape(st_image *im) {
+    json_object_set_new(ent(im, "mtp.0.main_norm.weight"), "shape", json_pack("[i, i]", 2, 64));
+}
+static void d_no_block(json_t *c) { json_object_del(c, "dspark_block_size"); }
+static void d_target_oob(json_t *c) { json_array_set_new(json_object_get(c, "dspark_target_layer_ids"), 2, json_integer(8)); }
+static void d_stage_ratio(json_t *c) { json_array_set_new(json_object_get(c, "compress_ratios"), 9, json_integer(2)); }
+
+/* Guards against a DSpark conversion that accepts a checkpoint or config the dflash layout cannot
+ * hold (gguf-layout.md §4, §6.3) or writes a partial file. */
+TEST(convert_bad_dspark) {
+    if (!test_shared("testdata/tinyds/hf")) SKIP("needs ../shared/testdata/tinyds/hf (absent)");
+    const char *hf = "testdata/tinyds/hf";
+    expect_refused_opt(t, "--dspark", make_variant_from(hf, "ds_stage3", d_stage3, NULL), "unexpected DSpark stage 3");
+    expect_refused_opt(t, "--dspark", make_variant_from(hf, "ds_markov", d_no_markov, NULL),
+                       "missing tensor 'mtp.2.markov_head.head.weight'");
+    expect_refused_opt(t, "--dspark", make_variant_from(hf, "ds_shape", d_norm_shape, NULL),
+                       "'mtp.0.main_norm.weight': expected shape [128]");
+    expect_refused_opt(t, "--dspark", make_variant_from(hf, "ds_noblock", NULL, d_no_block), "dspark_block_size");
+    expect_refused_opt(t, "--dspark", make_variant_from(hf, "ds_target", NULL, d_target_oob), "dspark_target_layer_ids");
+    expect_refused_opt(t, "--dspark", make_variant_from(hf, "ds_ratio", NULL, d_stage_ratio), "compress_ratios[9] = 2");
 }
 
 TEST(convert_cli_usage) {

@@ -55,25 +55,26 @@ static void fz_skip_value(const uint8_t *p, size_t *o, uint32_t type) {
     }
 }
 
-static fz_model_env *fz_model_env_get(void) {
-    static fz_model_env env;
-    if (env.tpl) return &env;
+/* The template ../shared/REL (or $DSF_SHARED/REL) in a memfd, with its spans; env is filled
+ * once. NULL without the file. */
+static fz_model_env *fz_tpl_env(fz_model_env *envp, const char *rel) {
+    if (envp->tpl) return envp;
     char path[4096];
     const char *shared = getenv("DSF_SHARED");
-    snprintf(path, sizeof path, "%s/testdata/tiny41/tiny41.gguf", shared ? shared : "../shared");
+    snprintf(path, sizeof path, "%s/%s", shared ? shared : "../shared", rel);
     uint8_t *buf;
     size_t len;
     if (dsf_read_file(path, &buf, &len, NULL)) return NULL;
-    env.tpl = buf;
-    env.size = len;
-    env.fd = memfd_create("fuzz-model.gguf", MFD_CLOEXEC);
-    FZ_REQUIRE(env.fd >= 0 && write(env.fd, buf, len) == (ssize_t)len, "memfd: %s", strerror(errno));
-    snprintf(env.path, sizeof env.path, "/proc/self/fd/%d", env.fd);
+    envp->tpl = buf;
+    envp->size = len;
+    envp->fd = memfd_create("fuzz-model.gguf", MFD_CLOEXEC);
+    FZ_REQUIRE(envp->fd >= 0 && write(envp->fd, buf, len) == (ssize_t)len, "memfd: %s", strerror(errno));
+    snprintf(envp->path, sizeof envp->path, "/proc/self/fd/%d", envp->fd);
     /* the layout: header, key/values, tensor infos */
     size_t o = 8;
     uint64_t n_tensors = fz_rd(buf, &o, 8), n_kv = fz_rd(buf, &o, 8);
-    env.spans = dsf_xmalloc((size_t)(1 + n_kv + n_tensors) * sizeof *env.spans);
-    env.spans[env.n_spans++] = (fz_span){0, 24};
+    envp->spans = dsf_xmalloc((size_t)(1 + n_kv + n_tensors) * sizeof *envp->spans);
+    envp->spans[envp->n_spans++] = (fz_span){0, 24};
     for (uint64_t i = 0; i < n_kv; i++) {
         size_t b = o;
         uint64_t kl = fz_rd(buf, &o, 8);
@@ -81,7 +82,7 @@ static fz_model_env *fz_model_env_get(void) {
         o += (size_t)kl;
         uint32_t type = (uint32_t)fz_rd(buf, &o, 4);
         fz_skip_value(buf, &o, type);
-        if (!tokenizer) env.spans[env.n_spans++] = (fz_span){(uint32_t)b, (uint32_t)o};
+        if (!tokenizer) envp->spans[envp->n_spans++] = (fz_span){(uint32_t)b, (uint32_t)o};
     }
     for (uint64_t i = 0; i < n_tensors; i++) {
         size_t b = o;
@@ -89,10 +90,34 @@ static fz_model_env *fz_model_env_get(void) {
         o += (size_t)nl;
         uint32_t nd = (uint32_t)fz_rd(buf, &o, 4);
         o += 8 * (size_t)nd + 4 + 8;
-        env.spans[env.n_spans++] = (fz_span){(uint32_t)b, (uint32_t)o};
+        envp->spans[envp->n_spans++] = (fz_span){(uint32_t)b, (uint32_t)o};
     }
     FZ_REQUIRE(o <= len, "template layout runs past the file");
-    return &env;
+    return envp;
+}
+
+static fz_model_env *fz_model_env_get(void) {
+    static fz_model_env env;
+    return fz_tpl_env(&env, "testdata/tiny41/tiny41.gguf");
+}
+
+/* Writes the patches of data (4 bytes each: u16 span, u8 offset in the span, u8 value) into
+ * env's memfd; at[] receives their offsets (put back by fz_unpatch). Returns their count. */
+static int fz_patch(fz_model_env *env, const uint8_t *data, size_t size, uint32_t *at, int max) {
+    int np = 0;
+    for (size_t i = 0; i + 4 <= size && np < max; i += 4) {
+        const fz_span *sp = &env->spans[(data[i] | data[i + 1] << 8) % env->n_spans];
+        uint32_t off = sp->b + data[i + 2] % (sp->e - sp->b);
+        at[np++] = off;
+        uint8_t v = data[i + 3];
+        FZ_REQUIRE(pwrite(env->fd, &v, 1, off) == 1, "pwrite failed");
+    }
+    return np;
+}
+
+static void fz_unpatch(fz_model_env *env, const uint32_t *at, int np) {
+    for (int i = np - 1; i >= 0; i--) /* put the template back */
+        FZ_REQUIRE(pwrite(env->fd, env->tpl + at[i], 1, at[i]) == 1, "pwrite failed");
 }
 
 static int fz_model_one(const uint8_t *data, size_t size) {
@@ -100,14 +125,7 @@ static int fz_model_one(const uint8_t *data, size_t size) {
     FZ_REQUIRE(env != NULL, "needs ../shared/testdata/tiny41/tiny41.gguf (or DSF_SHARED)");
     enum { MAX_PATCH = 64 };
     uint32_t at[MAX_PATCH];
-    int np = 0;
-    for (size_t i = 0; i + 4 <= size && np < MAX_PATCH; i += 4) {
-        const fz_span *sp = &env->spans[(data[i] | data[i + 1] << 8) % env->n_spans];
-        uint32_t off = sp->b + data[i + 2] % (sp->e - sp->b);
-        at[np++] = off;
-        uint8_t v = data[i + 3];
-        FZ_REQUIRE(pwrite(env->fd, &v, 1, off) == 1, "pwrite failed");
-    }
+    const int np = fz_patch(env, data, size, at, MAX_PATCH);
     char err[DSF_ERR_LEN] = "";
     dsf_engine_params p;
     dsf_engine_params_default(&p);
@@ -131,8 +149,7 @@ static int fz_model_one(const uint8_t *data, size_t size) {
         }
         dsf_engine_close(e);
     }
-    for (int i = np - 1; i >= 0; i--) /* put the template back */
-        FZ_REQUIRE(pwrite(env->fd, env->tpl + at[i], 1, at[i]) == 1, "pwrite failed");
+    fz_unpatch(env, at, np);
     return ok;
 }
 

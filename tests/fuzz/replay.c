@@ -6,8 +6,8 @@
  * Guards against: crashes, overreads, leaks and broken promises of a parser on malformed,
  * truncated or random input (GGUF, model metadata, safetensors, tokenizer text and ids,
  * vocabularies, chat-request JSON, DSML output in random splits, HTTP request bodies (chat,
- * completions, Anthropic Messages and Responses),
- * session snapshots, logits with NaN/inf, stop strings). What each harness checks is
+ * completions, Anthropic Messages and Responses), session snapshots, logits with NaN/inf,
+ * stop strings, DSpark draft metadata). What each harness checks is
  * written at the top of its file in tests/fuzz. The seeds are the files in
  * tests/fuzz/seeds/fuzz_NAME (read from the repository root, as `make test` runs) plus a
  * few inline ones, so the tests still run without them; the model and snapshot tests need
@@ -24,6 +24,7 @@
 #include "fuzz_imatrix.c"
 #include "fuzz_messages.c"
 #include "fuzz_model.c"
+#include "fuzz_dspark.c"
 #include "fuzz_safetensors.c"
 #include "fuzz_sampler.c"
 #include "fuzz_responses.c"
@@ -399,6 +400,20 @@ TEST(replay_vocab) {
     fi_add_dir(&s, "fuzz_vocab");
     fi_add(&s, "\x01\x10\x01in\x00\x04<x>\x00\x00i n\x00", 16);
     int total, acc = fi_run("vocab", &s, 80, fz_vocab_one, &total);
+    FI_CHECK_MIX(acc, total);
+}
+
+TEST(replay_dspark) {
+    NEED_SHARED(gg, "testdata/tinyds/tinyds-dspark.gguf");
+    (void)gg;
+    fi_seeds s = {0};
+    fi_add_dir(&s, "fuzz_dspark");
+    /* no patch (must load), then patches in the header, a key/value and a tensor info */
+    fi_add(&s, "", 0);
+    fi_add(&s, "\x00\x00\x08\x02", 4);
+    fi_add(&s, "\x05\x00\x30\x07\x21\x00\x10\x00", 8);
+    fi_add(&s, "\x30\x00\x14\x03", 4);
+    int total, acc = fi_run("dspark", &s, 30, fz_dspark_one, &total);
     FI_CHECK_MIX(acc, total);
 }
 
