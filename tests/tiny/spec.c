@@ -22,32 +22,13 @@
 /* ==== fixture ============================================================================= */
 
 typedef struct {
-    dsf_engine *e;
-    dsf_tokenizer *tok;
-    dsf_session *s;
-    dsf_gen *g;
+    test_gen_fx fx;
     int max_ctx;
 } fixture;
 
 static int fx_open(fixture *f, const char *path, int max_ctx) {
-    char err[DSF_ERR_LEN];
-    memset(f, 0, sizeof *f);
-    dsf_engine_params ep;
-    dsf_engine_params_default(&ep);
-    ep.n_threads = 2;
     f->max_ctx = max_ctx;
-    if (!path || !(f->e = dsf_engine_open(path, &ep, err))) return -1;
-    if (!(f->tok = dsf_tokenizer_load(path, err))) return -1;
-    if (!(f->s = dsf_session_new(f->e, max_ctx, err))) return -1;
-    if (!(f->g = dsf_gen_new(f->e, f->s, f->tok, err))) return -1;
-    return 0;
-}
-
-static void fx_close(fixture *f) {
-    dsf_gen_free(f->g);
-    dsf_session_free(f->s);
-    dsf_tokenizer_free(f->tok);
-    dsf_engine_close(f->e);
+    return test_gen_open(&f->fx, path, max_ctx);
 }
 
 #define MAX_REC 512
@@ -77,18 +58,18 @@ typedef struct {
 static int generate(fixture *f, spec_seq *sq, const int32_t *prompt, int n, const dsf_sampler_params *sp,
                     outcome *o, char *err) {
     memset(o, 0, sizeof *o);
-    if (dsf_session_rollback(f->s, 0, err) < 0) return -1;
-    spec_attach(f->g, sq);
+    if (dsf_session_rollback(f->fx.s, 0, err) < 0) return -1;
+    spec_attach(f->fx.g, sq);
     dsf_gen_params gp;
     dsf_gen_params_default(&gp);
     gp.sampler = *sp;
     gp.logprobs = true;
     gp.on_token = on_tok;
     gp.ud = &o->r;
-    int rc = dsf_gen_run(f->g, prompt, n, &gp, NULL, &o->res, err);
-    spec_attach(f->g, NULL);
-    o->n_past = dsf_session_n_past(f->s);
-    o->last_tok = o->n_past ? dsf_session_tokens(f->s)[o->n_past - 1] : -1;
+    int rc = dsf_gen_run(f->fx.g, prompt, n, &gp, NULL, &o->res, err);
+    spec_attach(f->fx.g, NULL);
+    o->n_past = dsf_session_n_past(f->fx.s);
+    o->last_tok = o->n_past ? dsf_session_tokens(f->fx.s)[o->n_past - 1] : -1;
     return rc;
 }
 
@@ -121,11 +102,11 @@ static int equivalence(fixture *f, const int32_t *prompt, int n, const dsf_sampl
     outcome ref, got;
     if (generate(f, NULL, prompt, n, sp, &ref, err) < 0) return snprintf(why, cap, "plain: %s", err), -1;
     for (int corrupt = -1; corrupt < 5; corrupt++) {
-        dsf_drafter *d = spec_oracle_new(f->e, f->max_ctx, 5, corrupt, err);
+        dsf_drafter *d = spec_oracle_new(f->fx.e, f->max_ctx, 5, corrupt, err);
         spec_policy pol;
         spec_policy_init(&pol);
         pol.mode = SPEC_POLICY_ALWAYS;
-        spec_seq *sq = d ? spec_seq_new(f->e, d, &pol, err) : NULL;
+        spec_seq *sq = d ? spec_seq_new(f->fx.e, d, &pol, err) : NULL;
         if (!sq) return snprintf(why, cap, "oracle: %s", err), -1;
         int rc = generate(f, sq, prompt, n, sp, &got, err);
         const spec_stats *st = spec_seq_stats(sq);
@@ -154,7 +135,7 @@ static int equivalence(fixture *f, const int32_t *prompt, int n, const dsf_sampl
 static void check_greedy(test_ctx *t, const char *path) {
     fixture f;
     CHECKF(fx_open(&f, path, 320) == 0, "cannot open %s", path);
-    int nv = dsf_engine_n_vocab(f.e);
+    int nv = dsf_engine_n_vocab(f.fx.e);
     int32_t prompt[12];
     prompt_of(prompt, 12, nv, 1);
     char why[512] = "";
@@ -190,12 +171,12 @@ static void check_greedy(test_ctx *t, const char *path) {
         CHECKF(equivalence(&f, prompt, 12, &sp, why, sizeof why, NULL) == 0, "stop string: %s", why);
         sp.n_stop = 0;
     }
-    fx_close(&f);
+    test_gen_close(&f.fx);
     /* the context limit: 12 + 45 tokens fill a 57-token session inside a block */
     CHECKF(fx_open(&f, path, 57) == 0, "cannot open %s", path);
     sp.max_tokens = 0;
     CHECKF(equivalence(&f, prompt, 12, &sp, why, sizeof why, NULL) == 0, "context limit: %s", why);
-    fx_close(&f);
+    test_gen_close(&f.fx);
 }
 
 TEST(spec_greedy_identical_synth) {
@@ -267,7 +248,7 @@ static double chi2(const long *counts, const double *p, int nv, long n, int *df)
  * of 3), n_samples times with seeds 1..n; returns the chi-square against the target. */
 static int sample_after_anchor(test_ctx *t, fixture *f, spec_rule rule, long n_samples, double *x, int *df) {
     char err[DSF_ERR_LEN] = "";
-    int nv = dsf_engine_n_vocab(f->e);
+    int nv = dsf_engine_n_vocab(f->fx.e);
     int32_t prompt[9];
     prompt_of(prompt, 8, nv, 3);
     /* the target: softmax of the logits after prompt + anchor, in double, on a fresh session */
@@ -276,7 +257,7 @@ static int sample_after_anchor(test_ctx *t, fixture *f, spec_rule rule, long n_s
     float *lg = malloc((size_t)nv * sizeof *lg);
     double *p = malloc((size_t)nv * sizeof *p);
     long *cnt = calloc((size_t)nv, sizeof *cnt);
-    dsf_session *s = dsf_session_new(f->e, 32, err);
+    dsf_session *s = dsf_session_new(f->fx.e, 32, err);
     if (!s || dsf_session_eval(s, prompt, 9, lg, false, err) < 0) return test_fail(t, __FILE__, __LINE__, "%s", err), -1;
     dsf_session_free(s);
     double mx = lg[0], sum = 0;
@@ -292,7 +273,7 @@ static int sample_after_anchor(test_ctx *t, fixture *f, spec_rule rule, long n_s
     spec_policy pol;
     spec_policy_init(&pol);
     pol.mode = SPEC_POLICY_ALWAYS;
-    spec_seq *sq = spec_seq_new(f->e, &d->base, &pol, err);
+    spec_seq *sq = spec_seq_new(f->fx.e, &d->base, &pol, err);
     spec_seq_set_rule(sq, rule);
     int rc = -1;
     for (long i = 0; i < n_samples; i++) {
@@ -304,10 +285,10 @@ static int sample_after_anchor(test_ctx *t, fixture *f, spec_rule rule, long n_s
         gp.ud = &r;
         int32_t a, next;
         dsf_gen_result res;
-        if (dsf_gen_prefill(f->g, prompt, 8, 0, NULL, NULL, err) < 0 || dsf_gen_begin(f->g, &gp, err) < 0) goto done;
-        if (gen_push(f->g, gen_logits(f->g), anchor, &a, err) != DSF_FINISH_NONE) goto done;
-        dsf_finish_reason fin = spec_round(sq, f->g, a, &next, err);
-        dsf_gen_end(f->g, &res, err);
+        if (dsf_gen_prefill(f->fx.g, prompt, 8, 0, NULL, NULL, err) < 0 || dsf_gen_begin(f->fx.g, &gp, err) < 0) goto done;
+        if (gen_push(f->fx.g, gen_logits(f->fx.g), anchor, &a, err) != DSF_FINISH_NONE) goto done;
+        dsf_finish_reason fin = spec_round(sq, f->fx.g, a, &next, err);
+        dsf_gen_end(f->fx.g, &res, err);
         dsf_gen_result_free(&res);
         if (fin == DSF_FINISH_ERROR || r.n < 2) goto done;
         cnt[r.id[1]]++;
@@ -338,5 +319,5 @@ TEST(spec_sampling_matches_target_tinyds) {
         CHECKF(df >= 5 && x < chi2_crit(df), "exact rule: chi2 %.1f with %d df (critical %.1f)", x, df, chi2_crit(df));
         CHECKF(xw > chi2_crit(dfw), "wrong rule not detected: chi2 %.1f with %d df", xw, dfw);
     }
-    fx_close(&f);
+    test_gen_close(&f.fx);
 }
