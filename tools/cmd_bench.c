@@ -15,6 +15,7 @@
  * same probes interleaved (read probes between blocks of decode steps, peak probes around
  * the prefill), run on the engine's own thread pool. */
 #include "cmd.h"
+#include "frontend.h"
 #include "dsflash.h"
 #include "model/cost.h"
 #include "model/mm.h"
@@ -872,6 +873,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage: dsflash bench -m MODEL [--prompt N] [--gen N] [--threads N] [--csv FILE] [--plain] [--cold]\n"
                "                     [--no-repack] [--mmap] [--act-q8k]\n"
                "       dsflash bench --kernels [--threads N] [--set ref|avx2|avx512] [--arena-mb MB] [--reps N]\n"
+               "       dsflash bench -m MODEL --draft DRAFT [--draft-max N] [--draft-min-p P] [--threads N]\n"
                "\n"
                "  -m MODEL      end to end: a prefill of --prompt tokens (default 512), then --gen greedy\n"
                "                decode steps (default 64); reports tok/s, weight bytes per token, the read\n"
@@ -886,6 +888,10 @@ static void usage(FILE *f) {
                "  --cold        first drop the model file's cached pages, so that the engine reads it\n"
                "                afresh into 2 MiB page-cache folios (pages cached earlier in 4 KiB\n"
                "                folios stay that way and cost TLB misses; see docs/PERFORMANCE.md)\n"
+               "  --draft D     speculative decoding on MODEL (a DSpark GGUF, or \"oracle\" until one exists):\n"
+               "                the main forward for T = 1..B+1 tokens as a ratio to T = 1, the draft's time\n"
+               "                per call as decode steps, and the projected speed-up at 50/70/90 %% accepts\n"
+               "                under the block-length policy and under \"always verify B\"\n"
                "  --kernels     kernel micro-benchmark: each matmul kernel's GB/s and GFLOP/s against a\n"
                "                read-bandwidth probe run between kernel passes and the dot-product peak\n"
                "  --threads N   worker threads (default: online CPUs)\n"
@@ -906,7 +912,11 @@ static int cmd_bench(int argc, char **argv) {
     long threads = sysconf(_SC_NPROCESSORS_ONLN);
     const char *set = NULL;
     uint64_t arena_mb = 1024;
+    spec_opts so = {0};
     for (int i = 1; i < argc; i++) {
+        int dr = gen_cli_draft_option(&so, "bench", argc, argv, &i);
+        if (dr < 0) return 2;
+        if (dr) continue;
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end;
@@ -972,6 +982,7 @@ static int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "dsflash bench: give either -m MODEL or --kernels (try --help)\n");
         return 2;
     }
+    if (model && so.draft) return bench_draft(model, &so, (int)threads, plain, repack, resident, act_q8k);
     if (model) return bench_model(model, n_prompt, n_gen, (int)threads, csv, plain, arena_mb, cold, repack, resident, act_q8k);
     return bench_kernels((int)threads, set, arena_mb, reps);
 }

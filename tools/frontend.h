@@ -85,4 +85,9 @@ extern const char *const GEN_CLI_DRAFT_HELP;
  * (printed "dsflash CMD: ..."). */
 int gen_cli_draft_option(spec_opts *o, const char *cmd, int argc, char **argv, int *i);
 
+/* `dsflash bench -m MODEL --draft D` (tools/bench_draft.c): the cost table, the draft's time
+ * and the projected speed-ups. Returns the exit status. */
+int bench_draft(const char *model, const spec_opts *so, int n_threads, int plain, int repack, int resident,
+                int act_q8k);
+
 #endif

@@ -120,3 +120,25 @@ TEST(spec_serve_identical) {
     snprintf(cmd, sizeof cmd, "grep -c 'draft [0-9]*/[0-9]* accepted in [0-9]* rounds' %s", s.log);
     CHECK(test_run(cmd, out, sizeof out) == 0 && atoi(out) == 2);
 }
+
+/* Guards `bench --draft`: the table has T = 1..B+1 with T = 1 as the unit, the draft's cost,
+ * and projections where the policy never falls below plain decoding (>= 1.00; the oracle's
+ * draft costs about B decode steps, so drafting mostly loses here). No timing is asserted. */
+TEST(spec_bench_draft) {
+    NEED_SHARED(m, MODEL);
+    static char out[16384];
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s bench -m %s --draft oracle --threads 2 2>&1", test_bin(), m);
+    CHECK(test_run(cmd, out, sizeof out) == 0);
+    CHECKF(strstr(out, "T=1 ") && strstr(out, "T=6 ") && strstr(out, "fwd1_ratio=1.000"), "%s", out);
+    const char *last = strstr(out, "draft_ms=");
+    CHECKF(last, "no machine-readable line: %s", out);
+    const char *keys[] = {"policy50=", "policy70=", "policy90=", "always90="};
+    for (size_t k = 0; k < 4; k++) {
+        const char *at = strstr(last, keys[k]);
+        CHECKF(at, "no %s in %s", keys[k], last);
+        double v = atof(at + strlen(keys[k]));
+        if (k < 3) CHECKF(v >= 1.0, "%s%.3f: the policy projects a slowdown", keys[k], v);
+        else CHECKF(v > 0, "always-B: %.3f", v);
+    }
+}
