@@ -28,7 +28,8 @@ static double time_draft(dsf_engine *e, dsf_drafter *d, int B, char *err) {
     float conf[SPEC_MAX_BLOCK];
     for (int i = 0; i < n; i++) toks[i] = (int32_t)((i * 7919 + 13) % nv);
     double best = -1;
-    if (dsf_session_eval(s, toks, n, NULL, false, err) == 0) {
+    bool bound = !d->ops->bind || d->ops->bind(d, s, err) == 0; /* before the prefill: features */
+    if (bound && dsf_session_eval(s, toks, n, NULL, false, err) == 0) {
         if (d->ops->reset) d->ops->reset(d, 0);
         if (!d->ops->commit || d->ops->commit(d, s, 0, n, err) == 0) {
             best = INFINITY;
@@ -44,17 +45,9 @@ static double time_draft(dsf_engine *e, dsf_drafter *d, int B, char *err) {
     return best;
 }
 
-int bench_draft(const char *model, const spec_opts *so, int n_threads, int plain, int repack, int resident,
-                int act_q8k) {
+int bench_draft(const char *model, const spec_opts *so, const dsf_engine_params *ep) {
     char err[DSF_ERR_LEN] = "";
-    dsf_engine_params ep;
-    dsf_engine_params_default(&ep);
-    ep.n_threads = n_threads;
-    ep.numerics = plain ? DSF_NUMERICS_PLAIN : DSF_NUMERICS_REFERENCE;
-    ep.repack = repack;
-    ep.resident = resident;
-    ep.act_q8k = act_q8k != 0;
-    dsf_engine *e = dsf_engine_open(model, &ep, err);
+    dsf_engine *e = dsf_engine_open(model, ep, err);
     dsf_drafter *d = e ? spec_open_drafter(e, so->draft, 256, err) : NULL;
     spec_policy pol;
     spec_policy_init(&pol);

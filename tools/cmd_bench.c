@@ -805,6 +805,16 @@ static int bench_prefill(bench_run *b) {
     return 0;
 }
 
+/* The engine parameters of bench's options. */
+static void engine_params(dsf_engine_params *ep, int n_threads, int plain, int repack, int resident, int act_q8k) {
+    dsf_engine_params_default(ep);
+    ep->n_threads = n_threads;
+    ep->numerics = plain ? DSF_NUMERICS_PLAIN : DSF_NUMERICS_REFERENCE;
+    ep->repack = repack;
+    ep->resident = resident;
+    ep->act_q8k = act_q8k;
+}
+
 static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads, const char *csv, int plain,
                        uint64_t arena_mb, int cold, int repack, int resident, int act_q8k) {
     char err[DSF_ERR_LEN] = "";
@@ -822,12 +832,7 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
         return 1;
     }
     dsf_engine_params ep;
-    dsf_engine_params_default(&ep);
-    ep.n_threads = n_threads;
-    ep.numerics = plain ? DSF_NUMERICS_PLAIN : DSF_NUMERICS_REFERENCE;
-    ep.repack = repack;
-    ep.resident = resident;
-    ep.act_q8k = act_q8k;
+    engine_params(&ep, n_threads, plain, repack, resident, act_q8k);
     dsf_engine *e = dsf_engine_open(path, &ep, err);
     if (!e) {
         fprintf(stderr, "dsflash bench: %s\n", err);
@@ -982,7 +987,11 @@ static int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "dsflash bench: give either -m MODEL or --kernels (try --help)\n");
         return 2;
     }
-    if (model && so.draft) return bench_draft(model, &so, (int)threads, plain, repack, resident, act_q8k);
+    if (model && so.draft) {
+        dsf_engine_params ep;
+        engine_params(&ep, (int)threads, plain, repack, resident, act_q8k);
+        return bench_draft(model, &so, &ep);
+    }
     if (model) return bench_model(model, n_prompt, n_gen, (int)threads, csv, plain, arena_mb, cold, repack, resident, act_q8k);
     return bench_kernels((int)threads, set, arena_mb, reps);
 }

@@ -220,8 +220,7 @@ int gen_cli_load(const gen_cli_opts *o, gen_cli_model *m) {
     if (!m->g) goto fail;
     if (o->spec.draft) {
         m->sq = spec_open(m->e, &o->spec, ctx, NULL, err);
-        if (!m->sq) goto fail;
-        spec_attach(m->g, m->sq);
+        if (!m->sq || spec_attach(m->g, m->sq, err) < 0) goto fail;
     }
     return 0;
 fail:

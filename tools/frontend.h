@@ -87,7 +87,6 @@ int gen_cli_draft_option(spec_opts *o, const char *cmd, int argc, char **argv, i
 
 /* `dsflash bench -m MODEL --draft D` (tools/bench_draft.c): the cost table, the draft's time
  * and the projected speed-ups. Returns the exit status. */
-int bench_draft(const char *model, const spec_opts *so, int n_threads, int plain, int repack, int resident,
-                int act_q8k);
+int bench_draft(const char *model, const spec_opts *so, const dsf_engine_params *ep);
 
 #endif

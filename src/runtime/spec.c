@@ -293,11 +293,11 @@ static int hook_prefilled(void *ud, dsf_gen *g, int n_cached, int n_prompt, char
     return drafter_commit(sq, gen_session(g), n_cached, n_prompt, err);
 }
 
-void spec_attach(dsf_gen *g, spec_seq *sq) {
-    if (!sq) {
-        gen_set_hooks(g, NULL);
-        return;
-    }
+int spec_attach(dsf_gen *g, spec_seq *sq, char *err) {
+    gen_set_hooks(g, NULL);
+    if (!sq) return 0;
+    if (sq->d->ops->bind && sq->d->ops->bind(sq->d, gen_session(g), err) < 0) return -1;
     gen_hooks h = {.round = hook_round, .prefilled = hook_prefilled, .ud = sq};
     gen_set_hooks(g, &h);
+    return 0;
 }

@@ -41,6 +41,10 @@ typedef struct {
     void (*reset)(dsf_drafter *d, int n_past);
     void (*free)(dsf_drafter *d);
     int block; /* the largest n it can draft (DSpark: B drafted per call) */
+    /* Optional (NULL: nothing to do): the drafter will serve the main session s, called once
+     * when it is attached (spec_attach), before any prefill of s: a DSpark drafter turns on
+     * the target-feature recording of s here, so that the prefill already records them. */
+    int (*bind)(dsf_drafter *d, dsf_session *s, char *err);
 } dsf_drafter_ops;
 struct dsf_drafter {
     const dsf_drafter_ops *ops;
@@ -192,10 +196,11 @@ void spec_seq_stats_reset(spec_seq *sq);
 /* TESTS ONLY: the acceptance rule (default SPEC_RULE_EXACT). */
 void spec_seq_set_rule(spec_seq *sq, spec_rule r);
 
-/* Makes g decode speculatively with sq (NULL: detach): dsf_gen_decode / dsf_gen_run then run
- * spec rounds, and every completed prefill informs the drafter (reset + commit). sq must
- * outlive the attachment. */
-void spec_attach(dsf_gen *g, spec_seq *sq);
+/* Makes g decode speculatively with sq (NULL: detach): binds the drafter to g's session
+ * (ops->bind), then dsf_gen_decode / dsf_gen_run run spec rounds and every completed prefill
+ * informs the drafter (reset + commit). sq must outlive the attachment. 0, or -1 with err
+ * (the bind failed; nothing is attached). */
+int spec_attach(dsf_gen *g, spec_seq *sq, char *err);
 
 /* One round after the generator returned the pending token a (not yet evaluated): plan
  * (spec_plan) and then verify (spec_verify) or a plain decode step (spec_plain). Returns like

@@ -493,8 +493,7 @@ srv_server *srv_start(const srv_params *p, char *err) {
         if (!sl->g) { dsf_prefixerr(err, "slot %d", i); goto fail; }
         if (p->spec.draft) { /* the cost table is measured once, for slot 0 */
             sl->sq = spec_open(s->e, &p->spec, s->n_ctx, i ? spec_seq_policy(s->slots[0].sq) : NULL, err);
-            if (!sl->sq) { dsf_prefixerr(err, "slot %d", i); goto fail; }
-            spec_attach(sl->g, sl->sq);
+            if (!sl->sq || spec_attach(sl->g, sl->sq, err) < 0) { dsf_prefixerr(err, "slot %d", i); goto fail; }
         }
     }
     s->n_vocab = dsf_engine_n_vocab(s->e);

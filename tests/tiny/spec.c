@@ -59,7 +59,7 @@ static int generate(fixture *f, spec_seq *sq, const int32_t *prompt, int n, cons
                     outcome *o, char *err) {
     memset(o, 0, sizeof *o);
     if (dsf_session_rollback(f->fx.s, 0, err) < 0) return -1;
-    spec_attach(f->fx.g, sq);
+    if (spec_attach(f->fx.g, sq, err) < 0) return -1;
     dsf_gen_params gp;
     dsf_gen_params_default(&gp);
     gp.sampler = *sp;
@@ -67,7 +67,7 @@ static int generate(fixture *f, spec_seq *sq, const int32_t *prompt, int n, cons
     gp.on_token = on_tok;
     gp.ud = &o->r;
     int rc = dsf_gen_run(f->fx.g, prompt, n, &gp, NULL, &o->res, err);
-    spec_attach(f->fx.g, NULL);
+    spec_attach(f->fx.g, NULL, NULL);
     o->n_past = dsf_session_n_past(f->fx.s);
     o->last_tok = o->n_past ? dsf_session_tokens(f->fx.s)[o->n_past - 1] : -1;
     return rc;
