@@ -37,6 +37,25 @@ TEST(spec_cli_run_identical) {
     }
 }
 
+/* Guards `dsflash chat` with drafting across turns: the second turn reuses the first's cache
+ * (the drafter is reset to the reused prefix) and the text equals the plain chat's. */
+TEST(spec_cli_chat_identical) {
+    NEED_SHARED(m, MODEL);
+    static char ref[65536], out[65536];
+    char cmd[2048];
+    const char *fmt = "printf 'Hello\\nTell me more\\n' | %s chat -m %s --temp 0 -n 40 --threads 2 %s 2>&1 >%s/%s";
+    snprintf(cmd, sizeof cmd, fmt, test_bin(), m, "", test_tmpdir(), "chat-plain.txt");
+    CHECK(test_run(cmd, out, sizeof out) == 0);
+    snprintf(cmd, sizeof cmd, fmt, test_bin(), m, "--draft oracle:1", test_tmpdir(), "chat-spec.txt");
+    CHECK(test_run(cmd, out, sizeof out) == 0);
+    CHECKF(strstr(out, "cached") && strstr(out, "accepted 20 of 100 verified drafts"), "stderr: %s", out);
+    snprintf(cmd, sizeof cmd, "cat %s/chat-plain.txt", test_tmpdir());
+    CHECK(test_run(cmd, ref, sizeof ref) == 0 && strlen(ref) > 20);
+    snprintf(cmd, sizeof cmd, "cat %s/chat-spec.txt", test_tmpdir());
+    CHECK(test_run(cmd, out, sizeof out) == 0);
+    CHECKF(!strcmp(ref, out), "the drafted chat differs:\n%s\nagainst\n%s", out, ref);
+}
+
 /* Guards the option errors: a DSpark file before the loader exists, a bad oracle index,
  * out-of-range --draft-max / --draft-min-p, a missing value. */
 TEST(spec_cli_errors) {
