@@ -16,6 +16,7 @@
  * the prefill), run on the engine's own thread pool. */
 #include "bench_constrain.h"
 #include "cmd.h"
+#include "frontend.h"
 #include "dsflash.h"
 #include "model/cost.h"
 #include "model/mm.h"
@@ -805,6 +806,16 @@ static int bench_prefill(bench_run *b) {
     return 0;
 }
 
+/* The engine parameters of bench's options. */
+static void engine_params(dsf_engine_params *ep, int n_threads, int plain, int repack, int resident, int act_q8k) {
+    dsf_engine_params_default(ep);
+    ep->n_threads = n_threads;
+    ep->numerics = plain ? DSF_NUMERICS_PLAIN : DSF_NUMERICS_REFERENCE;
+    ep->repack = repack;
+    ep->resident = resident;
+    ep->act_q8k = act_q8k;
+}
+
 static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads, const char *csv, int plain,
                        uint64_t arena_mb, int cold, int repack, int resident, int act_q8k) {
     char err[DSF_ERR_LEN] = "";
@@ -822,12 +833,7 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
         return 1;
     }
     dsf_engine_params ep;
-    dsf_engine_params_default(&ep);
-    ep.n_threads = n_threads;
-    ep.numerics = plain ? DSF_NUMERICS_PLAIN : DSF_NUMERICS_REFERENCE;
-    ep.repack = repack;
-    ep.resident = resident;
-    ep.act_q8k = act_q8k;
+    engine_params(&ep, n_threads, plain, repack, resident, act_q8k);
     dsf_engine *e = dsf_engine_open(path, &ep, err);
     if (!e) {
         fprintf(stderr, "dsflash bench: %s\n", err);
@@ -874,6 +880,7 @@ static void usage(FILE *f) {
                "                     [--no-repack] [--mmap] [--act-q8k]\n"
                "       dsflash bench --kernels [--threads N] [--set ref|avx2|avx512] [--arena-mb MB] [--reps N]\n"
                "       dsflash bench --constrain VOCAB.gguf [--reps N]\n"
+               "       dsflash bench -m MODEL --draft DRAFT [--draft-max N] [--draft-min-p P] [--threads N]\n"
                "\n"
                "  -m MODEL      end to end: a prefill of --prompt tokens (default 512), then --gen greedy\n"
                "                decode steps (default 64); reports tok/s, weight bytes per token, the read\n"
@@ -888,6 +895,10 @@ static void usage(FILE *f) {
                "  --cold        first drop the model file's cached pages, so that the engine reads it\n"
                "                afresh into 2 MiB page-cache folios (pages cached earlier in 4 KiB\n"
                "                folios stay that way and cost TLB misses; see docs/PERFORMANCE.md)\n"
+               "  --draft D     speculative decoding on MODEL (a DSpark GGUF, or \"oracle\" until one exists):\n"
+               "                the main forward for T = 1..B+1 tokens as a ratio to T = 1, the draft's time\n"
+               "                per call as decode steps, and the projected speed-up at 50/70/90 %% accepts\n"
+               "                under the block-length policy and under \"always verify B\"\n"
                "  --kernels     kernel micro-benchmark: each matmul kernel's GB/s and GFLOP/s against a\n"
                "                read-bandwidth probe run between kernel passes and the dot-product peak\n"
                "  --constrain V constrained decoding on the vocabulary of V (a vocab-only GGUF will do): ns per\n"
@@ -912,7 +923,11 @@ static int cmd_bench(int argc, char **argv) {
     long threads = sysconf(_SC_NPROCESSORS_ONLN);
     const char *set = NULL;
     uint64_t arena_mb = 1024;
+    spec_opts so = {0};
     for (int i = 1; i < argc; i++) {
+        int dr = gen_cli_draft_option(&so, "bench", argc, argv, &i);
+        if (dr < 0) return 2;
+        if (dr) continue;
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end;
@@ -981,6 +996,11 @@ static int cmd_bench(int argc, char **argv) {
     if (kernels == !!model) {
         fprintf(stderr, "dsflash bench: give either -m MODEL or --kernels (try --help)\n");
         return 2;
+    }
+    if (model && so.draft) {
+        dsf_engine_params ep;
+        engine_params(&ep, (int)threads, plain, repack, resident, act_q8k);
+        return bench_draft(model, &so, &ep);
     }
     if (model) return bench_model(model, n_prompt, n_gen, (int)threads, csv, plain, arena_mb, cold, repack, resident, act_q8k);
     return bench_kernels((int)threads, set, arena_mb, reps);

@@ -109,7 +109,7 @@ static json_t *string_or_empty(const dsf_buf *b) {
 
 static int cmd_chat(int argc, char **argv) {
     if (dsf_cmd_wants_help(argc, argv)) {
-        printf("%s%s", CHAT_USAGE, GEN_CLI_OPTIONS_HELP);
+        printf("%s%s%s", CHAT_USAGE, GEN_CLI_OPTIONS_HELP, GEN_CLI_DRAFT_HELP);
         return 0;
     }
     gen_cli_opts o;
@@ -239,6 +239,7 @@ static int cmd_chat(int argc, char **argv) {
             json_array_remove(hist, json_array_size(hist) - 1);
         } else {
             gen_cli_print_stats("chat", &res);
+            gen_cli_print_spec("chat", &m);
             /* The answer joins the history even when cut short, so the model sees what it said. */
             json_t *a = json_pack("{s:s,s:o,s:o}", "role", "assistant", "content", string_or_empty(&pr.content),
                                   "reasoning_content", string_or_empty(&pr.reasoning));

@@ -26,7 +26,7 @@ static const char *RUN_USAGE =
 
 static int cmd_run(int argc, char **argv) {
     if (dsf_cmd_wants_help(argc, argv)) {
-        printf("%s%s", RUN_USAGE, GEN_CLI_OPTIONS_HELP);
+        printf("%s%s%s", RUN_USAGE, GEN_CLI_OPTIONS_HELP, GEN_CLI_DRAFT_HELP);
         return 0;
     }
     gen_cli_opts o;
@@ -106,6 +106,7 @@ static int cmd_run(int argc, char **argv) {
     gen_cli_printer_free(&pr);
     if (grc == 0) {
         gen_cli_print_stats("run", &res);
+        gen_cli_print_spec("run", &m);
         rc = 0;
     }
     dsf_gen_result_free(&res);

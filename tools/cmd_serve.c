@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cmd.h"
+#include "frontend.h"
 #include "server/server.h"
 
 static void usage(void) {
@@ -36,9 +37,11 @@ static void usage(void) {
            "  --act-q8k            quantize the activations of K / IQ weights to Q8_K as ggml does (faster\n"
            "                       there; changes the results: opt-in)\n"
            "  --port-file FILE     write the bound port to FILE once listening\n"
+           "%s"
            "\nDecoding slots share one batched forward per token (weights read once for all).\n"
            "One log line per request goes to stderr (DSF_LOG=0 silences it; DSF_LOG=2 adds one line\n"
-           "per decode forward with its batch size). SIGINT/SIGTERM stop.\n");
+           "per decode forward with its batch size). SIGINT/SIGTERM stop.\n",
+           GEN_CLI_DRAFT_HELP);
 }
 
 static int parse_int(const char *name, const char *v, long long lo, long long hi, long long *out) {
@@ -62,6 +65,9 @@ static int cmd_serve(int argc, char **argv) {
     srv_params_default(&p);
     const char *port_file = NULL;
     for (int i = 1; i < argc; i++) {
+        int dr = gen_cli_draft_option(&p.spec, "serve", argc, argv, &i);
+        if (dr < 0) return 2;
+        if (dr) continue;
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long long x = 0;
         int takes = 1;

@@ -1,4 +1,4 @@
-/* cmd_synth.c: `dsflash synth --preset tiny|bench|real OUT.gguf [--seed S] [--header-only]
+/* cmd_synth.c: `dsflash synth --preset tiny|bench|bench-moe|real OUT.gguf [--seed S] [--header-only]
  * [--type T] [--expert-type T] [--recipe R]`: writes a random-weight deepseek41 GGUF in the exact layout
  * (src/convert/synth.c), or its header alone. */
 #include "cmd.h"
@@ -14,7 +14,7 @@
 #include <strings.h>
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: dsflash synth --preset tiny|bench|real OUT.gguf [--seed S] [--header-only]\n"
+    fprintf(f, "usage: dsflash synth --preset tiny|bench|bench-moe|real OUT.gguf [--seed S] [--header-only]\n"
                "                     [--type TYPE] [--expert-type TYPE] [--recipe R]\n"
                "\n"
                "Writes a random-weight deepseek41 GGUF in the exact layout of a converted V4.1-Flash.\n"
@@ -22,6 +22,8 @@ static void usage(FILE *f) {
                "          1024-token byte-level BPE tokenizer and the V4.1 special tokens (~4 MB)\n"
                "  bench   every real per-layer shape and dtype of V4.1-Flash, 8 layers, 32 experts,\n"
                "          vocab 129280 (~11 GB; ~4.5 GB of weights read per decoded token)\n"
+               "  bench-moe the real 384 experts (top 6) on 4 layers: a multi-token forward reads as many\n"
+               "          distinct experts per layer as the release (`bench --draft`; ~30 GB)\n"
                "  real    the released V4.1-Flash: 40 layers, 384 experts, the Engram table (~699 GB):\n"
                "          use it with --header-only (for `dsflash inspect --plan`)\n"
                "  --seed S          any unsigned integer (default 1); the file is a pure function of its arguments\n"
@@ -107,4 +109,4 @@ static int cmd_synth(int argc, char **argv) {
     return 0;
 }
 
-DSF_COMMAND(synth, "write a random-weight deepseek41 GGUF (--preset tiny|bench|real)", cmd_synth)
+DSF_COMMAND(synth, "write a random-weight deepseek41 GGUF (--preset tiny|bench|bench-moe|real)", cmd_synth)

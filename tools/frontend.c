@@ -39,6 +39,16 @@ const char *const GEN_CLI_OPTIONS_HELP =
     "  --act-q8k          quantize the activations of K / IQ weights to Q8_K as ggml does (faster there;\n"
     "                     changes the results: opt-in)\n";
 
+const char *const GEN_CLI_DRAFT_HELP =
+    "  --draft FILE       speculative decoding with this DSpark draft GGUF (same output; faster when\n"
+    "                     drafts are accepted). \"oracle[:K]\": the test drafter (the model's own argmax,\n"
+    "                     draft K corrupted)\n"
+    "  --draft-max N      verify at most N drafted tokens per round (0 = the draft's block)  [0]\n"
+    "  --draft-min-p P    stop the block where the estimated chance that all drafts so far are\n"
+    "                     accepted falls below P (0 = the cost model alone)                  [0]\n"
+    "  --draft-policy P   cost: choose the drafts to verify by the cost model (docs/SPECULATIVE.md);\n"
+    "                     always: verify every drafted token                              [cost]\n";
+
 void gen_cli_defaults(gen_cli_opts *o, const char *cmd) {
     memset(o, 0, sizeof *o);
     o->cmd = cmd;
@@ -84,7 +94,44 @@ int gen_cli_check_effort(const char *s, char *err) {
     return dsf_seterr(err, "bad reasoning effort '%s' (expected 1..100 or low|medium|high|max|minimal|xhigh)", s);
 }
 
+int gen_cli_draft_option(spec_opts *o, const char *cmd, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    if (strcmp(a, "--draft") && strcmp(a, "--draft-max") && strcmp(a, "--draft-min-p") && strcmp(a, "--draft-policy"))
+        return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "dsflash %s: option %s needs a value\n", cmd, a);
+        return -1;
+    }
+    const char *v = argv[++*i];
+    long l;
+    float f;
+    if (!strcmp(a, "--draft")) {
+        o->draft = v;
+    } else if (!strcmp(a, "--draft-policy")) {
+        if (strcmp(v, "cost") && strcmp(v, "always")) {
+            fprintf(stderr, "dsflash %s: bad --draft-policy '%s' (expected cost or always)\n", cmd, v);
+            return -1;
+        }
+        o->always = !strcmp(v, "always");
+    } else if (!strcmp(a, "--draft-max")) {
+        if (parse_long(v, 0, SPEC_MAX_BLOCK, &l)) {
+            fprintf(stderr, "dsflash %s: bad --draft-max '%s' (expected 0..%d)\n", cmd, v, SPEC_MAX_BLOCK);
+            return -1;
+        }
+        o->max_draft = (int)l;
+    } else {
+        if (parse_float(v, 0, 1, &f)) {
+            fprintf(stderr, "dsflash %s: bad --draft-min-p '%s' (expected 0..1)\n", cmd, v);
+            return -1;
+        }
+        o->min_p = f;
+    }
+    return 1;
+}
+
 int gen_cli_option(gen_cli_opts *o, int argc, char **argv, int *i) {
+    int dr = gen_cli_draft_option(&o->spec, o->cmd, argc, argv, i);
+    if (dr) return dr;
     const char *a = argv[*i];
     static const char *const with_value[] = {"-m", "--model", "-n", "--n-predict", "--temp", "--top-k",
                                              "--top-p", "--min-p", "--seed", "--stop", "--effort",
@@ -180,6 +227,10 @@ int gen_cli_load(const gen_cli_opts *o, gen_cli_model *m) {
     if (!m->s) goto fail;
     m->g = dsf_gen_new(m->e, m->s, m->tok, err);
     if (!m->g) goto fail;
+    if (o->spec.draft) {
+        m->sq = spec_open(m->e, &o->spec, ctx, NULL, err);
+        if (!m->sq || spec_attach(m->g, m->sq, err) < 0) goto fail;
+    }
     return 0;
 fail:
     fprintf(stderr, "dsflash %s: %s\n", o->cmd, err);
@@ -189,6 +240,7 @@ fail:
 
 void gen_cli_unload(gen_cli_model *m) {
     dsf_gen_free(m->g);
+    spec_seq_free(m->sq);
     dsf_session_free(m->s);
     dsf_tokenizer_free(m->tok);
     dsf_engine_close(m->e);
@@ -310,4 +362,17 @@ void gen_cli_print_stats(const char *cmd, const dsf_gen_result *r) {
             "[%s] prompt %d tokens (%d cached, %.1f tok/s), completion %d tokens (%.2f tok/s), finish: %s\n",
             cmd, r->n_prompt, r->n_cached, r->prefill_tps, r->n_completion, r->decode_tps,
             dsf_finish_reason_str(r->finish));
+}
+
+void gen_cli_print_spec(const char *cmd, gen_cli_model *m) {
+    if (!m->sq) return;
+    const spec_stats *st = spec_seq_stats(m->sq);
+    long long steps = st->rounds + st->plain;
+    fprintf(stderr,
+            "[%s] draft: %lld rounds, %lld plain steps, accepted %lld of %lld verified drafts (%.1f %%), "
+            "%.2f tokens per forward\n",
+            cmd, st->rounds, st->plain, st->accepted, st->verified,
+            st->verified ? 100.0 * (double)st->accepted / (double)st->verified : 0.0,
+            steps ? (double)(st->committed + st->plain) / (double)steps : 0.0);
+    spec_seq_stats_reset(m->sq);
 }

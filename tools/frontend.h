@@ -6,6 +6,7 @@
 
 #include "dsflash.h"
 #include "base/util.h"
+#include "runtime/spec.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -27,6 +28,7 @@ typedef struct {
     char effort[16];          /* reasoning effort as given ("" = the encoder's default) */
     const char *system;       /* system prompt or NULL */
     const char *stops[GEN_CLI_MAX_STOP];
+    spec_opts spec;           /* --draft, --draft-max, --draft-min-p */
 } gen_cli_opts;
 
 void gen_cli_defaults(gen_cli_opts *o, const char *cmd);
@@ -43,6 +45,7 @@ typedef struct {
     dsf_tokenizer *tok;
     dsf_session *s;
     dsf_gen *g;
+    spec_seq *sq;             /* --draft: the speculative state attached to g (else NULL) */
 } gen_cli_model;
 
 /* Opens the model, its tokenizer, a session and a generator; prints the error itself. */
@@ -74,5 +77,16 @@ void gen_cli_on_text(void *ud, const char *s, size_t n);   /* raw text (no DSML)
 void gen_cli_printer_end(gen_cli_printer *pr, const dsf_dsml_result *r);
 /* One stats line on stderr: tokens, cache reuse, tok/s, finish reason. */
 void gen_cli_print_stats(const char *cmd, const dsf_gen_result *r);
+/* With --draft: one line on stderr with the acceptance since the last call (then resets it). */
+void gen_cli_print_spec(const char *cmd, gen_cli_model *m);
+/* The --draft option lines (run, chat; serve and bench print them too). */
+extern const char *const GEN_CLI_DRAFT_HELP;
+/* Parses --draft / --draft-max / --draft-min-p at argv[*i]: 1 (consumed), 0 (not one), -1
+ * (printed "dsflash CMD: ..."). */
+int gen_cli_draft_option(spec_opts *o, const char *cmd, int argc, char **argv, int *i);
+
+/* `dsflash bench -m MODEL --draft D` (tools/bench_draft.c): the cost table, the draft's time
+ * and the projected speed-ups. Returns the exit status. */
+int bench_draft(const char *model, const spec_opts *so, const dsf_engine_params *ep);
 
 #endif

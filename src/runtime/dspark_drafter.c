@@ -23,6 +23,7 @@ typedef struct {
     dsf_dspark_seq *q;
     dsf_dspark_info di;
     float *rows;          /* [block + 1][feat_dim] features of a commit */
+    bool own;             /* d was opened by dspark_drafter_open and is closed with the drafter */
 } dspark_drafter;
 
 /* Commits [p0, p1) from the session's features, block + 1 rows per draft-side call. */
@@ -78,7 +79,7 @@ static int dd_propose(dsf_drafter *base, dsf_session *s, int32_t anchor, int n, 
 
 static void dd_reset(dsf_drafter *base, int n_past) {
     dspark_drafter *x = (dspark_drafter *)base;
-    dspark_seq_reset(x->q, n_past);
+    if (x->q) dspark_seq_reset(x->q, n_past);
 }
 
 static void dd_free(dsf_drafter *base) {
@@ -86,20 +87,42 @@ static void dd_free(dsf_drafter *base) {
     if (!x) return;
     dspark_seq_free(x->q);
     free(x->rows);
+    if (x->own) dspark_close(x->d);
     free(x);
 }
 
-dsf_drafter *dspark_drafter_new(dsf_dspark *d, dsf_session *s, char *err) {
+/* The sequence state for session s: its target features on, the draft's per-sequence rings. */
+static int dd_bind(dsf_drafter *base, dsf_session *s, char *err) {
+    dspark_drafter *x = (dspark_drafter *)base;
+    if (x->q) return dsf_seterr(err, "the DSpark drafter is already bound to a session");
+    if (dsf_session_set_features(s, x->di.targets, x->di.n_targets, err)) return -1;
+    return (x->q = dspark_seq_new(x->d, err)) ? 0 : -1;
+}
+
+static dspark_drafter *dd_alloc(dsf_dspark *d) {
     dspark_drafter *x = dsf_xcalloc(1, sizeof *x);
     x->d = d;
     dspark_info(d, &x->di);
-    if (dsf_session_set_features(s, x->di.targets, x->di.n_targets, err) || !(x->q = dspark_seq_new(d, err))) {
-        free(x);
-        return NULL;
-    }
     x->rows = dsf_xmalloc((size_t)((x->di.block + 1) * x->di.feat_dim) * sizeof(float));
     x->ops = (dsf_drafter_ops){.propose = dd_propose, .commit = dd_commit, .reset = dd_reset, .free = dd_free,
-                               .block = x->di.block};
+                               .block = x->di.block, .bind = dd_bind};
     x->base.ops = &x->ops;
+    return x;
+}
+
+dsf_drafter *dspark_drafter_new(dsf_dspark *d, dsf_session *s, char *err) {
+    dspark_drafter *x = dd_alloc(d);
+    if (dd_bind(&x->base, s, err)) {
+        dd_free(&x->base);
+        return NULL;
+    }
+    return &x->base;
+}
+
+dsf_drafter *dspark_drafter_open(dsf_engine *e, const char *path, char *err) {
+    dsf_dspark *d = dspark_open(path, e, err);
+    if (!d) return NULL;
+    dspark_drafter *x = dd_alloc(d);
+    x->own = true;
     return &x->base;
 }

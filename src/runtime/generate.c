@@ -62,6 +62,7 @@ struct dsf_gen {
     dsf_finish_reason fin;
     double t0;
     char errmsg[DSF_ERR_LEN];
+    gen_hooks hk;           /* the speculative loop's hooks (zero: none) */
 };
 
 static void gen_release(dsf_gen *g);
@@ -145,6 +146,19 @@ void dsf_gen_free(dsf_gen *g) {
 
 int dsf_gen_n_cached(const dsf_gen *g) { return g ? g->n_cached : 0; }
 
+/* ==== hooks for the speculative loop (generate.h) ====================================== */
+
+void gen_set_hooks(dsf_gen *g, const gen_hooks *h) {
+    if (h) g->hk = *h;
+    else memset(&g->hk, 0, sizeof g->hk);
+}
+dsf_session *gen_session(dsf_gen *g) { return g->s; }
+int gen_n_vocab(const dsf_gen *g) { return g->n_vocab; }
+const dsf_sampler_params *gen_sampler(const dsf_gen *g) { return &g->sp; }
+uint64_t *gen_rng(dsf_gen *g) { return &g->rng; }
+float *gen_logits(dsf_gen *g) { return g->logits; }
+bool gen_constrained(const dsf_gen *g) { return g->gm != NULL; }
+
 /* ==== prefill ========================================================================== */
 
 int dsf_gen_prefill_begin(dsf_gen *g, const int32_t *prompt, int n, int chunk, char *err) {
@@ -197,6 +211,7 @@ int dsf_gen_prefill_step(dsf_gen *g, char *err) {
     if (last) {
         g->pf_active = false;
         g->pf_prompt = NULL;
+        if (g->hk.prefilled && g->hk.prefilled(g->hk.ud, g, g->n_cached, n, err) < 0) return -1;
         g->ready = true;
     }
     return n - g->pf_pos;
@@ -357,8 +372,7 @@ dsf_finish_reason dsf_gen_next(dsf_gen *g, const float *logits, int32_t *tok_to_
         logits = g->logits;
     }
     g->logits_fresh = false;
-    const dsf_gen_params *p = &g->p;
-    if (p->cancel && p->cancel(p->ud)) return gen_finish(g, DSF_FINISH_CANCELLED);
+    if (gen_poll_cancel(g) != DSF_FINISH_NONE) return g->fin;
     if (g->gm) {
         /* tokens left, this one included: max_tokens, and the context (the step after the
          * one that fills it ends the generation) */
@@ -379,6 +393,20 @@ dsf_finish_reason dsf_gen_next(dsf_gen *g, const float *logits, int32_t *tok_to_
         dsf_seterr(g->errmsg, "constrained decoding: token %d is not allowed", (int)id);
         return gen_error(g, err);
     }
+    return gen_push(g, logits, id, tok_to_eval, err);
+}
+
+dsf_finish_reason gen_poll_cancel(dsf_gen *g) {
+    if (g->st != GEN_RUNNING) return g->fin;
+    if (g->p.cancel && g->p.cancel(g->p.ud)) return gen_finish(g, DSF_FINISH_CANCELLED);
+    return DSF_FINISH_NONE;
+}
+
+dsf_finish_reason gen_push(dsf_gen *g, const float *logits, int32_t id, int32_t *tok_to_eval, char *err) {
+    *tok_to_eval = -1;
+    if (g->st != GEN_RUNNING) return g->fin;
+    g->logits_fresh = false;
+    const dsf_gen_params *p = &g->p;
     g->n_completion++;
     bool is_eos = id == g->sp.eos_id;
     const char *piece = "";
@@ -487,15 +515,19 @@ int dsf_gen_decode(dsf_gen *g, const dsf_gen_params *p, dsf_gen_result *out, cha
     out->prefill_s = g->prefill_s;
     if (g->prefill_s > 0) out->prefill_tps = (g->n_prompt - g->n_cached) / g->prefill_s;
     if (dsf_gen_begin(g, p, err) < 0) return -1;
-    const float *lg = NULL; /* the first step samples from the prefill's logits */
     int32_t id;
-    while (dsf_gen_next(g, lg, &id, err) == DSF_FINISH_NONE) {
+    dsf_finish_reason fin = dsf_gen_next(g, NULL, &id, err); /* from the prefill's logits */
+    while (fin == DSF_FINISH_NONE) {
+        if (g->hk.round) { /* speculative decoding (src/runtime/spec.c) */
+            fin = g->hk.round(g->hk.ud, g, id, &id, err);
+            continue;
+        }
         if (dsf_session_eval(g->s, &id, 1, g->logits, false, err) < 0) {
             dsf_prefixerr(err, "decode at position %d", dsf_session_n_past(g->s));
             dsf_gen_fail(g, err);
             break;
         }
-        lg = g->logits;
+        fin = dsf_gen_next(g, g->logits, &id, err);
     }
     return dsf_gen_end(g, out, err);
 }

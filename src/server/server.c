@@ -332,6 +332,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         json_t *h = json_pack("{s:s,s:i,s:{s:I,s:I,s:i,s:f}}", "status", "ok", "slots", s->n_slots, "decode",
                               "forwards", (json_int_t)fw, "tokens", (json_int_t)tk, "max_batch",
                               atomic_load(&s->st_max_batch), "avg_batch", fw ? (double)tk / (double)fw : 0.0);
+        if (s->p.spec.draft) {
+            unsigned long long ver = atomic_load(&s->st_sp_verified), acc = atomic_load(&s->st_sp_accepted);
+            json_object_set_new(h, "speculative",
+                                json_pack("{s:s,s:I,s:I,s:I,s:I,s:f}", "draft", s->p.spec.draft, "rounds",
+                                          (json_int_t)atomic_load(&s->st_sp_rounds), "drafted",
+                                          (json_int_t)atomic_load(&s->st_sp_drafted), "verified", (json_int_t)ver,
+                                          "accepted", (json_int_t)acc, "acceptance",
+                                          ver ? (double)acc / (double)ver : 0.0));
+        }
         char *body = json_dumps(h, JSON_COMPACT);
         json_decref(h);
         enum MHD_Result r = send_json(c, 200, body);
@@ -417,6 +426,7 @@ void srv_params_default(srv_params *p) {
 static void free_server(srv_server *s) {
     for (int i = 0; s->slots && i < s->n_slots; i++) {
         dsf_gen_free(s->slots[i].g);
+        spec_seq_free(s->slots[i].sq);
         dsf_session_free(s->slots[i].s);
     }
     free(s->b_sess);
@@ -481,6 +491,10 @@ srv_server *srv_start(const srv_params *p, char *err) {
         if (!sl->s) { dsf_prefixerr(err, "slot %d", i); goto fail; }
         sl->g = dsf_gen_new(s->e, sl->s, s->tok, err);
         if (!sl->g) { dsf_prefixerr(err, "slot %d", i); goto fail; }
+        if (p->spec.draft) { /* the cost table is measured once, for slot 0 */
+            sl->sq = spec_open(s->e, &p->spec, s->n_ctx, i ? spec_seq_policy(s->slots[0].sq) : NULL, err);
+            if (!sl->sq || spec_attach(sl->g, sl->sq, err) < 0) { dsf_prefixerr(err, "slot %d", i); goto fail; }
+        }
     }
     s->n_vocab = dsf_engine_n_vocab(s->e);
     s->max_batch = s->n_slots < SRV_MAX_BATCH ? s->n_slots : SRV_MAX_BATCH;

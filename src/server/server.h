@@ -23,6 +23,7 @@
 
 #include "dsflash.h"
 #include "base/util.h"
+#include "runtime/spec.h"
 
 /* ==== parameters and lifetime ============================================================ */
 
@@ -45,6 +46,7 @@ typedef struct {
     int idle_timeout_s;     /* an idle connection is closed after this; default 600 */
     int store_mb;           /* stored responses (/v1/responses "store"), LRU by bytes; default 64; 0: none */
     dsf_numerics numerics;
+    spec_opts spec;         /* --draft ...: speculative decoding per slot (spec.draft NULL: off) */
 } srv_params;
 
 void srv_params_default(srv_params *p);

@@ -52,6 +52,7 @@ struct job {
     int batch_n, batch_max;
     double tps;
     const char *outcome;
+    spec_stats sp;       /* scheduler: speculative decoding of this job (--draft) */
 };
 
 /* The generation callbacks' context (one per slot, for the job it runs). */
@@ -76,6 +77,8 @@ struct slot {
     gen_ctx ctx;
     dsf_gen_params gp;
     int32_t next_tok;    /* SL_DECODE: the token the next round evaluates */
+    spec_seq *sq;        /* --draft: the slot's speculative state (attached to g), else NULL */
+    bool in_batch_spec;  /* this round: sq is set and the slot's token joined the batch */
 };
 
 /* Most decode steps in one forward (the logits buffer holds this many rows). */
@@ -110,6 +113,9 @@ struct srv_server {
     /* batching statistics (/health): decode forwards, tokens in them, largest batch */
     atomic_ullong st_forwards, st_tokens;
     atomic_int st_max_batch;
+    /* speculative decoding (/health): rounds with a verification, drafted, verified and
+     * accepted tokens, over completed jobs */
+    atomic_ullong st_sp_rounds, st_sp_drafted, st_sp_verified, st_sp_accepted;
     srv_store *store;         /* stored responses (/v1/responses), thread-safe itself */
 };
 

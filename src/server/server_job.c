@@ -69,11 +69,14 @@ job *srv_job_new(srv_server *s, srv_req *req, int fd, int req_no) {
 /* The log line of a generation request, with its decode batch sizes (mean and largest). */
 void srv_log_job(srv_server *s, int req_no, const char *method, const char *url, const job *j, int status,
                  const char *outcome, double t0) {
-    dsf_log(1, "serve: req %d %s %s slot %d prompt %d cached %d gen %d %.1f tok/s batch %.1f/%d %.3f s status %d %s",
+    char sp[96] = "";
+    if (s->p.spec.draft)
+        snprintf(sp, sizeof sp, " draft %lld/%lld accepted in %lld rounds", j->sp.accepted, j->sp.verified,
+                 j->sp.rounds);
+    dsf_log(1, "serve: req %d %s %s slot %d prompt %d cached %d gen %d %.1f tok/s batch %.1f/%d%s %.3f s status %d %s",
             req_no, method, url, j->slot_id, j->req.n_prompt, j->n_cached, j->n_gen, j->tps,
-            j->batch_n ? (double)j->batch_sum / j->batch_n : 0.0, j->batch_max, dsf_now() - t0, status,
+            j->batch_n ? (double)j->batch_sum / j->batch_n : 0.0, j->batch_max, sp, dsf_now() - t0, status,
             outcome ? outcome : "");
-    (void)s;
 }
 
 /* True when the peer has closed its end of the socket. */

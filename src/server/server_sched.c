@@ -6,6 +6,9 @@
  * the job's wire format (srv_api_of: SSE bytes into j->out, or the non-streaming reply in
  * j->body), and the job's completion, which releases the slot.
  * Must not: touch sockets or MHD (the connection threads do); call the engine under srv->mu.
+ * Speculative decoding (--draft, src/runtime/spec.c): a decoding slot with a drafter plans its
+ * round first; when the policy verifies drafts the slot runs its own multi-token forward
+ * (spec_verify) and the other slots keep batching; otherwise its token joins the batch.
  * Invariant: only this thread evaluates (one forward at a time across the server);
  * srv_assign, which connection threads call too, only reads idle slots' histories.
  * The scheduler round, assignment and locking are described at the top of server.c. */
@@ -114,6 +117,13 @@ static void job_complete(slot *sl, int rc, dsf_gen_result *res, bool cancelled, 
     job *j = sl->cur;
     j->n_prompt = j->req.n_prompt;
     j->n_cached = res->n_cached;
+    if (sl->sq) {
+        j->sp = *spec_seq_stats(sl->sq);
+        atomic_fetch_add(&s->st_sp_rounds, (unsigned long long)j->sp.rounds);
+        atomic_fetch_add(&s->st_sp_drafted, (unsigned long long)j->sp.drafted);
+        atomic_fetch_add(&s->st_sp_verified, (unsigned long long)j->sp.verified);
+        atomic_fetch_add(&s->st_sp_accepted, (unsigned long long)j->sp.accepted);
+    }
     j->tps = res->decode_tps;
     srv_usage u = {.prompt_tokens = j->req.n_prompt, .completion_tokens = res->n_completion,
                    .cached_tokens = res->n_cached};
@@ -170,6 +180,7 @@ static void job_start(slot *sl, job *j) {
     char err[DSF_ERR_LEN] = "";
     sl->cur = j;
     sl->ctx = (gen_ctx){.s = s, .sl = sl, .j = j};
+    if (sl->sq) spec_seq_stats_reset(sl->sq);
     dsf_gen_params *gp = &sl->gp;
     dsf_gen_params_default(gp);
     gp->sampler.temperature = j->req.temperature;
@@ -218,7 +229,9 @@ static void slot_prefill_step(slot *sl) {
 /* One forward for the pending tokens of up to max_batch decoding slots. */
 static void decode_batch(srv_server *s, int n) {
     char err[DSF_ERR_LEN] = "";
+    double t0 = dsf_now();
     int rc = dsf_batch_eval(s->b_sess, s->b_tok, n, s->b_logits, err);
+    double dt = dsf_now() - t0;
     unsigned long long fw = atomic_fetch_add(&s->st_forwards, 1) + 1;
     atomic_fetch_add(&s->st_tokens, (unsigned long long)n);
     if (n > atomic_load(&s->st_max_batch)) atomic_store(&s->st_max_batch, n);
@@ -229,6 +242,9 @@ static void decode_batch(srv_server *s, int n) {
         j->batch_sum += n;
         j->batch_n++;
         if (n > j->batch_max) j->batch_max = n;
+        /* a drafting slot tells its drafter (and, alone in the forward, its cost table) */
+        if (rc == 0 && sl->in_batch_spec) rc = spec_plain_done(sl->sq, sl->g, n == 1 ? dt : 0.0, err);
+        sl->in_batch_spec = false;
         if (rc < 0) {
             dsf_gen_fail(sl->g, err);
             job_end_generation(sl);
@@ -236,6 +252,25 @@ static void decode_batch(srv_server *s, int n) {
             slot_step(sl, s->b_logits + (size_t)k * (size_t)s->n_vocab);
         }
     }
+}
+
+/* A decoding slot with a drafter: plans its round and, when the policy verifies drafts, runs
+ * it alone (one multi-token forward). Returns true when the slot's token should join the
+ * batched forward instead. */
+static bool slot_spec_round(srv_server *s, slot *sl) {
+    char err[DSF_ERR_LEN] = "";
+    int n = spec_plan(sl->sq, sl->g, sl->next_tok, err);
+    if (n == 0) return sl->in_batch_spec = true;
+    dsf_finish_reason fin = DSF_FINISH_ERROR;
+    if (n > 0) {
+        fin = spec_verify(sl->sq, sl->g, sl->next_tok, &sl->next_tok, err);
+        atomic_fetch_add(&s->st_forwards, 1);
+        atomic_fetch_add(&s->st_tokens, (unsigned long long)n + 1);
+    } else {
+        dsf_gen_fail(sl->g, err);
+    }
+    if (fin != DSF_FINISH_NONE) job_end_generation(sl);
+    return false;
 }
 
 /* Under srv->mu: hands queued jobs to free slots (longest common prefix, then LRU). */
@@ -310,6 +345,7 @@ void *srv_sched_main(void *arg) {
         for (int i = 0; i < s->n_slots; i++) {
             slot *sl = &s->slots[i];
             if (sl->phase != SL_DECODE) continue;
+            if (sl->sq && !slot_spec_round(s, sl)) continue;
             s->b_sess[n] = sl->s;
             s->b_tok[n] = sl->next_tok;
             s->b_slot[n] = sl;

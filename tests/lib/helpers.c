@@ -7,6 +7,7 @@
 #include "text/pyjson.h"
 
 #include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 
 json_t *test_load_json(const char *path) {
@@ -97,4 +98,25 @@ int test_copy_head(const char *src, uint64_t n, const char *dst) {
     if (fp && fclose(fp)) ok = 0;
     free(buf);
     return ok ? 0 : -1;
+}
+
+int test_gen_open(test_gen_fx *f, const char *path, int max_ctx) {
+    char err[DSF_ERR_LEN];
+    memset(f, 0, sizeof *f);
+    dsf_engine_params ep;
+    dsf_engine_params_default(&ep);
+    ep.n_threads = 2;
+    if (!path || !(f->e = dsf_engine_open(path, &ep, err))) return -1;
+    if (!(f->tok = dsf_tokenizer_load(path, err))) return -1;
+    if (!(f->s = dsf_session_new(f->e, max_ctx, err))) return -1;
+    if (!(f->g = dsf_gen_new(f->e, f->s, f->tok, err))) return -1;
+    return 0;
+}
+
+void test_gen_close(test_gen_fx *f) {
+    dsf_gen_free(f->g);
+    dsf_session_free(f->s);
+    dsf_tokenizer_free(f->tok);
+    dsf_engine_close(f->e);
+    memset(f, 0, sizeof *f);
 }

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dsflash.h"
+
 /* A whole JSON file read with Python semantics (pyjson: key order, ints vs floats), as the
  * fixtures of ../shared/fixtures are written; NULL if it cannot be read or parsed. */
 json_t *test_load_json(const char *path);
@@ -33,6 +35,18 @@ const char *test_tmpfile(const char *name);
  * call for this path buffer (path[0] == 0); later calls return path as it is. NULL (the reason
  * on stderr, path left empty) if synth fails. cap: size of path. */
 const char *test_synth_tiny(char *path, size_t cap, const char *file, uint64_t seed);
+
+/* A model opened for generation: engine (2 threads), its tokenizer, one session of max_ctx
+ * tokens and a generator on it. test_gen_open: 0, or -1 (what was opened is closed by
+ * test_gen_close, which accepts a partly opened fixture). */
+typedef struct {
+    dsf_engine *e;
+    dsf_tokenizer *tok;
+    dsf_session *s;
+    dsf_gen *g;
+} test_gen_fx;
+int test_gen_open(test_gen_fx *f, const char *path, int max_ctx);
+void test_gen_close(test_gen_fx *f);
 
 /* ids as "1 2 3" (truncated to cap). */
 void test_fmt_ids(char *buf, size_t cap, const int32_t *ids, size_t n);

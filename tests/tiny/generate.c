@@ -25,32 +25,9 @@ static const char *tiny_model(void) {
     return test_synth_tiny(path, sizeof path, "gen-tiny.gguf", 7);
 }
 
-typedef struct {
-    dsf_engine *e;
-    dsf_tokenizer *tok;
-    dsf_session *s;
-    dsf_gen *g;
-} fixture;
-
-static int fx_open(fixture *f, const char *path, int max_ctx) {
-    char err[DSF_ERR_LEN];
-    memset(f, 0, sizeof *f);
-    dsf_engine_params ep;
-    dsf_engine_params_default(&ep);
-    ep.n_threads = 2;
-    if (!path || !(f->e = dsf_engine_open(path, &ep, err))) return -1;
-    if (!(f->tok = dsf_tokenizer_load(path, err))) return -1;
-    if (!(f->s = dsf_session_new(f->e, max_ctx, err))) return -1;
-    if (!(f->g = dsf_gen_new(f->e, f->s, f->tok, err))) return -1;
-    return 0;
-}
-
-static void fx_close(fixture *f) {
-    dsf_gen_free(f->g);
-    dsf_session_free(f->s);
-    dsf_tokenizer_free(f->tok);
-    dsf_engine_close(f->e);
-}
+typedef test_gen_fx fixture;
+#define fx_open test_gen_open
+#define fx_close test_gen_close
 
 static int argmax(const float *x, int n) {
     int b = 0;
