@@ -99,7 +99,7 @@ int gr_match_text(const dsf_grammar *g, const char *text, size_t len, size_t *at
 
 /* ---- grammar_vocab.c: tokens ---- */
 /* The byte trie of a tokenizer's ordinary tokens; built once per tokenizer on first use and
- * freed with it (dsf_tokenizer_free calls gr_vocab_free). */
+ * freed with it (attached as the tokenizer's cache, whose free pointer calls gr_vocab_free). */
 struct gr_vocab;
 void gr_vocab_free(struct gr_vocab *v);
 typedef struct gr_matcher gr_matcher;

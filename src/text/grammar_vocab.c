@@ -37,6 +37,7 @@ typedef struct {
 } tnode;
 
 struct gr_vocab {
+    dsf_tok_cache base; /* first: attached to the tokenizer, freed through base.free */
     tnode *nodes; /* depth-first order: a subtree is nodes[i .. skip) */
     int n_nodes;
     int32_t *dup; /* [n_vocab] next token with the same bytes, -1 */
@@ -49,6 +50,8 @@ void gr_vocab_free(struct gr_vocab *v) {
     free(v->dup);
     free(v);
 }
+
+static void vocab_cache_free(dsf_tok_cache *c) { gr_vocab_free((struct gr_vocab *)c); }
 
 static const dsf_tokenizer *sort_tok;
 static int by_bytes(const void *a, const void *b) {
@@ -111,12 +114,14 @@ static struct gr_vocab *vocab_build(const dsf_tokenizer *tok) {
 
 static const struct gr_vocab *vocab_get(const dsf_tokenizer *tok) {
     dsf_tokenizer *t = (dsf_tokenizer *)tok; /* the trie is a cache: the tokenizer stays immutable */
-    struct gr_vocab *v = atomic_load(&t->trie);
-    if (v) return v;
-    struct gr_vocab *mine = vocab_build(tok), *expect = NULL;
-    if (atomic_compare_exchange_strong(&t->trie, &expect, mine)) return mine;
+    dsf_tok_cache *c = atomic_load(&t->cache);
+    if (c) return (const struct gr_vocab *)c;
+    struct gr_vocab *mine = vocab_build(tok);
+    mine->base.free = vocab_cache_free;
+    dsf_tok_cache *expect = NULL;
+    if (atomic_compare_exchange_strong(&t->cache, &expect, &mine->base)) return mine;
     gr_vocab_free(mine); /* another thread won */
-    return expect;
+    return (const struct gr_vocab *)expect;
 }
 
 /* ==== the matcher ======================================================================== */

@@ -27,8 +27,8 @@
 #include "text/tokenizer_impl.h"
 #include "base/util.h"
 #include "text/bytelevel.h"
-#include "text/grammar.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,7 +71,8 @@ void dsf_tokenizer_free(dsf_tokenizer *tok) {
     free(tok->mhash);
     free(tok->sp_ids);
     for (int i = 0; i < N_PRE; i++) pcre2_code_free(tok->re[i]);
-    gr_vocab_free(tok->trie);
+    dsf_tok_cache *c = atomic_load(&tok->cache);
+    if (c) c->free(c);
     free(tok);
 }
 

@@ -22,6 +22,12 @@ typedef struct {
     int32_t result;
 } merge_slot;
 
+/* A cache attached to a tokenizer (see dsf_tokenizer.cache): embedded first in its owner's
+ * struct; free releases the whole owner. */
+typedef struct dsf_tok_cache {
+    void (*free)(struct dsf_tok_cache *c);
+} dsf_tok_cache;
+
 struct dsf_tokenizer {
     int32_t n_vocab;
     char *str_arena;      /* token strings, each NUL-terminated */
@@ -50,8 +56,10 @@ struct dsf_tokenizer {
 
     pcre2_code *re[N_PRE];
 
-    /* the byte trie of constrained decoding (grammar_vocab.c), built on first use */
-    struct gr_vocab *_Atomic trie;
+    /* a cache a higher module builds on first use and attaches here (constrained decoding's
+     * byte trie, grammar_vocab.c); freed through its own function pointer, so the tokenizer
+     * does not link to that module */
+    dsf_tok_cache *_Atomic cache;
 };
 
 /* Classifies the UTF-8 sequence at s[0..n) (n >= 1) per Unicode Table 3-7.
