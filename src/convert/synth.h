@@ -95,6 +95,13 @@ typedef struct {
 int synth_write_ex(const char *preset, const char *path, uint64_t seed, const synth_write_opts *o, char *note,
                    size_t cap, uint64_t *data_bytes, char *err);
 
+/* Writes a random-weight DSpark draft (`dflash`, gguf-layout.md §4) for the preset's model:
+ * 3 stages, block size 5, target layers the main model's last three (or all if fewer), the
+ * preset's widths, expert count and top-k; its keys are the converter's (convert/dspark_meta.h).
+ * o as in synth_write_ex (NULL: the defaults). 0, or -1 with err. A pure function of (preset,
+ * seed); the main model of the same seed and this draft open together (dspark_open). */
+int synth_write_dspark(const char *preset, const char *path, uint64_t seed, const synth_write_opts *o, char *err);
+
 /* ---- the model before it is written ---- */
 
 typedef struct synth_model synth_model;
@@ -109,6 +116,12 @@ void synth_model_free(synth_model *m);
 int synth_model_write(const synth_model *m, const char *path, char *err);
 /* Writes the keys and tensor infos only (a header-only file; nothing is generated). */
 int synth_model_write_header(const synth_model *m, const char *path, char *err);
+
+/* Keys written by fn(w, ctx, err) (0 / -1 with err) before the model's own keys, e.g. a layout
+ * shared with the converter (convert/dspark_meta.h). ctx must outlive the writes. */
+struct gguf_writer;
+typedef int (*synth_head_fn)(struct gguf_writer *w, const void *ctx, char *err);
+void synth_set_head(synth_model *m, synth_head_fn fn, const void *ctx);
 
 /* Retypes as synth_write_opts describes (type / expert_type may be SYNTH_TYPE_KEEP). 0, or -1
  * with err for a type with no known block size; note as in synth_write_ex. */
