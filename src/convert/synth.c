@@ -54,18 +54,20 @@ static const struct {
       .n_ratio = 9, .ratios = {0, 0, 2, 2, 2, 1, 1, 1, 0},
       .n_kvsrc = 3, .kvsrc = {2, 4, 5}, .n_idxsrc = 4, .idxsrc = {2, 4, 5, 7}, .n_engram = 2, .engram = {1, 4},
       PRESET_COMMON}},
-    /* The real routed-expert count (384, top 6) on 4 layers, so that a multi-token forward
-     * (speculative verification, `bench --draft`) reads as many distinct experts per layer as
-     * the release: window-only layer 0, ratio-2 layer 1 (KV + index source), ratio-1 layers 2
-     * (KV + index + candidate source) and 3 (re-indexes with 2's keys), Engram before layer 1. */
+    /* The real routed-expert count (384, top 6) at the real widths on 1 layer, so that a
+     * multi-token forward (speculative verification, `bench --draft`) reads as many distinct
+     * experts per layer as the release: about 10.6 GB (6.7 GiB of MXFP4 experts + 2.5 GiB of
+     * embedding and LM head), so that it and its `--dspark` draft (about 8.4 GB) fit together in
+     * 24 GiB; 2 layers would take 18 GB. The layer is ratio 1 with every role (KV, index and
+     * candidate source) and Engram before it. */
     {"bench-moe",
-     {.name = "dsflash-synth-bench-moe", .n_embd = 5120, .n_layer = 4, .n_head = 64, .head_dim = 512, .n_rot = 64,
+     {.name = "dsflash-synth-bench-moe", .n_embd = 5120, .n_layer = 1, .n_head = 64, .head_dim = 512, .n_rot = 64,
       .q_lora = 1280, .o_groups = 8, .o_lora = 1024, .window = 128, .n_expert = 384, .n_used = 6, .ff = 2304,
-      .n_shared = 1, .idx_heads = 32, .idx_dim = 128, .idx_topk = 512, .cand_layer = 2, .cand_blocks = 2048,
+      .n_shared = 1, .idx_heads = 32, .idx_dim = 128, .idx_topk = 512, .cand_layer = 0, .cand_blocks = 2048,
       .cand_bsize = 8, .hc = 4, .sinkhorn = 20, .ngram = 4, .heads_per_ngram = 8, .engram_dim = 256,
       .engram_vocab = 4001, .vocab = 129280, .ctx = 1048576, .orig_ctx = 65536, .yarn_factor = 16.0f,
-      .n_ratio = 5, .ratios = {0, 2, 1, 1, 0},
-      .n_kvsrc = 2, .kvsrc = {1, 2}, .n_idxsrc = 3, .idxsrc = {1, 2, 3}, .n_engram = 1, .engram = {1},
+      .n_ratio = 2, .ratios = {1, 0},
+      .n_kvsrc = 1, .kvsrc = {0}, .n_idxsrc = 1, .idxsrc = {0}, .n_engram = 1, .engram = {0},
       PRESET_COMMON}},
     /* architecture.md §1.1 / §1.3 and gguf-layout §3.2 (with the optional VL router bias the
      * released checkpoint has on every layer): 40 layers, 43 ratios (2 window-only layers, 18

@@ -1,5 +1,5 @@
 /* synth.h: the one builder of random-weight deepseek41 GGUF files, in the exact layout of
- * gguf-layout.md §2-§3. It serves `dsflash synth` (two presets) and the tests' models
+ * gguf-layout.md §2-§3. It serves `dsflash synth` (four presets) and the tests' models
  * (tests/tmodel.h), which describe any topology with the same parameters.
  *
  * Presets:
@@ -7,6 +7,8 @@
  *            usable byte-level BPE tokenizer (vocab 1024) for demos and server tests;
  *   "bench": every real per-layer shape and dtype of V4.1-Flash, 8 layers with every layer
  *            role, 32 routed experts, vocab 129280 (about 11 GB on disk) for benchmarks;
+ *   "bench-moe": the real widths and 384 experts (top 6) on 1 layer with every layer role
+ *            (about 10.6 GB), for multi-token (speculative verification) benchmarks;
  *   "real":  the released V4.1-Flash as architecture.md §1.1-1.3 gives it (40 layers, 43
  *            compress_ratios, 384 experts, the 768,022,850-row Engram table; about 699 GB),
  *            meant to be written header-only (synth_write_opts) for memory plans.

@@ -14,6 +14,11 @@ TEST(synth_unknown_preset_and_cli) {
     char err[DSF_ERR_LEN] = "";
     CHECK(synth_write("huge", "/nonexistent/x.gguf", 1, err) < 0 && strstr(err, "huge"));
     CHECK(synth_data_bytes("bench") > 8000000000ull && synth_data_bytes("bench") < 16000000000ull); /* fits 24 GiB */
+    /* bench-moe keeps the release's experts per layer at the real widths: 3 x 5120 x 2304 x 384
+     * MXFP4 values (17 bytes per 32, gguf-layout §1.4) = 7,219,445,760 bytes, and fits 24 GiB
+     * with its draft (<= 12 GB) */
+    CHECKF(synth_data_bytes("bench-moe") > 7219445760ull && synth_data_bytes("bench-moe") <= 12000000000ull,
+           "bench-moe: %llu bytes", (unsigned long long)synth_data_bytes("bench-moe"));
     char cmd[1200], out[2048];
     snprintf(cmd, sizeof cmd, "%s synth --preset nope %s/x.gguf 2>&1", test_bin(), test_tmpdir());
     int rc = test_run(cmd, out, sizeof out);
