@@ -493,7 +493,9 @@ static int write_metadata_dspark(gguf_writer *w, const cfg *c, const char *hf_di
         .sinkhorn = (uint32_t)it, .block = (uint32_t)c->ds_block, .rope_base = (float)theta, .eps = (float)eps,
         .route_scale = (float)scale, .swiglu = (float)lim, .hc_eps = (float)hc_eps, .norm_topk = norm,
         .targets = c->ds_targets, .n_targets = (uint32_t)c->ds_n_targets};
-    if (dspark_meta_write(w, &m, err) || vocab_write_gguf(w, hf_dir, c->n_vocab, err)) return -1;
+    if (dspark_meta_write(w, &m, err) || gguf_writer_kv_u32(w, "general.file_type", 38, err) ||
+        gguf_writer_kv_u32(w, "general.quantization_version", 2, err) || vocab_write_gguf(w, hf_dir, c->n_vocab, err))
+        return -1;
     return gguf_writer_kv_u32(w, "tokenizer.ggml.mask_token_id", (uint32_t)c->ds_noise, err);
 }
 

@@ -50,9 +50,7 @@ int dspark_meta_write(gguf_writer *w, const dspark_meta *m, char *err) {
                    /* Python ints through add_array: INT32, the V4.1 ids as-is */
                    gguf_writer_kv_arr(w, KD("target_layers"), GGUF_VT_INT32, m->targets, m->n_targets, err) ||
                    gguf_writer_kv_bool(w, KD("sample_from_anchor"), true, err) ||
-                   gguf_writer_kv_bool(w, KD("has_confidence_head"), true, err) ||
-                   gguf_writer_kv_u32(w, "general.file_type", 38, err) ||
-                   gguf_writer_kv_u32(w, "general.quantization_version", 2, err)
+                   gguf_writer_kv_bool(w, KD("has_confidence_head"), true, err)
                ? -1
                : 0;
 }

@@ -1,8 +1,9 @@
 /* dspark_meta.h: the metadata keys of a DSpark draft GGUF (`dflash`, gguf-layout.md §4.3), written
  * from plain values so that the converter (--dspark, from config.json) and `synth --dspark`
  * (from a preset) write the same keys in the same order.
- * Must not: read a checkpoint or a preset, or write tensors or the tokenizer keys (each caller
- * appends its tokenizer keys and tokenizer.ggml.mask_token_id after these). */
+ * Must not: read a checkpoint or a preset, or write tensors, the file type or the tokenizer keys
+ * (each caller appends general.file_type, general.quantization_version, its tokenizer keys and
+ * tokenizer.ggml.mask_token_id after these). */
 #ifndef DSF_DSPARK_META_H
 #define DSF_DSPARK_META_H
 
@@ -21,8 +22,9 @@ typedef struct {
     uint32_t n_targets;
 } dspark_meta;
 
-/* general.architecture/type/name, every dflash.* key, general.file_type (38) and
- * general.quantization_version (2), in the reference converter's order. 0 / -1 with err. */
+/* general.architecture/type/name and every dflash.* key, in the reference converter's order;
+ * the caller then writes general.file_type (38 unless retyped) and general.quantization_version
+ * (2). 0 / -1 with err. */
 int dspark_meta_write(gguf_writer *w, const dspark_meta *m, char *err);
 
 #endif

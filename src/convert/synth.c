@@ -688,6 +688,8 @@ int synth_write_dspark(const char *name, const char *path, uint64_t seed, const 
         .eps = p->eps, .route_scale = p->route_scale, .swiglu = p->swiglu, .hc_eps = p->hc_eps, .norm_topk = true,
         .targets = targets, .n_targets = nt};
     synth_set_head(m, head_dspark, &meta);
+    synth_set_u32(m, "general.file_type", 38); /* a --recipe replaces it */
+    synth_set_u32(m, "general.quantization_version", 2);
     if (p->tokenizer) {
         vocab_out v;
         memset(&v, 0, sizeof v);

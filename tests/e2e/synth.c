@@ -114,4 +114,12 @@ TEST(synth_dspark_draft_greedy_identity) {
     CHECK(test_run(cmd, out, sizeof out) == 0);
     /* a round per committed token but the first, none of them a plain step */
     CHECKF(strstr(out, "completion 40 tokens") && strstr(out, "39 rounds, 0 plain steps"), "stderr: %s", out);
+    /* a recipe retypes the draft too and sets its general.file_type (once: a duplicate key is a
+     * writer refusal) to the recipe's, LLAMA_FTYPE_MOSTLY_Q4_K_M = 15 */
+    snprintf(cmd, sizeof cmd, "%s synth --preset tiny %s --dspark %s --recipe Q4_K_M 2>&1", test_bin(), m, d);
+    rc = test_run(cmd, out, sizeof out);
+    CHECKF(rc == 0, "rc %d: %s", rc, out);
+    g = gguf_open(d, err);
+    CHECKF(g && gguf_get_u32(g, "general.file_type", &blk, err) == 0 && blk == 15, "%s", err);
+    gguf_close(g);
 }
