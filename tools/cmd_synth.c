@@ -1,5 +1,5 @@
 /* cmd_synth.c: `dsflash synth --preset tiny|bench|bench-moe|real OUT.gguf [--seed S] [--header-only]
- * [--type T] [--expert-type T] [--recipe R]`: writes a random-weight deepseek41 GGUF in the exact layout
+ * [--dspark DRAFT.gguf] [--type T] [--expert-type T] [--recipe R]`: writes a random-weight deepseek41 GGUF in the exact layout
  * (src/convert/synth.c), or its header alone. */
 #include "cmd.h"
 #include "convert/synth.h"
@@ -15,18 +15,23 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: dsflash synth --preset tiny|bench|bench-moe|real OUT.gguf [--seed S] [--header-only]\n"
-               "                     [--type TYPE] [--expert-type TYPE] [--recipe R]\n"
+               "                     [--dspark DRAFT.gguf] [--type TYPE] [--expert-type TYPE] [--recipe R]\n"
                "\n"
                "Writes a random-weight deepseek41 GGUF in the exact layout of a converted V4.1-Flash.\n"
                "  tiny    tiny41's topology (hidden 128, 8 layers, every layer role) with a usable\n"
                "          1024-token byte-level BPE tokenizer and the V4.1 special tokens (~4 MB)\n"
                "  bench   every real per-layer shape and dtype of V4.1-Flash, 8 layers, 32 experts,\n"
                "          vocab 129280 (~11 GB; ~4.5 GB of weights read per decoded token)\n"
-               "  bench-moe the real 384 experts (top 6) on 4 layers: a multi-token forward reads as many\n"
-               "          distinct experts per layer as the release (`bench --draft`; ~30 GB)\n"
+               "  bench-moe the real 384 experts (top 6) at the real widths on 1 layer (every layer role):\n"
+               "          a multi-token forward reads as many distinct experts per layer as the release\n"
+               "          (`bench --draft`; ~10.6 GB, and ~8.4 GB for its --dspark draft: both fit 24 GiB)\n"
                "  real    the released V4.1-Flash: 40 layers, 384 experts, the Engram table (~699 GB):\n"
                "          use it with --header-only (for `dsflash inspect --plan`)\n"
                "  --seed S          any unsigned integer (default 1); the file is a pure function of its arguments\n"
+               "  --dspark FILE     also write a random-weight DSpark draft (`dflash`, for `run --draft FILE`) that\n"
+               "                    fits this model: 3 stages, block size 5, targets its last 3 layers, the\n"
+               "                    preset's widths, its experts up to the release draft's 128 (top 3);\n"
+               "                    --type, --expert-type, --recipe and --header-only apply to it too\n"
                "  --header-only     the keys and tensor infos with their offsets, no tensor data (a small file)\n"
                "  --type T          ggml type (Q8_0, Q4_K, ...) of every quantizable matrix; 1-D tensors, norms,\n"
                "                    biases, the router, engram_gate and hc_* stay F32. A tensor whose ne0 is not\n"
@@ -49,12 +54,14 @@ static int cmd_synth(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    const char *preset = NULL, *out = NULL;
+    const char *preset = NULL, *out = NULL, *dspark = NULL;
     uint64_t seed = 1;
     synth_write_opts o = {false, SYNTH_TYPE_KEEP, SYNTH_TYPE_KEEP, NULL};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--preset") && i + 1 < argc) {
             preset = argv[++i];
+        } else if (!strcmp(argv[i], "--dspark") && i + 1 < argc) {
+            dspark = argv[++i];
         } else if (!strcmp(argv[i], "--recipe") && i + 1 < argc) {
             o.recipe = argv[++i];
         } else if (!strcmp(argv[i], "--header-only")) {
@@ -92,7 +99,7 @@ static int cmd_synth(int argc, char **argv) {
         return 2;
     }
     if (!synth_data_bytes(preset)) {
-        fprintf(stderr, "dsflash synth: unknown preset '%s' (tiny, bench, real)\n", preset);
+        fprintf(stderr, "dsflash synth: unknown preset '%s' (tiny, bench, bench-moe, real)\n", preset);
         return 2;
     }
     char err[DSF_ERR_LEN] = "", note[DSF_ERR_LEN] = "";
@@ -103,6 +110,10 @@ static int cmd_synth(int argc, char **argv) {
         return 1;
     }
     if (note[0]) fprintf(stderr, "dsflash synth: note: %s\n", note);
+    if (dspark && synth_write_dspark(preset, dspark, seed, &o, err) < 0) {
+        fprintf(stderr, "dsflash synth: --dspark %s: %s\n", dspark, err);
+        return 1;
+    }
     dsf_log(1, "dsflash synth: wrote %s (preset %s, seed %llu, %.1f MB of tensor data%s) in %.1f s", out, preset,
             (unsigned long long)seed, (double)bytes / 1e6, o.header_only ? " described, header only" : "",
             dsf_now() - t0);

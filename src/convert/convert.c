@@ -8,6 +8,7 @@
  * per-chunk Engram scale checks, which abort the .tmp file). */
 #include "convert/convert_impl.h"
 #include "base/util.h"
+#include "convert/dspark_meta.h"
 #include "convert/vocab.h"
 #include "model/roles.h"
 
@@ -466,9 +467,8 @@ static int write_metadata(gguf_writer *w, const cfg *c, const char *hf_dir, cons
     return vocab_write_gguf(w, hf_dir, c->n_vocab, err);
 }
 
-/* The `dflash` keys, exactly those of gguf-layout.md §4.3 in the reference converter's order. */
-#define KD(s) "dflash." s
-
+/* The `dflash` keys (gguf-layout.md §4.3, dspark_meta.c) from config.json, then the tokenizer's
+ * and the noise token. */
 static int write_metadata_dspark(gguf_writer *w, const cfg *c, const char *hf_dir, const convert_opts *o, char *err) {
     char name[512];
     if (o->name) snprintf(name, sizeof name, "%s", o->name);
@@ -476,52 +476,25 @@ static int write_metadata_dspark(gguf_writer *w, const cfg *c, const char *hf_di
         default_name(hf_dir, name, sizeof name - 8);
         strcat(name, "-dspark");
     }
-    uint32_t n = (uint32_t)c->ds_stages;
-    double lim = 0;
+    int64_t ctx, it;
+    double theta, eps, scale, lim, hc_eps;
     bool norm = false;
-    if (gguf_writer_kv_str(w, "general.architecture", "dflash", err) ||
-        gguf_writer_kv_str(w, "general.type", "model", err) || gguf_writer_kv_str(w, "general.name", name, err) ||
-        gguf_writer_kv_u32(w, KD("block_count"), n, err) ||
-        put_u32c(w, c, KD("context_length"), "max_position_embeddings", err) ||
-        gguf_writer_kv_u32(w, KD("embedding_length"), (uint32_t)c->n_embd, err) ||
-        gguf_writer_kv_u32(w, KD("feed_forward_length"), (uint32_t)c->moe_ff, err) ||
-        gguf_writer_kv_u32(w, KD("attention.head_count"), (uint32_t)c->n_head, err) ||
-        gguf_writer_kv_u32(w, KD("attention.head_count_kv"), 1, err) ||
-        gguf_writer_kv_u32(w, KD("attention.key_length"), (uint32_t)c->head_dim, err) ||
-        gguf_writer_kv_u32(w, KD("attention.value_length"), (uint32_t)c->head_dim, err) ||
-        gguf_writer_kv_u32(w, KD("rope.dimension_count"), (uint32_t)c->rope_dim, err) ||
-        put_f32c(w, c, KD("rope.freq_base"), "rope_theta", err) ||
-        put_f32c(w, c, KD("attention.layer_norm_rms_epsilon"), "rms_norm_eps", err) ||
-        gguf_writer_kv_u32(w, KD("attention.q_lora_rank"), (uint32_t)c->q_lora, err) ||
-        gguf_writer_kv_u32(w, KD("attention.sliding_window"), (uint32_t)c->swa, err) ||
-        gguf_writer_kv_u32(w, KD("expert_count"), (uint32_t)c->ds_expert, err) ||
-        gguf_writer_kv_u32(w, KD("expert_used_count"), (uint32_t)c->ds_used, err) ||
-        gguf_writer_kv_u32(w, KD("expert_feed_forward_length"), (uint32_t)c->moe_ff, err) ||
-        gguf_writer_kv_u32(w, KD("expert_shared_count"), (uint32_t)c->n_shared, err) ||
-        put_f32c(w, c, KD("expert_weights_scale"), "routed_scaling_factor", err) ||
-        req_bool(c, "norm_topk_prob", &norm, err) || gguf_writer_kv_bool(w, KD("expert_weights_norm"), norm, err) ||
-        gguf_writer_kv_u32(w, KD("expert_gating_func"), 4, err) || req_num(c, "swiglu_limit", &lim, err))
+    if (req_int(c, "max_position_embeddings", 0, UINT32_MAX, &ctx, err) || req_num(c, "rope_theta", &theta, err) ||
+        req_num(c, "rms_norm_eps", &eps, err) || req_num(c, "routed_scaling_factor", &scale, err) ||
+        req_bool(c, "norm_topk_prob", &norm, err) || req_num(c, "swiglu_limit", &lim, err) ||
+        req_int(c, "hc_sinkhorn_iters", 0, UINT32_MAX, &it, err) || req_num(c, "hc_eps", &hc_eps, err))
         return -1;
-    float lims[64];
-    int32_t zeros[64] = {0};
-    for (uint32_t i = 0; i < n; i++) lims[i] = (float)lim;
-    if (gguf_writer_kv_arr(w, KD("swiglu_clamp_exp"), GGUF_VT_FLOAT32, lims, n, err) ||
-        gguf_writer_kv_arr(w, KD("swiglu_clamp_shexp"), GGUF_VT_FLOAT32, lims, n, err) ||
-        gguf_writer_kv_u32(w, KD("attention.output_group_count"), (uint32_t)c->o_groups, err) ||
-        gguf_writer_kv_u32(w, KD("attention.output_lora_rank"), (uint32_t)c->o_lora, err) ||
-        gguf_writer_kv_arr(w, KD("attention.compress_ratios"), GGUF_VT_INT32, zeros, n, err) ||
-        gguf_writer_kv_u32(w, KD("hyper_connection.count"), (uint32_t)c->hc, err) ||
-        put_u32c(w, c, KD("hyper_connection.sinkhorn_iterations"), "hc_sinkhorn_iters", err) ||
-        put_f32c(w, c, KD("hyper_connection.epsilon"), "hc_eps", err) ||
-        gguf_writer_kv_bool(w, KD("hyper_connection.single_pass"), true, err) ||
-        gguf_writer_kv_u32(w, KD("block_size"), (uint32_t)c->ds_block, err) ||
-        /* Python ints through add_array: INT32, the V4.1 ids as-is */
-        gguf_writer_kv_arr(w, KD("target_layers"), GGUF_VT_INT32, c->ds_targets, (uint64_t)c->ds_n_targets, err) ||
-        gguf_writer_kv_bool(w, KD("sample_from_anchor"), true, err) ||
-        gguf_writer_kv_bool(w, KD("has_confidence_head"), true, err) ||
-        gguf_writer_kv_u32(w, "general.file_type", 38, err) ||
-        gguf_writer_kv_u32(w, "general.quantization_version", 2, err) ||
-        vocab_write_gguf(w, hf_dir, c->n_vocab, err))
+    const dspark_meta m = {
+        .name = name, .n_stages = (uint32_t)c->ds_stages, .ctx = (uint32_t)ctx, .n_embd = (uint32_t)c->n_embd,
+        .ff = (uint32_t)c->moe_ff, .n_head = (uint32_t)c->n_head, .head_dim = (uint32_t)c->head_dim,
+        .n_rot = (uint32_t)c->rope_dim, .q_lora = (uint32_t)c->q_lora, .window = (uint32_t)c->swa,
+        .n_expert = (uint32_t)c->ds_expert, .n_used = (uint32_t)c->ds_used, .n_shared = (uint32_t)c->n_shared,
+        .o_groups = (uint32_t)c->o_groups, .o_lora = (uint32_t)c->o_lora, .hc = (uint32_t)c->hc,
+        .sinkhorn = (uint32_t)it, .block = (uint32_t)c->ds_block, .rope_base = (float)theta, .eps = (float)eps,
+        .route_scale = (float)scale, .swiglu = (float)lim, .hc_eps = (float)hc_eps, .norm_topk = norm,
+        .targets = c->ds_targets, .n_targets = (uint32_t)c->ds_n_targets};
+    if (dspark_meta_write(w, &m, err) || gguf_writer_kv_u32(w, "general.file_type", 38, err) ||
+        gguf_writer_kv_u32(w, "general.quantization_version", 2, err) || vocab_write_gguf(w, hf_dir, c->n_vocab, err))
         return -1;
     return gguf_writer_kv_u32(w, "tokenizer.ggml.mask_token_id", (uint32_t)c->ds_noise, err);
 }

@@ -10,6 +10,7 @@
  * refuse (only the caller's edits may).
  * Invariant: output = f(parameters, seed); a different seed changes every tensor. */
 #include "convert/synth_impl.h"
+#include "convert/dspark_meta.h"
 #include "io/gguf.h"
 #include "kernels/quant.h"
 #include "base/util.h"
@@ -53,18 +54,20 @@ static const struct {
       .n_ratio = 9, .ratios = {0, 0, 2, 2, 2, 1, 1, 1, 0},
       .n_kvsrc = 3, .kvsrc = {2, 4, 5}, .n_idxsrc = 4, .idxsrc = {2, 4, 5, 7}, .n_engram = 2, .engram = {1, 4},
       PRESET_COMMON}},
-    /* The real routed-expert count (384, top 6) on 4 layers, so that a multi-token forward
-     * (speculative verification, `bench --draft`) reads as many distinct experts per layer as
-     * the release: window-only layer 0, ratio-2 layer 1 (KV + index source), ratio-1 layers 2
-     * (KV + index + candidate source) and 3 (re-indexes with 2's keys), Engram before layer 1. */
+    /* The real routed-expert count (384, top 6) at the real widths on 1 layer, so that a
+     * multi-token forward (speculative verification, `bench --draft`) reads as many distinct
+     * experts per layer as the release: about 10.6 GB (6.7 GiB of MXFP4 experts + 2.5 GiB of
+     * embedding and LM head), so that it and its `--dspark` draft (about 8.4 GB) fit together in
+     * 24 GiB; 2 layers would take 18 GB. The layer is ratio 1 with every role (KV, index and
+     * candidate source) and Engram before it. */
     {"bench-moe",
-     {.name = "dsflash-synth-bench-moe", .n_embd = 5120, .n_layer = 4, .n_head = 64, .head_dim = 512, .n_rot = 64,
+     {.name = "dsflash-synth-bench-moe", .n_embd = 5120, .n_layer = 1, .n_head = 64, .head_dim = 512, .n_rot = 64,
       .q_lora = 1280, .o_groups = 8, .o_lora = 1024, .window = 128, .n_expert = 384, .n_used = 6, .ff = 2304,
-      .n_shared = 1, .idx_heads = 32, .idx_dim = 128, .idx_topk = 512, .cand_layer = 2, .cand_blocks = 2048,
+      .n_shared = 1, .idx_heads = 32, .idx_dim = 128, .idx_topk = 512, .cand_layer = 0, .cand_blocks = 2048,
       .cand_bsize = 8, .hc = 4, .sinkhorn = 20, .ngram = 4, .heads_per_ngram = 8, .engram_dim = 256,
       .engram_vocab = 4001, .vocab = 129280, .ctx = 1048576, .orig_ctx = 65536, .yarn_factor = 16.0f,
-      .n_ratio = 5, .ratios = {0, 2, 1, 1, 0},
-      .n_kvsrc = 2, .kvsrc = {1, 2}, .n_idxsrc = 3, .idxsrc = {1, 2, 3}, .n_engram = 1, .engram = {1},
+      .n_ratio = 2, .ratios = {1, 0},
+      .n_kvsrc = 1, .kvsrc = {0}, .n_idxsrc = 1, .idxsrc = {0}, .n_engram = 1, .engram = {0},
       PRESET_COMMON}},
     /* architecture.md §1.1 / §1.3 and gguf-layout §3.2 (with the optional VL router bias the
      * released checkpoint has on every layer): 40 layers, 43 ratios (2 window-only layers, 18
@@ -591,6 +594,24 @@ synth_model *synth_model_new(const synth_params *p, uint64_t seed, char *err) {
     return m;
 }
 
+/* Retypes m as o says, counts its data bytes, writes it to path (NULL: nothing), frees it. */
+static int finish(synth_model *m, const char *path, const synth_write_opts *o, char *note, size_t cap,
+                  uint64_t *data_bytes, char *err) {
+    int rc = o->recipe ? synth_quantize_recipe(m, o->recipe, err) : synth_quantize(m, o->type, o->expert_type, note, cap, err);
+    if (!rc && data_bytes) {
+        *data_bytes = synth_model_data_bytes(m);
+        if (!*data_bytes) rc = dsf_seterr(err, "synth: a tensor's size is unknown");
+    }
+    if (!rc && path) rc = o->header_only ? synth_model_write_header(m, path, err) : synth_model_write(m, path, err);
+    synth_model_free(m);
+    return rc;
+}
+
+static int head_dspark(gguf_writer *w, const void *ctx, char *err) { return dspark_meta_write(w, ctx, err); }
+
+#define DSPARK_STAGES 3 /* num_nextn_predict_layers (gguf-layout.md §4.1) */
+#define DSPARK_BLOCK 5  /* dspark_block_size */
+
 uint64_t synth_data_bytes(const char *name) {
     uint64_t n = 0;
     return synth_write_ex(name, NULL, 0, NULL, NULL, 0, &n, NULL) < 0 ? 0 : n;
@@ -620,12 +641,63 @@ int synth_write_ex(const char *name, const char *path, uint64_t seed, const synt
         build_tensors(p, m, e.rows);
         engram_free(&e);
     }
-    int rc = o->recipe ? synth_quantize_recipe(m, o->recipe, err) : synth_quantize(m, o->type, o->expert_type, note, cap, err);
-    if (!rc && data_bytes) {
-        *data_bytes = synth_model_data_bytes(m);
-        if (!*data_bytes) rc = dsf_seterr(err, "synth: a tensor's size is unknown");
+    return finish(m, path, o, note, cap, data_bytes, err);
+}
+
+/* The DSpark draft of the preset (gguf-layout.md §4): 3 window-only stages with the preset's
+ * widths and experts (no compressor, indexer or Engram), no token_embd/output (shared with the
+ * main model), the global tensors of §4.1, the converter's keys (dspark_meta.c), the preset's
+ * tokenizer and a noise token. Its weights are seeded apart from the main model's. */
+int synth_write_dspark(const char *name, const char *path, uint64_t seed, const synth_write_opts *o, char *err) {
+    static const synth_write_opts defaults = {false, SYNTH_TYPE_KEEP, SYNTH_TYPE_KEEP, NULL};
+    const preset *p = find_preset(name);
+    if (!o) o = &defaults;
+    if (!p) return dsf_seterr(err, "unknown preset '%s' (tiny, bench, bench-moe, real)", name ? name : "(null)");
+    preset d = *p; /* the stages: blocks with ratio 0 and no roles */
+    d.n_layer = DSPARK_STAGES;
+    d.n_ratio = 0;
+    memset(d.ratios, 0, sizeof d.ratios);
+    d.n_kvsrc = d.n_idxsrc = d.n_engram = 0;
+    d.cand_layer = -1;
+    d.vl_bias = false;
+    /* the release's draft MoE (dspark_n_routed_experts 128, top 3; gguf-layout.md §4.3), or the
+     * preset's when smaller (tiny: 8, top 2, like tinyds) */
+    d.n_expert = p->n_expert < 128 ? p->n_expert : 128;
+    d.n_used = p->n_used < 3 ? p->n_used : 3;
+    synth_model *m = synth_model_alloc(hash_str("dspark", seed));
+    build_tensors(&d, m, 0);
+    synth_drop_tensor(m, "token_embd.weight");
+    synth_drop_tensor(m, "output.weight");
+    synth_drop_tensor(m, "output_norm.weight");
+    uint32_t targets[DSPARK_STAGES], nt = p->n_layer < DSPARK_STAGES ? p->n_layer : DSPARK_STAGES;
+    for (uint32_t i = 0; i < nt; i++) targets[i] = p->n_layer - nt + i; /* the last layers */
+    const int64_t D = p->n_embd, R = D >= 4096 ? 256 : 16; /* the release's Markov rank; tinyds's */
+    synth_tensor(m, p->dense_type, K_DENSE, nt * D, 2, nt * D, D, 1, "fc.weight");
+    synth_tensor(m, F32, K_NORM, 0, 1, D, 1, 1, "enc.output_norm.weight");
+    synth_tensor(m, F32, K_NORM, 0, 1, D, 1, 1, "output_norm.weight");
+    synth_tensor(m, p->dense_type, K_EMBED, 0, 2, R, p->vocab, 1, "markov_w1.weight");
+    synth_tensor(m, p->dense_type, K_DENSE, R, 2, R, p->vocab, 1, "markov_w2.weight");
+    synth_tensor(m, F32, K_DENSE, D + R, 2, D + R, 1, 1, "conf_proj.weight");
+    char dname[256];
+    snprintf(dname, sizeof dname, "%s-dspark", p->name);
+    const dspark_meta meta = {
+        .name = dname, .n_stages = DSPARK_STAGES, .ctx = p->ctx, .n_embd = p->n_embd, .ff = p->ff,
+        .n_head = p->n_head, .head_dim = p->head_dim, .n_rot = p->n_rot, .q_lora = p->q_lora, .window = p->window,
+        .n_expert = d.n_expert, .n_used = d.n_used, .n_shared = p->n_shared, .o_groups = p->o_groups,
+        .o_lora = p->o_lora, .hc = p->hc, .sinkhorn = p->sinkhorn, .block = DSPARK_BLOCK, .rope_base = 10000.0f,
+        .eps = p->eps, .route_scale = p->route_scale, .swiglu = p->swiglu, .hc_eps = p->hc_eps, .norm_topk = true,
+        .targets = targets, .n_targets = nt};
+    synth_set_head(m, head_dspark, &meta);
+    synth_set_u32(m, "general.file_type", 38); /* a --recipe replaces it */
+    synth_set_u32(m, "general.quantization_version", 2);
+    if (p->tokenizer) {
+        vocab_out v;
+        memset(&v, 0, sizeof v);
+        build_vocab(&v, p->vocab);
+        tokenizer_keys(m, &v);
+        vocab_free(&v);
     }
-    if (!rc && path) rc = o->header_only ? synth_model_write_header(m, path, err) : synth_model_write(m, path, err);
-    synth_model_free(m);
-    return rc;
+    /* the release's noise token (dspark_noise_token_id 128799); tinyds's 1008 of 1024 */
+    synth_set_u32(m, "tokenizer.ggml.mask_token_id", p->vocab == 129280 ? 128799 : p->vocab - 16);
+    return finish(m, path, o, NULL, 0, NULL, err);
 }

@@ -1,5 +1,5 @@
 /* synth.h: the one builder of random-weight deepseek41 GGUF files, in the exact layout of
- * gguf-layout.md §2-§3. It serves `dsflash synth` (two presets) and the tests' models
+ * gguf-layout.md §2-§3. It serves `dsflash synth` (four presets) and the tests' models
  * (tests/tmodel.h), which describe any topology with the same parameters.
  *
  * Presets:
@@ -7,6 +7,8 @@
  *            usable byte-level BPE tokenizer (vocab 1024) for demos and server tests;
  *   "bench": every real per-layer shape and dtype of V4.1-Flash, 8 layers with every layer
  *            role, 32 routed experts, vocab 129280 (about 11 GB on disk) for benchmarks;
+ *   "bench-moe": the real widths and 384 experts (top 6) on 1 layer with every layer role
+ *            (about 10.6 GB), for multi-token (speculative verification) benchmarks;
  *   "real":  the released V4.1-Flash as architecture.md §1.1-1.3 gives it (40 layers, 43
  *            compress_ratios, 384 experts, the 768,022,850-row Engram table; about 699 GB),
  *            meant to be written header-only (synth_write_opts) for memory plans.
@@ -95,6 +97,13 @@ typedef struct {
 int synth_write_ex(const char *preset, const char *path, uint64_t seed, const synth_write_opts *o, char *note,
                    size_t cap, uint64_t *data_bytes, char *err);
 
+/* Writes a random-weight DSpark draft (`dflash`, gguf-layout.md §4) for the preset's model:
+ * 3 stages, block size 5, target layers the main model's last three (or all if fewer), the
+ * preset's widths, expert count and top-k; its keys are the converter's (convert/dspark_meta.h).
+ * o as in synth_write_ex (NULL: the defaults). 0, or -1 with err. A pure function of (preset,
+ * seed); the main model of the same seed and this draft open together (dspark_open). */
+int synth_write_dspark(const char *preset, const char *path, uint64_t seed, const synth_write_opts *o, char *err);
+
 /* ---- the model before it is written ---- */
 
 typedef struct synth_model synth_model;
@@ -109,6 +118,12 @@ void synth_model_free(synth_model *m);
 int synth_model_write(const synth_model *m, const char *path, char *err);
 /* Writes the keys and tensor infos only (a header-only file; nothing is generated). */
 int synth_model_write_header(const synth_model *m, const char *path, char *err);
+
+/* Keys written by fn(w, ctx, err) (0 / -1 with err) before the model's own keys, e.g. a layout
+ * shared with the converter (convert/dspark_meta.h). ctx must outlive the writes. */
+struct gguf_writer;
+typedef int (*synth_head_fn)(struct gguf_writer *w, const void *ctx, char *err);
+void synth_set_head(synth_model *m, synth_head_fn fn, const void *ctx);
 
 /* Retypes as synth_write_opts describes (type / expert_type may be SYNTH_TYPE_KEEP). 0, or -1
  * with err for a type with no known block size; note as in synth_write_ex. */

@@ -57,6 +57,8 @@ struct synth_model {
     int n_kv, cap_kv;
     stensor *t;
     int n_t, cap_t;
+    synth_head_fn head; /* keys written before kv[] (NULL: none) */
+    const void *head_ctx;
 };
 
 synth_model *synth_model_alloc(uint64_t seed) {
@@ -469,9 +471,15 @@ static int write_kv(gguf_writer *w, const skv *k, char *err) {
     return gguf_writer_kv_scalar(w, k->key, k->type, le, err);
 }
 
+void synth_set_head(synth_model *m, synth_head_fn fn, const void *ctx) {
+    m->head = fn;
+    m->head_ctx = ctx;
+}
+
 /* A writer with every key and tensor info of m added (NULL with err). */
 static gguf_writer *writer_for(const synth_model *m, char *err) {
     gguf_writer *w = gguf_writer_new();
+    if (m->head && m->head(w, m->head_ctx, err) < 0) goto fail;
     for (int i = 0; i < m->n_kv; i++)
         if (write_kv(w, &m->kv[i], err) < 0) goto fail;
     for (int i = 0; i < m->n_t; i++)

@@ -4,14 +4,21 @@
 #include "test.h"
 #include "dsflash.h"
 #include "convert/synth.h"
+#include "io/gguf.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 TEST(synth_unknown_preset_and_cli) {
     char err[DSF_ERR_LEN] = "";
     CHECK(synth_write("huge", "/nonexistent/x.gguf", 1, err) < 0 && strstr(err, "huge"));
     CHECK(synth_data_bytes("bench") > 8000000000ull && synth_data_bytes("bench") < 16000000000ull); /* fits 24 GiB */
+    /* bench-moe keeps the release's experts per layer at the real widths: 3 x 5120 x 2304 x 384
+     * MXFP4 values (17 bytes per 32, gguf-layout §1.4) = 7,219,445,760 bytes, and fits 24 GiB
+     * with its draft (<= 12 GB) */
+    CHECKF(synth_data_bytes("bench-moe") > 7219445760ull && synth_data_bytes("bench-moe") <= 12000000000ull,
+           "bench-moe: %llu bytes", (unsigned long long)synth_data_bytes("bench-moe"));
     char cmd[1200], out[2048];
     snprintf(cmd, sizeof cmd, "%s synth --preset nope %s/x.gguf 2>&1", test_bin(), test_tmpdir());
     int rc = test_run(cmd, out, sizeof out);
@@ -58,4 +65,61 @@ TEST(synth_real_header_only_plan) {
     snprintf(cmd, sizeof cmd, "%s synth --preset tiny %s --type Q9_X 2>&1", test_bin(), path);
     rc = test_run(cmd, out, sizeof out);
     CHECKF(rc == 2 && strstr(out, "Q9_X"), "rc %d: %s", rc, out);
+}
+
+/* Guards against: `synth --dspark` writing a draft that is not the gguf-layout.md §4 file for
+ * its main model (78 tensors for 3 stages, block size 5, the last three layers 5-7 of the tiny
+ * preset as targets, no token_embd/output, the noise token inside the vocab), or one that
+ * dspark_open refuses or that changes the main model's greedy text: with --draft-policy always
+ * every drafted token is verified, and the text must equal the plain run's (the random draft is
+ * almost always rejected, so this exercises rejection and rollback on every round). */
+TEST(synth_dspark_draft_greedy_identity) {
+    char cmd[2400], out[8192], ref[8192], m[600], d[600], e[600];
+    snprintf(m, sizeof m, "%s/sds-main.gguf", test_tmpdir());
+    snprintf(d, sizeof d, "%s/sds-draft.gguf", test_tmpdir());
+    snprintf(e, sizeof e, "%s/sds.err", test_tmpdir());
+    snprintf(cmd, sizeof cmd, "%s synth --preset tiny %s --dspark %s --seed 4 2>&1", test_bin(), m, d);
+    int rc = test_run(cmd, out, sizeof out);
+    CHECKF(rc == 0, "rc %d: %s", rc, out);
+    char err[DSF_ERR_LEN] = "";
+    gguf_file *g = gguf_open(d, err);
+    CHECKF(g, "%s", err);
+    if (!g) return;
+    char *arch = NULL;
+    uint32_t blk = 0, stages = 0, mask = 0;
+    int32_t *tl = NULL;
+    uint64_t nt = 0;
+    CHECK(gguf_get_str(g, "general.architecture", &arch, err) == 0 && !strcmp(arch, "dflash"));
+    CHECK(gguf_get_u32(g, "dflash.block_size", &blk, err) == 0 && blk == 5);
+    CHECK(gguf_get_u32(g, "dflash.block_count", &stages, err) == 0 && stages == 3);
+    CHECK(gguf_get_u32(g, "tokenizer.ggml.mask_token_id", &mask, err) == 0 && mask < 1024);
+    CHECK(gguf_get_arr_i32(g, "dflash.target_layers", &tl, &nt, err) == 0 && nt == 3 && tl[0] == 5 &&
+          tl[1] == 6 && tl[2] == 7);
+    CHECKF(g->n_tensors == 78, "%llu tensors", (unsigned long long)g->n_tensors);
+    CHECK(!gguf_find_tensor(g, "token_embd.weight") && !gguf_find_tensor(g, "output.weight") &&
+          gguf_find_tensor(g, "fc.weight") && gguf_find_tensor(g, "conf_proj.weight") &&
+          gguf_find_tensor(g, "blk.2.ffn_gate_exps.weight"));
+    free(arch);
+    free(tl);
+    gguf_close(g);
+    const char *run = "%s run -m %s -p 'Once upon a time' --raw -n 40 --ignore-eos --temp 0 --threads 2 %s 2>%s";
+    snprintf(cmd, sizeof cmd, run, test_bin(), m, "", "/dev/null");
+    CHECK(test_run(cmd, ref, sizeof ref) == 0 && strlen(ref) > 20);
+    char opt[700];
+    snprintf(opt, sizeof opt, "--draft %s --draft-policy always", d);
+    snprintf(cmd, sizeof cmd, run, test_bin(), m, opt, e);
+    rc = test_run(cmd, out, sizeof out);
+    CHECKF(rc == 0 && !strcmp(out, ref), "rc %d; --draft changed the text:\n%s\nvs\n%s", rc, out, ref);
+    snprintf(cmd, sizeof cmd, "cat %s", e);
+    CHECK(test_run(cmd, out, sizeof out) == 0);
+    /* a round per committed token but the first, none of them a plain step */
+    CHECKF(strstr(out, "completion 40 tokens") && strstr(out, "39 rounds, 0 plain steps"), "stderr: %s", out);
+    /* a recipe retypes the draft too and sets its general.file_type (once: a duplicate key is a
+     * writer refusal) to the recipe's, LLAMA_FTYPE_MOSTLY_Q4_K_M = 15 */
+    snprintf(cmd, sizeof cmd, "%s synth --preset tiny %s --dspark %s --recipe Q4_K_M 2>&1", test_bin(), m, d);
+    rc = test_run(cmd, out, sizeof out);
+    CHECKF(rc == 0, "rc %d: %s", rc, out);
+    g = gguf_open(d, err);
+    CHECKF(g && gguf_get_u32(g, "general.file_type", &blk, err) == 0 && blk == 15, "%s", err);
+    gguf_close(g);
 }

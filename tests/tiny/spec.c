@@ -3,10 +3,11 @@
  * plain decoding -- ids, logprobs, text, finish reason and the session's final state -- over
  * 200 tokens, with max_tokens, stop strings and the context limit falling inside blocks;
  * and exact sampling on tinyds at tau = 1: the empirical next-token distribution with a
- * deliberately poor toy drafter matches the target softmax (chi-square, fixed seeds), and the
- * test fails when the accept rule is made wrong (SPEC_RULE_TEST_WRONG).
- * Models: the synth tiny model (always) and ../shared/testdata/tinyds/tinyds.gguf (skipped if
- * absent). The plain runs are the reference: the loop must not change a single token. */
+ * deliberately poor toy drafter, and with the real DSpark draft bound through spec_attach,
+ * matches the target softmax (chi-square, fixed seeds), and the test fails when the accept
+ * rule is made wrong (SPEC_RULE_TEST_WRONG).
+ * Models: the synth tiny model (always) and ../shared/testdata/tinyds/tinyds.gguf with
+ * tinyds-dspark.gguf (skipped if absent). The plain runs are the reference: the loop must not change a single token. */
 #include "test.h"
 #include "helpers.h"
 
@@ -244,9 +245,23 @@ static double chi2(const long *counts, const double *p, int nv, long n, int *df)
     return x;
 }
 
-/* The token after a fixed prompt and anchor, drafted by the toy and verified (tau = 1, a block
- * of 3), n_samples times with seeds 1..n; returns the chi-square against the target. */
-static int sample_after_anchor(test_ctx *t, fixture *f, spec_rule rule, long n_samples, double *x, int *df) {
+/* The toy over the main engine's vocab: the ids 5, 102, 199, 296 -- plausible yet wrong. */
+static dsf_drafter *toy_new(int nv) {
+    toy *d = calloc(1, sizeof *d);
+    d->ops = (dsf_drafter_ops){.propose = toy_propose, .free = toy_free, .block = 3};
+    d->base.ops = &d->ops;
+    d->n_vocab = nv;
+    for (int j = 0; j < 4; j++) d->set[j] = (int32_t)((5 + 97 * j) % nv);
+    return &d->base;
+}
+
+/* The token after a fixed prompt and anchor, drafted by d (owned; NULL: the toy, block 3) and
+ * verified (tau = 1), n_samples times with seeds 1..n; returns the chi-square against the
+ * target. With attach, d is bound to the generator's session through the loop's attach path
+ * (spec_attach, from an empty session), so that every prefill records the target features
+ * and commits them to d, as `run --draft` does. */
+static int sample_after_anchor(test_ctx *t, fixture *f, dsf_drafter *d, bool attach, spec_rule rule, long n_samples,
+                               double *x, int *df) {
     char err[DSF_ERR_LEN] = "";
     int nv = dsf_engine_n_vocab(f->fx.e);
     int32_t prompt[9];
@@ -264,18 +279,15 @@ static int sample_after_anchor(test_ctx *t, fixture *f, spec_rule rule, long n_s
     for (int v = 1; v < nv; v++) mx = lg[v] > mx ? lg[v] : mx;
     for (int v = 0; v < nv; v++) sum += (p[v] = exp((double)lg[v] - mx));
     for (int v = 0; v < nv; v++) p[v] /= sum;
-    /* the toy's ids: the 4 most likely of the target after 5 -- a plausible yet wrong proposal */
-    toy *d = calloc(1, sizeof *d);
-    d->ops = (dsf_drafter_ops){.propose = toy_propose, .free = toy_free, .block = 3};
-    d->base.ops = &d->ops;
-    d->n_vocab = nv;
-    for (int j = 0; j < 4; j++) d->set[j] = (int32_t)((5 + 97 * j) % nv);
+    if (!d) d = toy_new(nv);
     spec_policy pol;
     spec_policy_init(&pol);
     pol.mode = SPEC_POLICY_ALWAYS;
-    spec_seq *sq = spec_seq_new(f->fx.e, &d->base, &pol, err);
-    spec_seq_set_rule(sq, rule);
+    spec_seq *sq = spec_seq_new(f->fx.e, d, &pol, err);
     int rc = -1;
+    if (!sq) goto done;
+    spec_seq_set_rule(sq, rule);
+    if (attach && (dsf_session_rollback(f->fx.s, 0, err) < 0 || spec_attach(f->fx.g, sq, err) < 0)) goto done;
     for (long i = 0; i < n_samples; i++) {
         rec r = {0};
         dsf_gen_params gp;
@@ -297,6 +309,7 @@ static int sample_after_anchor(test_ctx *t, fixture *f, spec_rule rule, long n_s
     rc = 0;
 done:
     if (rc) test_fail(t, __FILE__, __LINE__, "sampling failed: %s", err);
+    if (attach) spec_attach(f->fx.g, NULL, NULL);
     spec_seq_free(sq);
     free(lg);
     free(p);
@@ -313,11 +326,41 @@ TEST(spec_sampling_matches_target_tinyds) {
     CHECKF(fx_open(&f, path, 64) == 0, "cannot open %s", path);
     double x = 0, xw = 0;
     int df = 0, dfw = 0;
-    if (sample_after_anchor(t, &f, SPEC_RULE_EXACT, 1500, &x, &df) == 0 &&
-        sample_after_anchor(t, &f, SPEC_RULE_TEST_WRONG, 1500, &xw, &dfw) == 0) {
+    if (sample_after_anchor(t, &f, NULL, false, SPEC_RULE_EXACT, 1500, &x, &df) == 0 &&
+        sample_after_anchor(t, &f, NULL, false, SPEC_RULE_TEST_WRONG, 1500, &xw, &dfw) == 0) {
         dsf_log(1, "spec sampling: chi2 %.1f (%d df), wrong rule %.1f (%d df)", x, df, xw, dfw);
         CHECKF(df >= 5 && x < chi2_crit(df), "exact rule: chi2 %.1f with %d df (critical %.1f)", x, df, chi2_crit(df));
         CHECKF(xw > chi2_crit(dfw), "wrong rule not detected: chi2 %.1f with %d df", xw, dfw);
+    }
+    test_gen_close(&f.fx);
+}
+
+/* Guards the exactness of speculative sampling with the real DSpark draft (tinyds-dspark.gguf,
+ * bound through spec_attach so that the prefill records the target features and commits the
+ * rings, as `run --draft` does): its proposals q are the draft model's softmax, conditioned on
+ * the rings, the anchor and the Markov term, and the committed token after the anchor must
+ * still follow the main model's softmax at tau = 1; accepting every draft
+ * (SPEC_RULE_TEST_WRONG) makes the distribution q's, which the same statistic must detect. */
+TEST(spec_sampling_matches_target_dspark) {
+    NEED_SHARED(path, "testdata/tinyds/tinyds.gguf");
+    NEED_SHARED(dpath, "testdata/tinyds/tinyds-dspark.gguf");
+    fixture f;
+    CHECKF(fx_open(&f, path, 64) == 0, "cannot open %s", path);
+    char err[DSF_ERR_LEN] = "";
+    double x = 0, xw = 0;
+    int df = 0, dfw = 0;
+    /* one drafter per run (sample_after_anchor owns it), opened as `--draft FILE` opens it */
+    dsf_drafter *d = spec_load_drafter(f.fx.e, dpath, err);
+    CHECKF(d, "%s", err);
+    if (d && sample_after_anchor(t, &f, d, true, SPEC_RULE_EXACT, 1500, &x, &df) == 0) {
+        dsf_drafter *dw = spec_load_drafter(f.fx.e, dpath, err);
+        CHECKF(dw, "%s", err);
+        if (dw && sample_after_anchor(t, &f, dw, true, SPEC_RULE_TEST_WRONG, 1500, &xw, &dfw) == 0) {
+            dsf_log(1, "spec sampling (dspark): chi2 %.1f (%d df), wrong rule %.1f (%d df)", x, df, xw, dfw);
+            CHECKF(df >= 5 && x < chi2_crit(df), "exact rule: chi2 %.1f with %d df (critical %.1f)", x, df,
+                   chi2_crit(df));
+            CHECKF(xw > chi2_crit(dfw), "wrong rule not detected: chi2 %.1f with %d df", xw, dfw);
+        }
     }
     test_gen_close(&f.fx);
 }
