@@ -16,14 +16,18 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char *USAGE =
     "usage: dsflash spec-replay -m MAIN.gguf --draft DRAFT.gguf --scenario CASE.json --out-dir DIR\n"
-    "                           [--plain] [--golden-features] [--threads T]\n"
+    "                           [--numerics reference|plain] [--plain] [--golden-features] [--threads T]\n"
     "  Replays a DSpark golden scenario (rounds of draft -> verify -> accept k -> rollback) and writes\n"
     "  draft.f32, verify.f32, hidden.f32 and replay.json into DIR (which must exist).\n"
-    "  --plain            plain fp32 numerics (default: the reference QDQ contract)\n"
+    "  --numerics N       reference (the QDQ contract, the goldens' \"contract\" mode; default;\n"
+    "                     \"contract\" is accepted as its name too) or plain (fp32, no QDQ)\n"
+    "  --plain            the same as --numerics plain\n"
     "  --golden-features  the draft alone, fed the scenario's target features (hidden.f32)\n";
 
 typedef struct {
@@ -214,6 +218,16 @@ static int replay_run(replay *r, const char *scenario, const char *dir, bool gol
     const int n_rounds = (int)json_array_size(sched);
     if (r->di.block > 64) return dsf_seterr(err, "draft block size %d exceeds 64", r->di.block);
     char path[4096];
+    /* the out dir and its missing parents, as mkdir -p */
+    snprintf(path, sizeof path, "%s", dir);
+    for (char *c = path + 1;; c++)
+        if (*c == '/' || !*c) {
+            char keep = *c;
+            *c = 0;
+            if (mkdir(path, 0777) && errno != EEXIST)
+                return dsf_seterr(err, "cannot create the out dir %s: %s", path, strerror(errno));
+            if (!(*c = keep)) break;
+        }
     snprintf(path, sizeof path, "%s/draft.f32", dir);
     r->fdraft = fopen(path, "wb");
     snprintf(path, sizeof path, "%s/verify.f32", dir);
@@ -250,6 +264,15 @@ static int cmd_spec_replay(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--plain")) plain = true;
+        else if (v && !strcmp(a, "--numerics")) {
+            v = argv[++i];
+            if (!strcmp(v, "plain")) plain = true;
+            else if (!strcmp(v, "reference") || !strcmp(v, "contract")) plain = false;
+            else {
+                fprintf(stderr, "dsflash spec-replay: --numerics must be reference, contract or plain, not '%s'\n", v);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--golden-features")) golden_feats = true;
         else if (v && (!strcmp(a, "-m") || !strcmp(a, "--model"))) model = argv[++i];
         else if (v && !strcmp(a, "--draft")) draft = argv[++i];

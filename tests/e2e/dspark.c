@@ -126,7 +126,7 @@ static double rounds_check(const char *dir, const char *cas, int *bad, int *n_ro
 
 static void check_plain_case(test_ctx *t, const char *cas, const char *draft) {
     char log[4096], msg[256] = "", f[128], f2[128];
-    const char *dir = replay(t, cas, draft, "--plain --threads 2", log, sizeof log);
+    const char *dir = replay(t, cas, draft, "--numerics plain --threads 2", log, sizeof log);
     if (!dir && !test_shared(TDS "tinyds.gguf")) SKIP("needs ../shared/" TDS " (absent)");
     CHECKF(dir, "spec-replay %s failed: %s", cas, log);
     char rel[256];
@@ -238,4 +238,7 @@ TEST(dspark_replay_bad_input) {
     CHECKF(test_run(cmd, log, sizeof log) == 1 && strstr(log, "a DSpark draft is 'dflash'"), "%s", log);
     snprintf(cmd, sizeof cmd, "%s spec-replay -m %s 2>&1", test_bin(), mainm);
     CHECKF(test_run(cmd, log, sizeof log) == 2 && strstr(log, "usage"), "%s", log);
+    snprintf(cmd, sizeof cmd, "%s spec-replay -m %s --draft %s --scenario %s --out-dir %s --numerics fp8 2>&1",
+             test_bin(), mainm, dr, sc, test_tmpdir());
+    CHECKF(test_run(cmd, log, sizeof log) == 2 && strstr(log, "--numerics must be reference, contract or plain"), "%s", log);
 }

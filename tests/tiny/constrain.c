@@ -7,6 +7,7 @@
  * and a constrained generation (thinking first, budget tight) that does not end in a tool
  * call the official strict parser accepts. Expected values: the DSML grammar of spec
  * chat-format.md §3.1 and the strict parser (src/text/dsml.c), not the matcher. */
+#include "helpers.h"
 #include "test.h"
 
 #include <stdlib.h>
@@ -102,15 +103,13 @@ TEST(constrain_tokens) {
 TEST(constrain_generate) {
     NEED_SHARED(path, "testdata/tiny41/tiny41.gguf");
     char err[DSF_ERR_LEN];
-    dsf_engine_params ep;
-    dsf_engine_params_default(&ep);
-    ep.n_threads = 2;
-    dsf_engine *e = dsf_engine_open(path, &ep, err);
-    CHECKF(e, "%s", err);
-    dsf_tokenizer *tok = dsf_tokenizer_load(path, err);
-    dsf_session *s = dsf_session_new(e, 512, err);
-    dsf_gen *gen = dsf_gen_new(e, s, tok, err);
-    CHECKF(tok && s && gen, "%s", err);
+    test_gen_fx fx;
+    if (test_gen_open(&fx, path, 512)) {
+        test_gen_close(&fx);
+        CHECKF(0, "cannot open %s for generation", path);
+    }
+    dsf_tokenizer *tok = fx.tok;
+    dsf_gen *gen = fx.g;
     const char *spec = TOOLS ", \"parallel\": true, \"thinking\": true}";
     dsf_grammar *g = dsf_grammar_new(tok, spec, strlen(spec), err);
     CHECKF(g, "%s", err);
@@ -138,8 +137,5 @@ TEST(constrain_generate) {
     }
     free(p);
     dsf_grammar_free(g);
-    dsf_gen_free(gen);
-    dsf_session_free(s);
-    dsf_tokenizer_free(tok);
-    dsf_engine_close(e);
+    test_gen_close(&fx);
 }
