@@ -389,6 +389,8 @@ static int parse_tensor_info(cursor *c, gguf_file *f, uint64_t i) {
     t->row_bytes = (uint64_t)t->ne[0] / bs * ts;
     if (!dsf_mul_ok(t->row_bytes, rows, &t->nbytes) || t->nbytes > (uint64_t)INT64_MAX)
         return fail(c, "byte size overflows");
+    t->nbytes += dsf_type_extra_bytes(t->type, (uint64_t)t->ne[0], rows); /* < 2^63 / 512 more: no wrap */
+    if (t->nbytes > (uint64_t)INT64_MAX) return fail(c, "byte size overflows");
     if (t->offset % f->alignment)
         return fail(c, "offset %llu is not a multiple of the alignment %llu", (unsigned long long)t->offset,
                     (unsigned long long)f->alignment);

@@ -429,6 +429,11 @@ static const block_fn decoders[GGML_TYPE_COUNT] = {
     [GGML_TYPE_NVFP4] = deq_nvfp4,     [GGML_TYPE_Q1_0] = deq_q1_0,       [GGML_TYPE_Q2_0] = deq_q2_0,
 };
 
+/* dsflash's DSF_TYPE_FP8R264 (dtype.h): 256 e4m3 bytes, then 8 E8M0 scales, one per 32. */
+static void deq_fp8r264(const uint8_t *b, float *y) {
+    for (int j = 0; j < 256; j++) y[j] = e4m3_to_f32(b[j]) * e8m0_to_f32(b[256 + j / 32]);
+}
+
 /* The element types dequant_row converts one value at a time. */
 static bool is_scalar(uint32_t type) {
     switch (type) {
@@ -441,7 +446,7 @@ static bool is_scalar(uint32_t type) {
 }
 
 bool ggml_type_supported(uint32_t type) {
-    return is_scalar(type) || (type < GGML_TYPE_COUNT && decoders[type] != NULL);
+    return is_scalar(type) || type == DSF_TYPE_FP8R264 || (type < GGML_TYPE_COUNT && decoders[type] != NULL);
 }
 
 void dequant_row(uint32_t type, const void *src, float *dst, int64_t n) {
@@ -465,7 +470,7 @@ void dequant_row(uint32_t type, const void *src, float *dst, int64_t n) {
     default: break;
     }
     DSF_ASSERT(ggml_type_supported(type)); /* callers check first */
-    block_fn fn = decoders[type];
+    block_fn fn = type == DSF_TYPE_FP8R264 ? deq_fp8r264 : decoders[type];
     int64_t bs = ggml_blck_size(type), sz = ggml_type_size(type);
     for (int64_t i = 0; i < n / bs; i++) fn(p + i * sz, dst + i * bs);
 }

@@ -23,4 +23,14 @@ enum ggml_type {
     GGML_TYPE_Q1_0 = 41, GGML_TYPE_Q2_0 = 42, GGML_TYPE_COUNT = 43
 };
 
+/* dsflash's native types (docs/FORMAT.md), outside ggml's id range (a u32 in the file): a file
+ * that uses them carries the key dsflash.native_version, and llama.cpp refuses it.
+ * DSF_TYPE_FP8B32: a dense FP8 matrix as the checkpoint stores it: rows*ne0 e4m3 bytes, then the
+ *   32x32 E8M0 scale grid, ceil(rows/32) * ceil(ne0/32) bytes (quant.h dsf_type_extra_bytes).
+ * DSF_TYPE_FP8R264: a block of 256 values in 264 bytes: 256 e4m3 bytes, then 8 E8M0 scales
+ *   (scale j covers values 32j..32j+31): the Engram table's row (architecture.md §3.2). */
+#define DSF_TYPE_FP8B32 1024u
+#define DSF_TYPE_FP8R264 1025u
+#define DSF_NATIVE_VERSION 1u
+
 #endif

@@ -17,13 +17,16 @@
 #include "kernels/dtype.h"
 
 /* A weight matrix [n_out rows][n_in] in a ggml block type, rows contiguous; or in
- * DSF_TYPE_MXFP4R (kernels/mxfp4r.h). */
+ * DSF_TYPE_MXFP4R (kernels/mxfp4r.h); or in DSF_TYPE_FP8B32 (dtype.h: row r's e4m3 bytes at
+ * data + r * row_bytes, row_bytes = n_in; the 32x32 E8M0 grid at scales, row block r/32's
+ * ceil(n_in/32) bytes at scales + (r/32) * ceil(n_in/32)). */
 typedef struct {
     uint32_t type;        /* enum ggml_type, or DSF_TYPE_MXFP4R */
     int64_t n_in, n_out;
     uint64_t row_bytes;
     const uint8_t *data;
-    const uint8_t *scales; /* DSF_TYPE_MXFP4R only: row r's scale bytes at scales + r * row_bytes / 16 */
+    const uint8_t *scales; /* DSF_TYPE_MXFP4R: row r's scale bytes at scales + r * row_bytes / 16;
+                            * DSF_TYPE_FP8B32: the scale grid (above) */
 } dsf_wmat;
 
 /* Row r of any supported weight type as fp32 (n_in values). */

@@ -12,6 +12,12 @@
 #include <string.h>
 
 void wmat_dequant_row(const dsf_wmat *w, int64_t r, float *out) {
+    if (w->type == DSF_TYPE_FP8B32) { /* e4m3 x the row block's E8M0 (dtype.h): exact in fp32 */
+        const uint8_t *q = w->data + (uint64_t)r * w->row_bytes;
+        const uint8_t *sc = w->scales + (uint64_t)(r / 32) * (uint64_t)((w->n_in + 31) / 32);
+        for (int64_t i = 0; i < w->n_in; i++) out[i] = e4m3_to_f32(q[i]) * e8m0_to_f32(sc[i / 32]);
+        return;
+    }
     if (w->type != DSF_TYPE_MXFP4R) {
         dequant_row(w->type, w->data + (uint64_t)r * w->row_bytes, out, w->n_in);
         return;

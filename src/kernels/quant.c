@@ -177,11 +177,27 @@ static const type_info types[GGML_TYPE_COUNT] = {
     [GGML_TYPE_Q2_0] = {"Q2_0", 64, 18},
 };
 
-uint32_t ggml_blck_size(uint32_t type) { return type < GGML_TYPE_COUNT ? types[type].blck : 0; }
-uint32_t ggml_type_size(uint32_t type) { return type < GGML_TYPE_COUNT ? types[type].size : 0; }
+/* dsflash's native types (dtype.h): FP8B32's rows are its e4m3 bytes (the grid is extra). */
+static const type_info native_types[2] = {{"FP8_B32", 1, 1}, {"FP8_R264", 256, 264}};
+
+static const type_info *type_of(uint32_t type) {
+    if (type < GGML_TYPE_COUNT) return &types[type];
+    if (type == DSF_TYPE_FP8B32 || type == DSF_TYPE_FP8R264) return &native_types[type - DSF_TYPE_FP8B32];
+    return NULL;
+}
+
+uint32_t ggml_blck_size(uint32_t type) { return type_of(type) ? type_of(type)->blck : 0; }
+uint32_t ggml_type_size(uint32_t type) { return type_of(type) ? type_of(type)->size : 0; }
 
 const char *ggml_type_name(uint32_t type) {
-    return type < GGML_TYPE_COUNT && types[type].name ? types[type].name : "?";
+    return type_of(type) && type_of(type)->name ? type_of(type)->name : "?";
+}
+
+bool dsf_type_native(uint32_t type) { return type == DSF_TYPE_FP8B32 || type == DSF_TYPE_FP8R264; }
+
+uint64_t dsf_type_extra_bytes(uint32_t type, uint64_t ne0, uint64_t rows) {
+    if (type != DSF_TYPE_FP8B32) return 0;
+    return ((rows + 31) / 32) * ((ne0 + 31) / 32); /* ne0, rows < 2^63: no overflow */
 }
 
 /* ================================================================ QDQ (§3.3) */

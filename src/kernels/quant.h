@@ -23,12 +23,20 @@ uint8_t f32_to_e2m1(float f);         /* clamp to +-6, nearest, ties to the even
 float pow2ceil_f32(float t);          /* 2^ceil(log2 t) via IEEE bits, t > 0 (§3.3) */
 
 /* ---- ggml block types ---- */
-/* Elements and bytes per block; 0 for an unknown/retired id. */
+/* Elements and bytes per block; 0 for an unknown/retired id. dsflash's native types (dtype.h)
+ * answer too: FP8_R264 256 / 264, FP8_B32 1 / 1 (its rows; the scale grid is extra). */
 uint32_t ggml_blck_size(uint32_t type);
 uint32_t ggml_type_size(uint32_t type);
 const char *ggml_type_name(uint32_t type); /* "?" if unknown */
+/* True for dsflash's native types (DSF_TYPE_FP8B32, DSF_TYPE_FP8R264). */
+bool dsf_type_native(uint32_t type);
+/* Bytes a tensor holds beyond its rows (rows x ne0 elements at the block size): the scale grid of
+ * DSF_TYPE_FP8B32, ceil(rows/32) * ceil(ne0/32); 0 for every other type. */
+uint64_t dsf_type_extra_bytes(uint32_t type, uint64_t ne0, uint64_t rows);
 /* True if dequant_row() supports the type: every ggml type of the block table (all the types
- * of ggml 0.25.1's GGUF files) and the F64/I* element types. dequant.c implements both. */
+ * of ggml 0.25.1's GGUF files), the F64/I* element types and DSF_TYPE_FP8R264. dequant.c
+ * implements both. DSF_TYPE_FP8B32 is not a row type (its scales are shared by 32 rows):
+ * matmul.h's wmat_dequant_row reads it. */
 bool ggml_type_supported(uint32_t type);
 /* Dequantizes n elements (n a multiple of the block size) of a row of the given type, bit for bit
  * as ggml 0.25.1's to_float (-0.0 and subnormals included). */
