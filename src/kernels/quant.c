@@ -297,6 +297,31 @@ void unpack_fp4_e4m3(float *y, const uint8_t *nib, const uint8_t *scales, int64_
     }
 }
 
+/* What the QDQ operators can store for finite input (hostile-input checks of snapshots):
+ * QDQ_FP8's scale 2^E lies in [2^-22, 2^120] (the 1e-4 floor / 448 and FLT_MAX / 448 rounded
+ * up), E8M0 bytes [105, 247], and its codes are never NaN (it saturates); QDQ_FP4_E8M0's
+ * scale lies in [2^-126, 2^126], bytes [1, 253]; QDQ_FP4_E4M3's scale is a positive finite
+ * e4m3 of at least 2^-9: bytes [0x01, 0x7E]. Every e2m1 code is valid. */
+bool packed_fp8_valid(const uint8_t *codes, const uint8_t *scales, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if ((codes[i] & 0x7F) == 0x7F) return false;
+    for (int64_t g = 0; g < n / 32; g++)
+        if (scales[g] < 105 || scales[g] > 247) return false;
+    return true;
+}
+
+bool packed_fp4_valid(const uint8_t *scales, int64_t n) {
+    for (int64_t g = 0; g < n / 32; g++)
+        if (scales[g] < 1 || scales[g] > 253) return false;
+    return true;
+}
+
+bool packed_fp4_e4m3_valid(const uint8_t *scales, int64_t n) {
+    for (int64_t g = 0; g < n / 16; g++)
+        if (scales[g] < 0x01 || scales[g] > 0x7E) return false;
+    return true;
+}
+
 /* ================================================================ MXFP4 repack (§3.2) */
 
 void mxfp4_repack_row(const uint8_t *packed, const uint8_t *scales, int64_t n_in, uint8_t *dst) {

@@ -63,6 +63,11 @@ void qdq_fp4_e4m3_pack(const float *x, int64_t n, uint8_t *nib, uint8_t *scales)
 void unpack_fp8_e8m0(float *y, const uint8_t *codes, const uint8_t *scales, int64_t n);
 void unpack_fp4_e8m0(float *y, const uint8_t *nib, const uint8_t *scales, int64_t n);
 void unpack_fp4_e4m3(float *y, const uint8_t *nib, const uint8_t *scales, int64_t n);
+/* Whether packed bytes are something the matching *_pack stores for finite input (no NaN
+ * code, scales in the QDQ's range): snapshots are hostile input. */
+bool packed_fp8_valid(const uint8_t *codes, const uint8_t *scales, int64_t n);
+bool packed_fp4_valid(const uint8_t *scales, int64_t n);
+bool packed_fp4_e4m3_valid(const uint8_t *scales, int64_t n);
 
 /* MXFP4 nibble placement (§3.2): checkpoint row bytes (pairs 2c, 2c+1) + E8M0 scales ->
  * GGUF block_mxfp4 blocks (pairs j, j+16). n_in a multiple of 32. dst holds n_in/32*17 bytes. */

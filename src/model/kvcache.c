@@ -17,6 +17,7 @@
  * every 4 KiB miss is a nested page walk (docs/perf-log.md, item 10). Zeroed here, like
  * calloc. */
 #define KDEC_BYTES ((size_t)16 << 20) /* attn.c's decoded keys: 12 tokens of the released shape */
+#define KDEC_TOK 16
 #define HUGE_MIN ((size_t)1 << 20)
 #define HUGE_PAGE ((size_t)2 << 20)
 static void *take(size_t n, size_t *bytes, int *fail) {
@@ -201,9 +202,11 @@ int scratch_init(dsf_scratch *sc, const dsf_shape *s, int64_t T, int64_t max_ctx
     TAKE(tjrow, t * sizeof(int64_t));
     TAKE(tjkv, t * sizeof(dsf_kvstate *));
     if (packed) {
-        /* the decoded keys of kdec_tok tokens: about KDEC_BYTES, at least one token's */
+        /* the decoded keys of kdec_tok tokens: at most KDEC_BYTES and KDEC_TOK tokens (enough
+         * work items per group), at least one token's */
         const size_t per_tok = (wrows + K) * dh * F;
         size_t kt = KDEC_BYTES / (per_tok ? per_tok : 1);
+        if (kt > KDEC_TOK) kt = KDEC_TOK;
         if (kt < 1) kt = 1;
         if (kt > t) kt = t;
         sc->kdec_tok = (int64_t)kt;

@@ -11,6 +11,7 @@
 #include "dsflash.h"
 #include "model/session.h"
 #include "model/snapshot.h"
+#include "kernels/quant.h"
 #include "base/util.h"
 
 #include <string.h>
@@ -73,6 +74,31 @@ static uint64_t rows_bytes(const dsf_shape *sh, const dsf_kvstate *kv, int64_t n
         if (sh->ratio[il] > 1 && n % sh->ratio[il]) b += (uint64_t)(2 * sh->head_dim) * sizeof(float);
     }
     return b;
+}
+
+/* Packed rows (after the token ids at p) that no QDQ of finite values stores: the first one
+ * named in err, -1; 0 when all are valid. */
+static int check_packed(const dsf_shape *sh, const dsf_kvstate *kv, const uint8_t *p, int64_t n, char *err) {
+    const int64_t dh = sh->head_dim, id = sh->idx_dim, nw = n < sh->window ? n : sh->window;
+    for (int64_t il = 0; il < sh->n_layer; il++)
+        for (int64_t k = 0; k < nw; k++, p += kv->wrow)
+            if (!packed_fp8_valid(p, p + dh, dh))
+                return dsf_seterr(err, "snapshot window row %lld of layer %lld holds a NaN code or a scale out of "
+                                       "range (not a QDQ_FP8 row)", (long long)(n - nw + k), (long long)il);
+    for (int64_t il = 0; il < sh->n_layer; il++) {
+        if (sh->kv_src[il] != il) continue;
+        const int64_t rows = n / sh->ratio[il];
+        for (int64_t j = 0; j < rows; j++, p += kv->crow)
+            if (!packed_fp4_e4m3_valid(p + dh / 2, dh))
+                return dsf_seterr(err, "snapshot compressed row %lld of layer %lld has a scale out of range",
+                                  (long long)j, (long long)il);
+        for (int64_t j = 0; j < rows; j++, p += kv->irow)
+            if (!packed_fp4_valid(p + id / 2, id))
+                return dsf_seterr(err, "snapshot index key %lld of layer %lld has a scale out of range", (long long)j,
+                                  (long long)il);
+        if (sh->ratio[il] > 1 && n % sh->ratio[il]) p += 2 * dh * (int64_t)sizeof(float);
+    }
+    return 0;
 }
 
 int dsf_session_save(const dsf_session *s, uint8_t **out, size_t *len, char *err) {
@@ -160,6 +186,7 @@ int dsf_session_restore(dsf_session *s, const uint8_t *data, size_t len, char *e
         memcpy(&tk, data + sizeof h + (size_t)i * sizeof tk, sizeof tk);
         if (tk < 0 || tk >= sh->n_vocab) return dsf_seterr(err, "snapshot holds an invalid token id %d", tk);
     }
+    if (s->kv.packed && check_packed(sh, &s->kv, data + sizeof h + (size_t)n * sizeof(int32_t), n, err) < 0) return -1;
     rdr r = {data + sizeof h, len - 8 - sizeof h};
     int bad = take_bytes(&r, s->kv.tokens, (size_t)n * sizeof(int32_t));
     for (int64_t il = 0; il < sh->n_layer && !bad; il++)

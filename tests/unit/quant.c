@@ -280,6 +280,18 @@ TEST(quant_pack_matches_qdq) {
                 }
             }
             const int d = pack_vs_qdq(x, N, qdq[op], pack[op], unpack[op]);
+            /* what a QDQ stores for finite groups passes the snapshot check; NaN codes do not */
+            for (int g = 0; g < N / G; g++) {
+                int finite = 1;
+                for (int i = 0; i < G; i++) finite &= isfinite(x[g * G + i]) != 0;
+                if (!finite) continue;
+                uint8_t c[32], sc[2];
+                pack[op](x + g * G, G, c, sc);
+                const bool ok = op == 0 ? packed_fp8_valid(c, sc, G) : op == 1 ? packed_fp4_valid(sc, G)
+                                                                          : packed_fp4_e4m3_valid(sc, G);
+                CHECKF(ok, "op %d: the pack of a finite group (scale byte %u) fails the validity check", op, sc[0]);
+                if (!ok) return;
+            }
             CHECKF(d < 0, "op %d rep %d: element %d (input %a) differs from the QDQ", op, rep, d, d < 0 ? 0.0 : (double)x[d]);
             if (d >= 0) return;
         }
@@ -308,6 +320,18 @@ TEST(quant_pack_bytes) {
     CHECKF(sc[0] == 0x29, "fp4/e4m3 scale byte %02x (want 0.28125 -> 0x29)", sc[0]);
     /* out[0..3] = 0.5, -0.5, 1, -1.5 times the scale: codes 1, 9, 2, 0xB */
     CHECKF(c[0] == 0x91 && c[1] == 0xB2, "fp4/e4m3 nibbles %02x %02x", c[0], c[1]);
+    /* the validity checks refuse NaN codes and scales no QDQ stores */
+    memset(c, 0x38, 32);
+    sc[0] = 120;
+    CHECK(packed_fp8_valid(c, sc, 32));
+    c[5] = 0xFF;
+    CHECK(!packed_fp8_valid(c, sc, 32));
+    c[5] = 0x38, sc[0] = 255;
+    CHECK(!packed_fp8_valid(c, sc, 32) && !packed_fp4_valid(sc, 32));
+    sc[0] = 0x7F;
+    CHECK(!packed_fp4_e4m3_valid(sc, 16));
+    sc[0] = 0x80 | 0x29; /* a negative scale */
+    CHECK(!packed_fp4_e4m3_valid(sc, 16));
 }
 
 /* ---------------------------------------------------------------- block types */
