@@ -58,9 +58,17 @@ static int plan(const char *path, double ram_gib, long long ctx) {
     printf("== decode ==\n");
     printf("  resident (streamed every token): %.3f GiB\n", (double)p.resident / GIB);
     printf("  read by row (page cache, a row per token and Engram head): %.3f GiB\n", (double)p.by_row / GIB);
-    printf("  KV state: %.0f bytes per token of context; %.3f GiB for %lld tokens (chunk %d)\n", p.kv_per_token,
-           (double)p.kv_bytes / GIB, ctx, PLAN_CHUNK);
-    const double need = (double)(p.resident + p.kv_bytes) / GIB;
+    for (int m = 0; m < 2; m++) {
+        const uint64_t wrow = p.kv_window[m] / (uint64_t)(p.n_layer * p.window);
+        printf("  KV state, %s numerics (%s rows): %.0f bytes per token of context (compressed rows and index keys, "
+               "+4 B token id); window %lld x %lld x %llu B = %.2f MB (the rings: %.3f GiB); %.3f GiB for %lld tokens "
+               "(chunk %d)\n",
+               m == DSF_NUMERICS_REFERENCE ? "reference" : "plain", p.kv_packed[m] ? "packed" : "fp32",
+               p.kv_rows_per_token[m], (long long)p.n_layer, (long long)p.window, (unsigned long long)wrow,
+               (double)p.kv_window[m] / 1e6, (double)p.kv_ring[m] / GIB, (double)p.kv_bytes[m] / GIB, ctx, PLAN_CHUNK);
+    }
+    /* the default numerics (reference) */
+    const double need = (double)(p.resident + p.kv_bytes[DSF_NUMERICS_REFERENCE]) / GIB;
     const char *src = "given";
     if (ram_gib <= 0) {
         ram_gib = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE) / GIB;

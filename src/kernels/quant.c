@@ -1,6 +1,6 @@
 /* quant.c: element codecs (bf16, f16, e4m3fn, e8m0, e2m1), the ggml block-type table, the
- * reference QDQ operators and the MXFP4 nibble repack (gguf-layout.md §1.4-1.5,
- * architecture.md §3). The block decoders (dequant_row) live in dequant.c.
+ * reference QDQ operators, their packed twins (codes + scales) and the MXFP4 nibble repack
+ * (gguf-layout.md §1.4-1.5, architecture.md §3, §5.1). The block decoders (dequant_row) live in dequant.c.
  *
  * Owns: pure functions on arrays. No allocation, no I/O, no global state except constant
  * tables. Every conversion is done on IEEE bits with integer arithmetic, so the results
@@ -239,6 +239,103 @@ void qdq_fp4_e4m3(float *x, int64_t n) {
         float s = e4m3_to_f32(f32_to_e4m3(fmaxf(group_amax(v, 16), floor_) / 6.0f));
         for (int i = 0; i < 16; i++) v[i] = e2m1_to_f32(f32_to_e2m1(clampf(v[i] / s, 6.0f))) * s;
     }
+}
+
+/* ================================================================ packed QDQ (§5.1, §5.5) */
+
+/* The E8M0 byte of a QDQ scale s = 2^E (normal or subnormal fp32); 255 (NaN) for s = inf,
+ * which only a group holding an infinity produces (the QDQ then outputs NaNs, and so does
+ * the decode). */
+static uint8_t e8m0_of_pow2(float s) {
+    uint32_t u = f2u(s) & 0x7FFFFFFFu, ef = u >> 23;
+    if (ef == 0xFF) return 255;
+    if (ef) return (uint8_t)ef;
+    /* subnormal 2^E, E = top - 149; the byte E + 127 is >= 0 only down to 2^-127 */
+    int b = (31 - __builtin_clz(u | 1u)) - 149 + 127;
+    return (uint8_t)(b > 0 ? b : 0);
+}
+
+void qdq_fp8_e8m0_pack(const float *x, int64_t n, uint8_t *codes, uint8_t *scales) {
+    const float inv448 = 1.0f / 448.0f;
+    for (int64_t g = 0; g + 32 <= n; g += 32) {
+        const float *v = x + g;
+        float s = pow2ceil_f32(fmaxf(group_amax(v, 32), 1e-4f) * inv448); /* qdq_fp8_e8m0's scale */
+        scales[g / 32] = e8m0_of_pow2(s);
+        for (int i = 0; i < 32; i++) codes[g + i] = f32_to_e4m3(clampf(v[i] / s, 448.0f));
+    }
+}
+
+void unpack_fp8_e8m0(float *y, const uint8_t *codes, const uint8_t *scales, int64_t n) {
+    for (int64_t g = 0; g + 32 <= n; g += 32) {
+        const float s = e8m0_to_f32(scales[g / 32]);
+        for (int i = 0; i < 32; i++) y[g + i] = e4m3_to_f32(codes[g + i]) * s;
+    }
+}
+
+/* The FP4 QDQ's codes of a group of n values at scale s, two per byte (2c low, 2c+1 high). */
+static void e2m1_codes(const float *v, int n, float s, uint8_t *nib) {
+    for (int i = 0; i < n; i += 2)
+        nib[i / 2] = (uint8_t)(f32_to_e2m1(clampf(v[i] / s, 6.0f)) | f32_to_e2m1(clampf(v[i + 1] / s, 6.0f)) << 4);
+}
+
+void qdq_fp4_e8m0_pack(const float *x, int64_t n, uint8_t *nib, uint8_t *scales) {
+    const float inv6 = 1.0f / 6.0f, floor_ = 6.0f * 0x1p-126f;
+    for (int64_t g = 0; g + 32 <= n; g += 32) {
+        const float *v = x + g;
+        float s = pow2ceil_f32(fmaxf(group_amax(v, 32), floor_) * inv6); /* qdq_fp4_e8m0's scale */
+        scales[g / 32] = e8m0_of_pow2(s);
+        e2m1_codes(v, 32, s, nib + g / 2);
+    }
+}
+
+void unpack_fp4_e8m0(float *y, const uint8_t *nib, const uint8_t *scales, int64_t n) {
+    for (int64_t g = 0; g + 32 <= n; g += 32) {
+        const float s = e8m0_to_f32(scales[g / 32]);
+        for (int i = 0; i < 32; i++) y[g + i] = e2m1_to_f32((uint8_t)(nib[(g + i) / 2] >> (4 * (i & 1)))) * s;
+    }
+}
+
+void qdq_fp4_e4m3_pack(const float *x, int64_t n, uint8_t *nib, uint8_t *scales) {
+    const float floor_ = 6.0f * 0x1p-9f;
+    for (int64_t g = 0; g + 16 <= n; g += 16) {
+        const float *v = x + g;
+        uint8_t sb = f32_to_e4m3(fmaxf(group_amax(v, 16), floor_) / 6.0f); /* qdq_fp4_e4m3's scale */
+        float s = e4m3_to_f32(sb);
+        scales[g / 16] = sb;
+        e2m1_codes(v, 16, s, nib + g / 2);
+    }
+}
+
+void unpack_fp4_e4m3(float *y, const uint8_t *nib, const uint8_t *scales, int64_t n) {
+    for (int64_t g = 0; g + 16 <= n; g += 16) {
+        const float s = e4m3_to_f32(scales[g / 16]);
+        for (int i = 0; i < 16; i++) y[g + i] = e2m1_to_f32((uint8_t)(nib[(g + i) / 2] >> (4 * (i & 1)))) * s;
+    }
+}
+
+/* What the QDQ operators can store for finite input (hostile-input checks of snapshots):
+ * QDQ_FP8's scale 2^E lies in [2^-22, 2^120] (the 1e-4 floor / 448 and FLT_MAX / 448 rounded
+ * up), E8M0 bytes [105, 247], and its codes are never NaN (it saturates); QDQ_FP4_E8M0's
+ * scale lies in [2^-126, 2^126], bytes [1, 253]; QDQ_FP4_E4M3's scale is a positive finite
+ * e4m3 of at least 2^-9: bytes [0x01, 0x7E]. Every e2m1 code is valid. */
+bool packed_fp8_valid(const uint8_t *codes, const uint8_t *scales, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if ((codes[i] & 0x7F) == 0x7F) return false;
+    for (int64_t g = 0; g < n / 32; g++)
+        if (scales[g] < 105 || scales[g] > 247) return false;
+    return true;
+}
+
+bool packed_fp4_valid(const uint8_t *scales, int64_t n) {
+    for (int64_t g = 0; g < n / 32; g++)
+        if (scales[g] < 1 || scales[g] > 253) return false;
+    return true;
+}
+
+bool packed_fp4_e4m3_valid(const uint8_t *scales, int64_t n) {
+    for (int64_t g = 0; g < n / 16; g++)
+        if (scales[g] < 0x01 || scales[g] > 0x7E) return false;
+    return true;
 }
 
 /* ================================================================ MXFP4 repack (§3.2) */

@@ -55,6 +55,28 @@ void qdq_fp8_e8m0(float *x, int64_t n);   /* QDQ_FP8: groups of 32, pow2 scale *
 void qdq_fp4_e8m0(float *x, int64_t n);   /* QDQ_FP4_E8M0: groups of 32 */
 void qdq_fp4_e4m3(float *x, int64_t n);   /* QDQ_FP4_E4M3: groups of 16, e4m3 scale */
 
+/* ---- packed QDQ (architecture.md §5.1, §5.5: the KV state's storage formats) ----
+ * Each *_pack computes exactly what the QDQ operator above computes (the same scale, the same
+ * codes) and stores the codes and the scales instead of the products; the matching unpack_*
+ * multiplies them back with the QDQ's own operation, so unpack(pack(x)) == qdq(x) bit for
+ * bit (-0.0, subnormal results and the saturated clamp included; NaNs stay NaNs). n must be
+ * a multiple of the group size. FP4 codes: element 2c in the low nibble of byte c, 2c+1 in
+ * the high nibble; sign in bit 3 (so -0.0 keeps its sign).
+ *   fp8_e8m0: codes[n] e4m3, scales[n/32] E8M0 (2^(b-127));
+ *   fp4_e8m0: nib[n/2] e2m1, scales[n/32] E8M0;
+ *   fp4_e4m3: nib[n/2] e2m1, scales[n/16] e4m3. */
+void qdq_fp8_e8m0_pack(const float *x, int64_t n, uint8_t *codes, uint8_t *scales);
+void qdq_fp4_e8m0_pack(const float *x, int64_t n, uint8_t *nib, uint8_t *scales);
+void qdq_fp4_e4m3_pack(const float *x, int64_t n, uint8_t *nib, uint8_t *scales);
+void unpack_fp8_e8m0(float *y, const uint8_t *codes, const uint8_t *scales, int64_t n);
+void unpack_fp4_e8m0(float *y, const uint8_t *nib, const uint8_t *scales, int64_t n);
+void unpack_fp4_e4m3(float *y, const uint8_t *nib, const uint8_t *scales, int64_t n);
+/* Whether packed bytes are something the matching *_pack stores for finite input (no NaN
+ * code, scales in the QDQ's range): snapshots are hostile input. */
+bool packed_fp8_valid(const uint8_t *codes, const uint8_t *scales, int64_t n);
+bool packed_fp4_valid(const uint8_t *scales, int64_t n);
+bool packed_fp4_e4m3_valid(const uint8_t *scales, int64_t n);
+
 /* MXFP4 nibble placement (§3.2): checkpoint row bytes (pairs 2c, 2c+1) + E8M0 scales ->
  * GGUF block_mxfp4 blocks (pairs j, j+16). n_in a multiple of 32. dst holds n_in/32*17 bytes. */
 void mxfp4_repack_row(const uint8_t *packed, const uint8_t *scales, int64_t n_in, uint8_t *dst);

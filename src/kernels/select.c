@@ -225,6 +225,18 @@ void ka_qdq_fp4_e4m3(const dsf_akernels *k, float *x, int64_t n) {
     (k && k->qdq_fp4_e4m3 ? k->qdq_fp4_e4m3 : qdq_fp4_e4m3)(x, n);
 }
 
+void ka_unpack_fp8(const dsf_akernels *k, float *y, const uint8_t *codes, const uint8_t *scales, int64_t n) {
+    (k && k->unpack_fp8 ? k->unpack_fp8 : unpack_fp8_e8m0)(y, codes, scales, n);
+}
+
+void ka_unpack_fp4(const dsf_akernels *k, float *y, const uint8_t *codes, const uint8_t *scales, int64_t n) {
+    (k && k->unpack_fp4 ? k->unpack_fp4 : unpack_fp4_e8m0)(y, codes, scales, n);
+}
+
+void ka_unpack_fp4_e4m3(const dsf_akernels *k, float *y, const uint8_t *codes, const uint8_t *scales, int64_t n) {
+    (k && k->unpack_fp4_e4m3 ? k->unpack_fp4_e4m3 : unpack_fp4_e4m3)(y, codes, scales, n);
+}
+
 void ka_rmsnorm(const dsf_akernels *k, float *y, const float *x, const float *w, int64_t n, float eps) {
     (void)k; /* op_rmsnorm rounds exactly as the reference does; no faster order is allowed */
     op_rmsnorm(y, x, w, n, eps);

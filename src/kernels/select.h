@@ -66,6 +66,9 @@ void ka_add(const dsf_akernels *k, float *a, const float *y, int64_t n);
 void ka_qdq_fp8(const dsf_akernels *k, float *x, int64_t n);
 void ka_qdq_fp4(const dsf_akernels *k, float *x, int64_t n);
 void ka_qdq_fp4_e4m3(const dsf_akernels *k, float *x, int64_t n);
+void ka_unpack_fp8(const dsf_akernels *k, float *y, const uint8_t *codes, const uint8_t *scales, int64_t n);
+void ka_unpack_fp4(const dsf_akernels *k, float *y, const uint8_t *codes, const uint8_t *scales, int64_t n);
+void ka_unpack_fp4_e4m3(const dsf_akernels *k, float *y, const uint8_t *codes, const uint8_t *scales, int64_t n);
 /* y = w * x * rsqrt(sumsq(x)/n + eps) with op_rmsnorm's roundings (w may be NULL; y may alias x). */
 void ka_rmsnorm(const dsf_akernels *k, float *y, const float *x, const float *w, int64_t n, float eps);
 

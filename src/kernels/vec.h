@@ -14,6 +14,7 @@
  * Numerics of the fast entries against their twins (checked by tests/unit/kernels_attn.c):
  *   - hc_collapse, hc_expand, add, rope: bit-identical (same operations in the same order,
  *     products and sums rounded separately, never fused);
+ *   - unpack_*: bit-identical (the same product of element and scale);
  *   - sumsq: double accumulation in another order (differences ~1e-16 relative);
  *   - attn, index, swiglu: fp32 sums in another order, fused multiply-adds, and a vector
  *     exp within 2 ulp of expf (see vec_avx512.c); relative differences ~1e-6. */
@@ -60,6 +61,11 @@ typedef void (*add_fn)(float *a, const float *y, int64_t n);
  * tail of n % 32 is left alone. Fast versions are bit-identical to the twin. */
 typedef void (*qdq_fn)(float *x, int64_t n);
 
+/* Decoders of the packed KV formats (quant.h unpack_*: the twins): y[0..n) from the codes and
+ * the scales; n a multiple of the group size (32, 32, 16). Fast versions are bit-identical to
+ * the twins (each value is the twin's one product of the element and the scale). */
+typedef void (*unpack_fn)(float *y, const uint8_t *codes, const uint8_t *scales, int64_t n);
+
 typedef struct {
     const char *name; /* "ref", "avx2", "avx512" (the matmul table's name) */
     attn_fn attn;
@@ -72,6 +78,9 @@ typedef struct {
     qdq_fn qdq_fp8;
     qdq_fn qdq_fp4;      /* QDQ_FP4_E8M0 (index queries and keys) */
     qdq_fn qdq_fp4_e4m3; /* QDQ_FP4_E4M3 (compressed KV rows): groups of 16, e4m3 scale */
+    unpack_fn unpack_fp8;      /* packed window rows: e4m3 codes, E8M0 per 32 */
+    unpack_fn unpack_fp4;      /* packed index keys: e2m1 nibbles, E8M0 per 32 */
+    unpack_fn unpack_fp4_e4m3; /* packed compressed rows: e2m1 nibbles, e4m3 per 16 */
 } dsf_akernels;
 
 extern const dsf_akernels akernels_ref;

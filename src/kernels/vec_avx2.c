@@ -368,6 +368,53 @@ static void qdq_fp8_avx2(float *x, int64_t n) {
     }
 }
 
+/* ---- packed KV decoders (quant.h unpack_*), 8 lanes: vec_avx512.c has the reasoning --- */
+
+/* 8 e4m3 codes -> their values, bit for bit e4m3_to_f32 (0x7F / 0xFF: NaN). */
+AI __m256 e4m3x8(const uint8_t *p) {
+    const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    const __m256i mag = _mm256_and_si256(c, _mm256_set1_epi32(0x7F));
+    __m256i bits = _mm256_or_si256(_mm256_slli_epi32(mag, 20), _mm256_slli_epi32(_mm256_andnot_si256(mag, c), 24));
+    __m256 v = _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_set1_ps(0x1p120f));
+    __m256 nan = _mm256_castsi256_ps(_mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7F)));
+    return _mm256_blendv_ps(v, _mm256_set1_ps(NAN), nan);
+}
+
+static void unpack_fp8_avx2(float *y, const uint8_t *codes, const uint8_t *scales, int64_t n) {
+    for (int64_t g = 0; g + 32 <= n; g += 32) {
+        const __m256 s = _mm256_set1_ps(e8m0_to_f32(scales[g / 32]));
+        for (int h = 0; h < 4; h++) _mm256_storeu_ps(y + g + 8 * h, _mm256_mul_ps(e4m3x8(codes + g + 8 * h), s));
+    }
+}
+
+/* 8 e2m1 codes from 4 bytes (element 2c in the low nibble of byte c) -> their values: the
+ * magnitude by an 8-entry table (vpermps reads the low 3 bits), the sign bit 3 to bit 31. */
+AI __m256 e2m1x8(const uint8_t *nib) {
+    uint32_t u;
+    memcpy(&u, nib, 4);
+    const __m128i w = _mm_cvtepu8_epi16(_mm_cvtsi32_si128((int)u));
+    const __m128i t = _mm_or_si128(_mm_and_si128(w, _mm_set1_epi16(0x0F)),
+                                   _mm_and_si128(_mm_slli_epi16(w, 4), _mm_set1_epi16(0x0F00)));
+    const __m256i c = _mm256_cvtepu8_epi32(t);
+    const __m256 lut = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
+    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(8)), 28);
+    return _mm256_or_ps(_mm256_permutevar8x32_ps(lut, c), _mm256_castsi256_ps(sign));
+}
+
+static void unpack_fp4_avx2(float *y, const uint8_t *nib, const uint8_t *scales, int64_t n) {
+    for (int64_t g = 0; g + 32 <= n; g += 32) {
+        const __m256 s = _mm256_set1_ps(e8m0_to_f32(scales[g / 32]));
+        for (int h = 0; h < 4; h++) _mm256_storeu_ps(y + g + 8 * h, _mm256_mul_ps(e2m1x8(nib + (g + 8 * h) / 2), s));
+    }
+}
+
+static void unpack_fp4_e4m3_avx2(float *y, const uint8_t *nib, const uint8_t *scales, int64_t n) {
+    for (int64_t g = 0; g + 16 <= n; g += 16) {
+        const __m256 s = _mm256_set1_ps(e4m3_to_f32(scales[g / 16]));
+        for (int h = 0; h < 2; h++) _mm256_storeu_ps(y + g + 8 * h, _mm256_mul_ps(e2m1x8(nib + (g + 8 * h) / 2), s));
+    }
+}
+
 const dsf_akernels akernels_avx2 = {
     .name = "avx2",
     .attn = attn_avx2,
@@ -378,4 +425,7 @@ const dsf_akernels akernels_avx2 = {
     .swiglu = swiglu_avx2,
     .add = add_avx2,
     .qdq_fp8 = qdq_fp8_avx2,
+    .unpack_fp8 = unpack_fp8_avx2,
+    .unpack_fp4 = unpack_fp4_avx2,
+    .unpack_fp4_e4m3 = unpack_fp4_e4m3_avx2,
 };

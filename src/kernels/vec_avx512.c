@@ -453,6 +453,53 @@ static void qdq_fp4_e4m3_avx512(float *x, int64_t n) {
     }
 }
 
+/* ---- packed KV decoders (quant.h unpack_*) ---------------------------------------------- */
+
+/* 16 e4m3 codes -> their values, bit for bit e4m3_to_f32: the code's 7 magnitude bits placed
+ * at fp32 bit 20 are the value times 2^-120 (a normal exponent e becomes e + 0 - 127 + 7, a
+ * subnormal code becomes an fp32 subnormal of the same mantissa), so one exact multiply by
+ * 2^120 gives the value; the sign goes to bit 31; 0x7F / 0xFF become NaN. */
+AI __m512 e4m3x16(__m128i b) {
+    const __m512i c = _mm512_cvtepu8_epi32(b);
+    const __m512i mag = _mm512_and_si512(c, _mm512_set1_epi32(0x7F));
+    __m512i bits = _mm512_or_si512(_mm512_slli_epi32(mag, 20), _mm512_slli_epi32(_mm512_andnot_si512(mag, c), 24));
+    __m512 v = _mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(0x1p120f));
+    return _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7F)), _mm512_set1_ps(NAN));
+}
+
+static void unpack_fp8_avx512(float *y, const uint8_t *codes, const uint8_t *scales, int64_t n) {
+    for (int64_t g = 0; g + 32 <= n; g += 32) {
+        const __m512 s = _mm512_set1_ps(e8m0_to_f32(scales[g / 32]));
+        for (int h = 0; h < 2; h++)
+            _mm512_storeu_ps(y + g + 16 * h,
+                             _mm512_mul_ps(e4m3x16(_mm_loadu_si128((const __m128i *)(codes + g + 16 * h))), s));
+    }
+}
+
+/* 16 e2m1 codes from 8 bytes (element 2c in the low nibble of byte c) -> their values, by a
+ * 16-entry table (e2m1_to_f32 of each code, -0.0 for code 8). */
+AI __m512 e2m1x16(const uint8_t *nib) {
+    const __m128i w = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)nib));
+    /* byte 2c = low nibble, byte 2c+1 = high nibble of source byte c */
+    const __m128i t = _mm_or_si128(_mm_and_si128(w, _mm_set1_epi16(0x0F)),
+                                   _mm_and_si128(_mm_slli_epi16(w, 4), _mm_set1_epi16(0x0F00)));
+    const __m512 lut = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f,
+                                      -2.0f, -3.0f, -4.0f, -6.0f);
+    return _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(t), lut);
+}
+
+static void unpack_fp4_avx512(float *y, const uint8_t *nib, const uint8_t *scales, int64_t n) {
+    for (int64_t g = 0; g + 32 <= n; g += 32) {
+        const __m512 s = _mm512_set1_ps(e8m0_to_f32(scales[g / 32]));
+        for (int h = 0; h < 2; h++) _mm512_storeu_ps(y + g + 16 * h, _mm512_mul_ps(e2m1x16(nib + (g + 16 * h) / 2), s));
+    }
+}
+
+static void unpack_fp4_e4m3_avx512(float *y, const uint8_t *nib, const uint8_t *scales, int64_t n) {
+    for (int64_t g = 0; g + 16 <= n; g += 16)
+        _mm512_storeu_ps(y + g, _mm512_mul_ps(e2m1x16(nib + g / 2), _mm512_set1_ps(e4m3_to_f32(scales[g / 16]))));
+}
+
 const dsf_akernels akernels_avx512 = {
     .name = "avx512",
     .attn = attn_avx512,
@@ -465,4 +512,7 @@ const dsf_akernels akernels_avx512 = {
     .qdq_fp8 = qdq_fp8_avx512,
     .qdq_fp4 = qdq_fp4_avx512,
     .qdq_fp4_e4m3 = qdq_fp4_e4m3_avx512,
+    .unpack_fp8 = unpack_fp8_avx512,
+    .unpack_fp4 = unpack_fp4_avx512,
+    .unpack_fp4_e4m3 = unpack_fp4_e4m3_avx512,
 };

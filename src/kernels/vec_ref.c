@@ -112,6 +112,9 @@ const dsf_akernels akernels_ref = {
     .qdq_fp8 = qdq_fp8_e8m0,
     .qdq_fp4 = qdq_fp4_e8m0,
     .qdq_fp4_e4m3 = qdq_fp4_e4m3,
+    .unpack_fp8 = unpack_fp8_e8m0,
+    .unpack_fp4 = unpack_fp4_e8m0,
+    .unpack_fp4_e4m3 = unpack_fp4_e4m3,
 };
 
 /* ---- RoPE with a per-position table ----------------------------------------------------- */

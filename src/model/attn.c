@@ -9,6 +9,7 @@
 #include "kernels/vec.h"
 #include "kernels/select.h"
 #include "kernels/ops.h"
+#include "kernels/quant.h"
 #include "base/util.h"
 
 #include <math.h>
@@ -54,6 +55,7 @@ typedef struct {
     const dsf_akernels *k;
     int64_t il;
     float scale;
+    int64_t t0, tn; /* the core's tokens [t0, t0 + tn) */
 } core_job;
 
 /* Per token: the q LoRA norm. */
@@ -79,25 +81,82 @@ static void qkv_range(void *ctx, int64_t t0, int64_t t1, int tid) {
     for (int64_t t = t0; t < t1; t++) {
         const int64_t p = f->tpos[t];
         rope_rows(f, q_tok(f, t) + dh - nrot, H, dh, t, 0);
-        float *kv = kv_win(f->tkv[t], j->il, p, dh);
+        const dsf_kvstate *tk = f->tkv[t];
+        uint8_t *row = kv_win(tk, j->il, p);
+        /* a packed row is built in the product's scratch row, then packed */
+        float *kv = tk->packed ? sc->kvw + t * dh : (float *)row;
         ka_rmsnorm(j->k, kv, sc->kvw + t * dh, L->kv_norm, dh, sh->eps);
         rope_rows(f, kv + dh - nrot, 1, dh, t, 0);
-        if (f->ref) ka_qdq_fp8(j->k, kv, dh); /* all dims, RoPE tail included (spec §4.4.2) */
+        /* all dims, RoPE tail included (spec §4.4.2); packed: the same QDQ, stored as codes */
+        if (tk->packed) qdq_fp8_e8m0_pack(kv, dh, row, row + dh);
+        else if (f->ref) ka_qdq_fp8(j->k, kv, dh);
     }
+}
+
+/* Key k of query t (the order of query_keys): packed state, its decoded row in the scratch
+ * (decode_keys); fp32, the row itself. */
+static const float *key_row(const fwd *f, int64_t il, int64_t t, int64_t k, int64_t w0, int64_t nw) {
+    const dsf_kvstate *tk = f->tkv[t];
+    const dsf_scratch *sc = f->sc;
+    if (tk->packed) return sc->kdec + (sc->koff[t] + k) * f->sh->head_dim;
+    if (k < nw) return (const float *)kv_win(tk, il, w0 + k);
+    return (const float *)kv_ckv(tk, f->sh->kv_src[il], sc->sel[t * sc->ksel + k - nw]);
+}
+
+/* Query t's window rows [w0, w0 + nw) and selected compressed rows (ns). */
+static void key_range(const fwd *f, int64_t il, int64_t t, int64_t *w0, int64_t *nw, int64_t *ns) {
+    const int64_t W = f->sh->window, p = f->tpos[t];
+    *w0 = p - W + 1 > 0 ? p - W + 1 : 0;
+    *nw = p - *w0 + 1;
+    *ns = f->sh->ratio[il] > 0 ? f->sc->n_sel[t] : 0;
+}
+
+/* ---- packed keys: decoded per token into the scratch ----------------------------------- */
+
+typedef struct {
+    const fwd *f;
+    const dsf_akernels *k;
+} kdec_job;
+
+static void kdec_range(void *ctx, int64_t r0, int64_t r1, int tid) {
+    (void)tid;
+    const kdec_job *j = ctx;
+    const dsf_scratch *sc = j->f->sc;
+    const int64_t dh = j->f->sh->head_dim;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *p = sc->kptr[r];
+        if (sc->kfmt[r] == 0) ka_unpack_fp8(j->k, sc->kdec + r * dh, p, p + dh, dh);
+        else ka_unpack_fp4_e4m3(j->k, sc->kdec + r * dh, p, p + dh / 2, dh);
+    }
+}
+
+/* The keys of tokens [t0, t1) decoded into sc->kdec (at most kdec_tok tokens): token t's
+ * from row koff[t], in query_keys' order. Decoding is exact, so the core sees the values an
+ * fp32 state holds. */
+static void decode_keys(const fwd *f, const dsf_akernels *k, int64_t il, int64_t t0, int64_t t1) {
+    dsf_scratch *sc = f->sc;
+    const int64_t src = f->sh->kv_src[il];
+    int64_t rows = 0;
+    for (int64_t t = t0; t < t1; t++) {
+        const dsf_kvstate *tk = f->tkv[t];
+        int64_t w0, nw, ns;
+        key_range(f, il, t, &w0, &nw, &ns);
+        DSF_ASSERT(rows + nw + ns <= sc->kdec_rows);
+        sc->koff[t] = rows;
+        for (int64_t i = 0; i < nw; i++, rows++) sc->kptr[rows] = kv_win(tk, il, w0 + i), sc->kfmt[rows] = 0;
+        for (int64_t i = 0; i < ns; i++, rows++)
+            sc->kptr[rows] = kv_ckv(tk, src, sc->sel[t * sc->ksel + i]), sc->kfmt[rows] = 1;
+    }
+    kdec_job j = {f, k};
+    dsf_parallel_for_guided(f->e->pool, rows, 32, kdec_range, &j);
 }
 
 /* The keys query t sees, in the joint softmax's order: its window rows w0..p, then the
  * selected compressed rows. Returns their count (<= window + idx_topk). */
 static int64_t query_keys(const fwd *f, int64_t il, int64_t t, const float **keys) {
-    const dsf_shape *sh = f->sh;
-    const dsf_kvstate *tk = f->tkv[t];
-    const int64_t dh = sh->head_dim, W = sh->window, r = sh->ratio[il];
-    const int64_t p = f->tpos[t], w0 = p - W + 1 > 0 ? p - W + 1 : 0;
-    const int64_t nw = p - w0 + 1, ns = r > 0 ? f->sc->n_sel[t] : 0;
-    const float *ckv = r > 0 ? tk->ckv[sh->kv_src[il]] : NULL;
-    const int32_t *sel = f->sc->sel + t * f->sc->ksel;
-    for (int64_t k = 0; k < nw; k++) keys[k] = kv_win(tk, il, w0 + k, dh);
-    for (int64_t k = 0; k < ns; k++) keys[nw + k] = ckv + (int64_t)sel[k] * dh;
+    int64_t w0, nw, ns;
+    key_range(f, il, t, &w0, &nw, &ns);
+    for (int64_t k = 0; k < nw + ns; k++) keys[k] = key_row(f, il, t, k, w0, nw);
     return nw + ns;
 }
 
@@ -110,12 +169,12 @@ static void core_range(void *ctx, int64_t i0, int64_t i1, int tid) {
     const fwd *f = j->f;
     const dsf_shape *sh = f->sh;
     dsf_scratch *sc = f->sc;
-    const int64_t T = f->T, H = sh->n_head, dh = sh->head_dim, nrot = sh->n_rot;
+    const int64_t T = j->tn, H = sh->n_head, dh = sh->head_dim, nrot = sh->n_rot;
     const float *sinks = f->w->layers[j->il].attn_sinks;
     const float *keys[ATT_MAX_KEYS];
     float att[ATT_HEADS * ATT_MAX_KEYS];
     for (int64_t i = i0; i < i1; i++) {
-        const int64_t t = i % T, h = i / T * ATT_HEADS, n = H - h < ATT_HEADS ? H - h : ATT_HEADS;
+        const int64_t t = j->t0 + i % T, h = i / T * ATT_HEADS, n = H - h < ATT_HEADS ? H - h : ATT_HEADS;
         const int64_t nk = query_keys(f, j->il, t, keys);
         /* one joint softmax over window + selected rows; the sink is a raw logit in the
          * denominator only (kernels/vec.h) */
@@ -131,16 +190,15 @@ static void core_token_scalar(const fwd *f, int64_t il, int64_t t, float scale) 
     const dsf_shape *sh = f->sh;
     const dsf_layer *L = &f->w->layers[il];
     dsf_scratch *sc = f->sc;
-    const int64_t H = sh->n_head, dh = sh->head_dim, nrot = sh->n_rot, W = sh->window, r = sh->ratio[il];
-    const dsf_kvstate *tk = f->tkv[t];
-    const float *ckv = r > 0 ? f->tkv[t]->ckv[sh->kv_src[il]] : NULL;
-    const int64_t p = f->tpos[t], w0 = p - W + 1 > 0 ? p - W + 1 : 0;
-    const int64_t nw = p - w0 + 1, ns = r > 0 ? sc->n_sel[t] : 0, nk = nw + ns;
+    const int64_t H = sh->n_head, dh = sh->head_dim, nrot = sh->n_rot, p = f->tpos[t];
+    int64_t w0, nw, ns;
+    key_range(f, il, t, &w0, &nw, &ns);
+    const int64_t nk = nw + ns;
     for (int64_t h = 0; h < H; h++) {
         const float *q = q_tok(f, t) + h * dh;
         float m = L->attn_sinks[h];
         for (int64_t k = 0; k < nk; k++) {
-            const float *key = k < nw ? kv_win(tk, il, w0 + k, dh) : ckv + (int64_t)sc->sel[t * sc->ksel + k - nw] * dh;
+            const float *key = key_row(f, il, t, k, w0, nw);
             float d = 0.0f;
             for (int64_t x = 0; x < dh; x++) d += q[x] * key[x];
             sc->att[k] = d * scale;
@@ -151,7 +209,7 @@ static void core_token_scalar(const fwd *f, int64_t il, int64_t t, float scale) 
         float *o = sc->o + (t * H + h) * dh;
         memset(o, 0, (size_t)dh * sizeof(float));
         for (int64_t k = 0; k < nk; k++) {
-            const float *key = k < nw ? kv_win(tk, il, w0 + k, dh) : ckv + (int64_t)sc->sel[t * sc->ksel + k - nw] * dh;
+            const float *key = key_row(f, il, t, k, w0, nw);
             float pk = expf(sc->att[k] - m);
             den += pk;
             for (int64_t x = 0; x < dh; x++) o[x] += pk * key[x];
@@ -192,7 +250,7 @@ void attn_forward(const fwd *f, int64_t il, const float *u, float *out) {
         float *y2[2] = {sc->qa, sc->kvw};
         fwd_mm_act_multi(f, 2, w2, x2, y2);
     } else fwd_mm_act(f, &L->wq_a, uq, T, sc->qa, ql);
-    core_job cj = {f, akernels_get(), il, (float)(1.0 / sqrt((double)dh))};
+    core_job cj = {f, akernels_get(), il, (float)(1.0 / sqrt((double)dh)), 0, T};
     dsf_parallel_for_guided(f->e->pool, T, 16384 / ql + 1, qnorm_range, &cj);
     const float *qrq = fwd_act(f, sc->qr, T, ql, sc->qrq);
     fwd_mm_act(f, &L->wq_b, qrq, T, sc->q, q_stride(sh));
@@ -202,12 +260,20 @@ void attn_forward(const fwd *f, int64_t il, const float *u, float *out) {
         if (sh->kv_src[il] == il) compressor_forward(f, il, u);
         if (sh->topk_src[il] == il) indexer_forward(f, il, u);
     }
-    if (W + sc->ksel <= ATT_MAX_KEYS) {
-        /* items: head groups x tokens; >= ~64K multiply-adds per chunk */
-        int64_t grain = 65536 / (ATT_HEADS * dh * (W + (r > 0 ? sc->ksel : 0))) + 1;
-        dsf_parallel_for_guided(f->e->pool, (H + ATT_HEADS - 1) / ATT_HEADS * T, grain, core_range, &cj);
-    } else {
-        for (int64_t t = 0; t < T; t++) core_token_scalar(f, il, t, cj.scale);
+    /* packed state (the batch's sessions all store alike, session.c): the core runs on
+     * groups of kdec_tok tokens whose keys are decoded first */
+    const int64_t tstep = f->tkv[0]->packed ? sc->kdec_tok : T;
+    for (int64_t t0 = 0; t0 < T; t0 += tstep) {
+        const int64_t t1 = T - t0 < tstep ? T : t0 + tstep;
+        if (f->tkv[0]->packed) decode_keys(f, cj.k, il, t0, t1);
+        cj.t0 = t0, cj.tn = t1 - t0;
+        if (W + sc->ksel <= ATT_MAX_KEYS) {
+            /* items: head groups x tokens; >= ~64K multiply-adds per chunk */
+            int64_t grain = 65536 / (ATT_HEADS * dh * (W + (r > 0 ? sc->ksel : 0))) + 1;
+            dsf_parallel_for_guided(f->e->pool, (H + ATT_HEADS - 1) / ATT_HEADS * cj.tn, grain, core_range, &cj);
+        } else {
+            for (int64_t t = t0; t < t1; t++) core_token_scalar(f, il, t, cj.scale);
+        }
     }
     /* grouped wo_a (a BF16 product in the reference: no activation quant), then wo_b */
     const int64_t og = sh->o_groups, olr = sh->o_lora, gin = H * dh / og;

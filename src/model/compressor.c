@@ -2,7 +2,7 @@
  * ratio 1, norm(wkv . u); ratio 2, the per-channel softmax over each group of two tokens'
  * gate scores, then the norm. Each completed row is emitted with its index key (norm, RoPE at
  * the row's position with freq_compress, FP4 QDQ in reference numerics) to its sequence's
- * compressed cache.
+ * compressed cache (packed there when the sequence stores packed rows, session.h).
  * Must not: read the attention's RoPE tables (a row rotates at its own position, not a
  * token's); write any row but the ones the chunk completes.
  * Invariant: a group that a forward leaves incomplete carries its first token's (a, g) in
@@ -12,6 +12,7 @@
 #include "kernels/select.h"
 #include "kernels/vec.h"
 #include "kernels/ops.h"
+#include "kernels/quant.h"
 #include "base/util.h"
 
 #include <math.h>
@@ -36,14 +37,19 @@ static void emit_range(void *ctx, int64_t k0, int64_t k1, int tid) {
     for (int64_t k = k0; k < k1; k++) {
         const int64_t j = sc->tjrow[k];
         dsf_kvstate *kv = sc->tjkv[k];
-        float *ik = kv->ik[il] + j * id;
+        /* a packed row is built in its scratch row (ikt, lat: read by nothing after this),
+         * then packed with the same QDQ (quant.h *_pack) */
+        uint8_t *irow = kv_ik(kv, il, j), *crow = kv_ckv(kv, il, j);
+        float *ik = kv->packed ? sc->ikt + k * id : (float *)irow;
         op_rmsnorm(ik, sc->ikt + k * id, L->idx_k_norm, id, sh->eps);
         op_rope(ik + id - nrot, nrot, freq, j * r, 0);
-        if (f->ref) ka_qdq_fp4(ak, ik, id);
-        float *c = kv->ckv[il] + j * dh;
-        memcpy(c, sc->lat + k * dh, (size_t)dh * sizeof(float));
+        if (kv->packed) qdq_fp4_e8m0_pack(ik, id, irow, irow + id / 2);
+        else if (f->ref) ka_qdq_fp4(ak, ik, id);
+        float *c = kv->packed ? sc->lat + k * dh : (float *)crow;
+        if (!kv->packed) memcpy(c, sc->lat + k * dh, (size_t)dh * sizeof(float));
         op_rope(c + dh - nrot, nrot, freq, j * r, 0);
-        if (f->ref) ka_qdq_fp4_e4m3(ak, c, dh);
+        if (kv->packed) qdq_fp4_e4m3_pack(c, dh, crow, crow + dh / 2);
+        else if (f->ref) ka_qdq_fp4_e4m3(ak, c, dh);
     }
 }
 

@@ -76,7 +76,7 @@ dsf_dspark_seq *dspark_seq_new(dsf_dspark *d, char *err) {
     dsf_dspark_seq *q = dsf_xcalloc(1, sizeof *q);
     q->d = d;
     size_t bytes = 0;
-    if (scratch_init(&q->sc, sh, T, W + B, &bytes) < 0) {
+    if (scratch_init(&q->sc, sh, T, W + B, 0, &bytes) < 0) { /* the draft's rings are fp32 */
         free(q);
         dsf_seterr(err, "out of memory allocating the draft's scratch");
         return NULL;

@@ -2,7 +2,8 @@
  * the index queries and head weights (skipped when every visible row is selected anyway), the
  * scores over the compressed index keys, the top-k selection, and on the candidate source
  * layer the two-level candidate blocks that restrict the layers after it.
- * Must not: write the KV caches (it reads the index keys compressor.c emitted).
+ * Must not: write the KV caches (it reads the index keys compressor.c emitted, decoding packed
+ * ones exactly).
  * Invariant: every query selects exactly the rows it would select in decode (§5.2); scores
  * are written per row by exactly one range of a job. */
 #include "model/attn.h"
@@ -18,16 +19,42 @@
 typedef struct {
     const dsf_akernels *k;
     float *scores;
-    const float *q, *w, *ik;
-    int64_t ih, id;
+    const float *q, *w;
+    const dsf_kvstate *kv; /* the index keys: kv_ik(kv, src, j) */
+    int64_t src, ih, id;
     const uint8_t *cmask;
     int64_t B;
 } index_job;
 
+/* Packed keys: the rows of [j0, j1) inside the candidates, decoded (exactly) in blocks on
+ * the stack and scored as fp32 rows; a row's score does not depend on its block or its
+ * place in it (vec.h: rows are independent), so it equals the fp32 state's. */
+static void index_packed(const index_job *j, int64_t j0, int64_t j1) {
+    float buf[KV_IDX_DEC], tmp[KV_IDX_DEC / 32];
+    int64_t rows[KV_IDX_DEC / 32];
+    const int64_t id = j->id, nb = KV_IDX_DEC / id; /* id <= KV_IDX_DEC (kv_init), a multiple of 32 */
+    for (int64_t r = j0; r < j1;) {
+        int64_t m = 0;
+        for (; r < j1 && m < nb; r++) {
+            if (j->cmask && !j->cmask[r / j->B]) {
+                j->scores[r] = -INFINITY;
+                continue;
+            }
+            const uint8_t *p = kv_ik(j->kv, j->src, r);
+            ka_unpack_fp4(j->k, buf + m * id, p, p + id / 2, id);
+            rows[m++] = r;
+        }
+        if (!m) continue;
+        ka_index(j->k, tmp, j->q, j->w, buf, 0, m, j->ih, id, NULL, 1);
+        for (int64_t i = 0; i < m; i++) j->scores[rows[i]] = tmp[i];
+    }
+}
+
 static void index_range(void *ctx, int64_t j0, int64_t j1, int tid) {
     (void)tid;
     const index_job *j = ctx;
-    ka_index(j->k, j->scores, j->q, j->w, j->ik, j0, j1, j->ih, j->id, j->cmask, j->B);
+    if (j->kv->packed) index_packed(j, j0, j1);
+    else ka_index(j->k, j->scores, j->q, j->w, (const float *)j->kv->ik[j->src], j0, j1, j->ih, j->id, j->cmask, j->B);
 }
 
 /* Per token: RoPE on the index queries, their FP4 QDQ (reference), the head weights' scale. */
@@ -78,7 +105,6 @@ void indexer_forward(const fwd *f, int64_t il, const float *u) {
         dsf_parallel_for_guided(f->e->pool, T, 1, iprep_range, &pj);
     }
     for (int64_t t = 0; t < T; t++) {
-        const float *ik = f->tkv[t]->ik[src];
         const int64_t p = f->tpos[t], C = (p + 1) / r;
         int32_t *sel = sc->sel + t * K;
         if (C == 0) {
@@ -106,7 +132,7 @@ void indexer_forward(const fwd *f, int64_t il, const float *u) {
             }
         }
         /* scores[j] = sum_h w_h relu(q_h . ik_j), -inf outside the candidates; rows threaded */
-        index_job ij = {akernels_get(), sc->scores, sc->iq + t * ih * id, sc->iw + t * ih, ik, ih, id,
+        index_job ij = {akernels_get(), sc->scores, sc->iq + t * ih * id, sc->iw + t * ih, f->tkv[t], src, ih, id,
                         restricted ? sc->cmask : NULL, B ? B : 1};
         int64_t grain = 65536 / (ih * id) + 1; /* >= ~64K multiply-adds per chunk */
         dsf_parallel_for_guided(f->e->pool, C, grain, index_range, &ij);

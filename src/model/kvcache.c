@@ -1,7 +1,8 @@
 /* kvcache.c: allocation of the per-sequence state and of the chunk scratch (session.h).
  *
  * Owns: the sizes of every session array, from the shape, max_ctx and max_chunk, and the
- * bytes they take (reported through *bytes).
+ * bytes they take (reported through *bytes); the row storage (packed in reference numerics,
+ * spec §5.1, or fp32) and its row sizes.
  * Must not: compute anything, or leave a half-built state (a failed allocation frees all).
  * Invariant: everything is sized up front; the token loop never allocates. */
 #include "model/session.h"
@@ -15,6 +16,8 @@
  * them after each layer's weight stream has evicted its TLB entries, and under a hypervisor
  * every 4 KiB miss is a nested page walk (docs/perf-log.md, item 10). Zeroed here, like
  * calloc. */
+#define KDEC_BYTES ((size_t)16 << 20) /* attn.c's decoded keys: 12 tokens of the released shape */
+#define KDEC_TOK 16
 #define HUGE_MIN ((size_t)1 << 20)
 #define HUGE_PAGE ((size_t)2 << 20)
 static void *take(size_t n, size_t *bytes, int *fail) {
@@ -35,9 +38,33 @@ static void *take(size_t n, size_t *bytes, int *fail) {
     return p;
 }
 
-int kv_init(dsf_kvstate *kv, const dsf_shape *s, int64_t max_ctx, int64_t max_chunk, size_t *bytes, char *err) {
+int kv_pack_default(int ref) {
+    const char *k = dsf_knob("DSF_KV_PACK");
+    return ref && !(k && atoi(k) == 0);
+}
+
+int kv_row_bytes(const dsf_shape *s, int packed, int64_t *wrow, int64_t *crow, int64_t *irow) {
+    const int64_t dh = s->head_dim, id = s->idx_dim; /* multiples of 32 (shape.c) */
+    /* the indexer decodes packed keys in blocks on the stack (indexer.c): keys wider than a
+     * block stay fp32 */
+    packed = packed && id <= KV_IDX_DEC;
+    if (packed) { /* spec §5.1: e4m3 + E8M0 per 32; e2m1 + e4m3 per 16; e2m1 + E8M0 per 32 */
+        *wrow = dh + dh / 32;
+        *crow = dh / 2 + dh / 16;
+        *irow = id / 2 + id / 32;
+    } else {
+        *wrow = dh * (int64_t)sizeof(float);
+        *crow = dh * (int64_t)sizeof(float);
+        *irow = id * (int64_t)sizeof(float);
+    }
+    return packed;
+}
+
+int kv_init(dsf_kvstate *kv, const dsf_shape *s, int64_t max_ctx, int64_t max_chunk, int packed, size_t *bytes,
+            char *err) {
     memset(kv, 0, sizeof *kv);
     kv->max_ctx = max_ctx;
+    kv->packed = kv_row_bytes(s, packed, &kv->wrow, &kv->crow, &kv->irow);
     int64_t margin = DSF_ROLLBACK_MARGIN;
     const char *km = dsf_knob("DSF_ROLLBACK_MARGIN"); /* tests shrink the ring to exercise it */
     if (km && atoll(km) >= 0) margin = atoll(km);
@@ -46,16 +73,16 @@ int kv_init(dsf_kvstate *kv, const dsf_shape *s, int64_t max_ctx, int64_t max_ch
     int fail = 0;
     const size_t L = (size_t)s->n_layer, F = sizeof(float);
     kv->tokens = take((size_t)max_ctx * sizeof(int32_t), bytes, &fail);
-    kv->win = dsf_xcalloc(L, sizeof(float *));
-    kv->ckv = dsf_xcalloc(L, sizeof(float *));
-    kv->ik = dsf_xcalloc(L, sizeof(float *));
+    kv->win = dsf_xcalloc(L, sizeof(uint8_t *));
+    kv->ckv = dsf_xcalloc(L, sizeof(uint8_t *));
+    kv->ik = dsf_xcalloc(L, sizeof(uint8_t *));
     kv->carry = dsf_xcalloc(L, sizeof(float *));
     for (int64_t il = 0; il < s->n_layer; il++) {
-        kv->win[il] = take((size_t)kv->wslots * (size_t)s->head_dim * F, bytes, &fail);
+        kv->win[il] = take((size_t)kv->wslots * (size_t)kv->wrow, bytes, &fail);
         if (s->kv_src[il] == il) {
             size_t rows = (size_t)(max_ctx / s->ratio[il]) + 1;
-            kv->ckv[il] = take(rows * (size_t)s->head_dim * F, bytes, &fail);
-            kv->ik[il] = take(rows * (size_t)s->idx_dim * F, bytes, &fail);
+            kv->ckv[il] = take(rows * (size_t)kv->crow, bytes, &fail);
+            kv->ik[il] = take(rows * (size_t)kv->irow, bytes, &fail);
             kv->carry[il] = take(2 * (size_t)s->head_dim * F, bytes, &fail);
         }
     }
@@ -84,7 +111,7 @@ void kv_free(dsf_kvstate *kv, const dsf_shape *s) {
     memset(kv, 0, sizeof *kv);
 }
 
-int scratch_init(dsf_scratch *sc, const dsf_shape *s, int64_t T, int64_t max_ctx, size_t *bytes) {
+int scratch_init(dsf_scratch *sc, const dsf_shape *s, int64_t T, int64_t max_ctx, int packed, size_t *bytes) {
     memset(sc, 0, sizeof *sc);
     sc->max_chunk = T;
     int fail = 0;
@@ -174,6 +201,21 @@ int scratch_init(dsf_scratch *sc, const dsf_shape *s, int64_t T, int64_t max_ctx
     TAKE(tpos, t * sizeof(int64_t));
     TAKE(tjrow, t * sizeof(int64_t));
     TAKE(tjkv, t * sizeof(dsf_kvstate *));
+    if (packed) {
+        /* the decoded keys of kdec_tok tokens: at most KDEC_BYTES and KDEC_TOK tokens (enough
+         * work items per group), at least one token's */
+        const size_t per_tok = (wrows + K) * dh * F;
+        size_t kt = KDEC_BYTES / (per_tok ? per_tok : 1);
+        if (kt > KDEC_TOK) kt = KDEC_TOK;
+        if (kt < 1) kt = 1;
+        if (kt > t) kt = t;
+        sc->kdec_tok = (int64_t)kt;
+        sc->kdec_rows = (int64_t)(kt * (wrows + K));
+        TAKE(kdec, (size_t)sc->kdec_rows * dh * F);
+        TAKE(kptr, (size_t)sc->kdec_rows * sizeof(uint8_t *));
+        TAKE(kfmt, (size_t)sc->kdec_rows);
+        TAKE(koff, t * sizeof(int64_t));
+    }
 #undef TAKE
     if (fail) {
         scratch_free(sc);
@@ -188,7 +230,8 @@ void scratch_free(dsf_scratch *sc) {
                  sc->cg, sc->lat, sc->ikt, sc->iq, sc->iw, sc->scores, sc->blk, sc->sel, sc->n_sel, sc->cand,
                  sc->n_cand, sc->heap, sc->cmask, sc->att, sc->rcs, sc->keys, sc->rlog, sc->esel, sc->ewt, sc->etok,
                  sc->ewtok, sc->ex, sc->exq, sc->eg, sc->eu, sc->ey, sc->acc, sc->rows, sc->prow, sc->emiss, sc->erow, sc->ekv,
-                 sc->fin, sc->xb, sc->tkv, sc->tpos, sc->tjrow, sc->tjkv};
+                 sc->fin, sc->xb, sc->tkv, sc->tpos, sc->tjrow, sc->tjkv, sc->kdec, (void *)sc->kptr, sc->kfmt,
+                 sc->koff};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
     memset(sc, 0, sizeof *sc);
 }

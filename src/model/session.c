@@ -29,9 +29,12 @@ dsf_session *dsf_session_new(dsf_engine *e, int max_ctx, char *err) {
     if (sh->n_ctx_train > 0 && max_ctx > sh->n_ctx_train)
         dsf_log(2, "dsflash: context %d exceeds the model's context_length %lld", max_ctx, (long long)sh->n_ctx_train);
     /* Refuse up front what would not fit in memory (STYLE: compute session memory first). */
-    double per_tok = 4.0 + (double)sh->n_layer * (double)sh->head_dim * 4.0;
+    const int packed = kv_pack_default(e->numerics == DSF_NUMERICS_REFERENCE);
+    int64_t wrow, crow, irow;
+    kv_row_bytes(sh, packed, &wrow, &crow, &irow);
+    double per_tok = 4.0 + (double)sh->n_layer * (double)wrow;
     for (int64_t il = 0; il < sh->n_layer; il++)
-        if (sh->kv_src[il] == il) per_tok += (double)(sh->head_dim + sh->idx_dim) * 4.0 / (double)sh->ratio[il];
+        if (sh->kv_src[il] == il) per_tok += (double)(crow + irow) / (double)sh->ratio[il];
     double need = per_tok * (double)max_ctx;
     double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     if (ram > 0 && need > 0.8 * ram) {
@@ -45,11 +48,11 @@ dsf_session *dsf_session_new(dsf_engine *e, int max_ctx, char *err) {
     const char *kc = dsf_knob("DSF_CHUNK");
     if (kc && atoi(kc) > 0) chunk = atoi(kc);
     if (chunk > max_ctx) chunk = max_ctx;
-    if (kv_init(&s->kv, &e->shape, max_ctx, chunk, &s->bytes, err) < 0) {
+    if (kv_init(&s->kv, &e->shape, max_ctx, chunk, packed, &s->bytes, err) < 0) {
         free(s);
         return NULL;
     }
-    if (scratch_init(&s->sc, &e->shape, chunk, max_ctx, &s->bytes) < 0) {
+    if (scratch_init(&s->sc, &e->shape, chunk, max_ctx, s->kv.packed, &s->bytes) < 0) {
         kv_free(&s->kv, &e->shape);
         free(s);
         dsf_seterr(err, "out of memory allocating the forward scratch");
@@ -128,6 +131,8 @@ int dsf_batch_eval(dsf_session **ss, const int32_t *tokens, int n, float *logits
         if (tokens[i] < 0 || tokens[i] >= V)
             return dsf_seterr(err, "token %d at index %d is outside the vocabulary (0..%lld)", tokens[i], i,
                               (long long)V - 1);
+        if (ss[i]->kv.packed != ss[0]->kv.packed) /* only DSF_KV_PACK changed between sessions */
+            return dsf_seterr(err, "batch entries 0 and %d store their KV rows differently (packed / fp32)", i);
         if (ss[i]->kv.max_ctx > own->kv.max_ctx) own = ss[i];
     }
     /* the scratch of the participant with the largest context serves the whole batch */

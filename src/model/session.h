@@ -10,6 +10,12 @@
  *     re-prefills from the token history (exact: chunking never changes the result);
  *   - ckv[s][j], ik[s][j]: compressed rows and index keys of the KV source layers;
  *   - carry[s]: the ratio-2 compressor's pending token (a, g), valid while n is odd.
+ * Row storage (kv->packed): in reference numerics the rows are exactly the QDQ'd values, so
+ * they are stored packed (spec §5.1, quant.h *_pack), losslessly: a window row as dh e4m3
+ * codes + dh/32 E8M0 scales (528 B for 512), a compressed row as dh/2 bytes of e2m1 nibbles +
+ * dh/16 e4m3 scales (288 B), an index key as id/2 bytes of nibbles + id/32 E8M0 (68 B for 128).
+ * In plain numerics (or DSF_KV_PACK=0) every row is fp32. The readers decode packed rows into
+ * the scratch (attn.c, indexer.c) and get the fp32 values bit for bit.
  * Scratch: buffers for one chunk of up to max_chunk tokens, allocated once. */
 #ifndef DSF_SESSION_H
 #define DSF_SESSION_H
@@ -29,9 +35,11 @@ typedef struct {
     int32_t *tokens;    /* [max_ctx] */
     int64_t wslots;     /* window ring rows */
     int64_t win_lo;     /* lowest position whose window row is intact */
-    float **win;        /* [n_layer] -> [wslots][head_dim] */
-    float **ckv;        /* [n_layer] -> [max_ctx/ratio][head_dim] (KV sources only) */
-    float **ik;         /* [n_layer] -> [max_ctx/ratio][idx_dim] (KV sources only) */
+    int packed;         /* rows in the packed formats (above); else fp32 */
+    int64_t wrow, crow, irow; /* bytes of a window row, a compressed row, an index key */
+    uint8_t **win;      /* [n_layer] -> [wslots][wrow] */
+    uint8_t **ckv;      /* [n_layer] -> [max_ctx/ratio + 1][crow] (KV sources only) */
+    uint8_t **ik;       /* [n_layer] -> [max_ctx/ratio + 1][irow] (KV sources only) */
     float **carry;      /* [n_layer] -> [2][head_dim]: a then g (ratio-2 KV sources) */
     /* DSpark target features (dspark.md §3), off (NULL) unless dsf_session_set_features asked:
      * position p's row [nfeat][n_embd] at slot p % fslots, written by every forward */
@@ -73,6 +81,13 @@ typedef struct {
     float *att;                  /* [window + idx_topk] */
     float *rcs;                  /* [T][n_rot]: a layer's RoPE cos/sin at each token's position (attn.c) */
     int32_t *keys;               /* [window + idx_topk] key ids (>=0 window pos, <0 compressed) */
+    /* packed KV (kvstate.packed): the keys of up to kdec_tok tokens decoded at once (attn.c),
+     * kdec_rows rows of head_dim; kptr/kfmt: each row's packed source and format */
+    float *kdec;                 /* [kdec_rows][dh] */
+    const uint8_t **kptr;        /* [kdec_rows] */
+    uint8_t *kfmt;               /* [kdec_rows]: 0 window row, 1 compressed row */
+    int64_t *koff;               /* [T]: token t's first row in kdec */
+    int64_t kdec_rows, kdec_tok;
     /* MoE */
     float *rlog;                 /* [T][n_expert] */
     int32_t *esel;               /* [T][n_used] */
@@ -105,18 +120,32 @@ struct dsf_session {
     size_t bytes;
 };
 
-/* The window row of position p in layer il (p must be >= win_lo and not yet overwritten). */
-static inline float *kv_win(const dsf_kvstate *kv, int64_t il, int64_t p, int64_t dh) {
-    return kv->win[il] + (p % kv->wslots) * dh;
+/* The window row of position p in layer il (p must be >= win_lo and not yet overwritten),
+ * compressed row j and index key j of source layer il: kv->wrow, crow, irow bytes (fp32
+ * values when !kv->packed). */
+static inline uint8_t *kv_win(const dsf_kvstate *kv, int64_t il, int64_t p) {
+    return kv->win[il] + (p % kv->wslots) * kv->wrow;
 }
+static inline uint8_t *kv_ckv(const dsf_kvstate *kv, int64_t il, int64_t j) { return kv->ckv[il] + j * kv->crow; }
+static inline uint8_t *kv_ik(const dsf_kvstate *kv, int64_t il, int64_t j) { return kv->ik[il] + j * kv->irow; }
 
 #define DSF_ROLLBACK_MARGIN 1024
+#define KV_IDX_DEC 16384 /* floats of indexer.c's stack block of decoded index keys */
 
 /* kvcache.c: max_chunk bounds the tokens of one forward (the ring must hold window +
- * max_chunk - 1 rows so that a chunk never overwrites what its own queries read). */
-int kv_init(dsf_kvstate *kv, const dsf_shape *s, int64_t max_ctx, int64_t max_chunk, size_t *bytes, char *err);
+ * max_chunk - 1 rows so that a chunk never overwrites what its own queries read); packed:
+ * the row formats above (only for reference numerics: plain rows are not QDQ'd). */
+int kv_init(dsf_kvstate *kv, const dsf_shape *s, int64_t max_ctx, int64_t max_chunk, int packed, size_t *bytes,
+            char *err);
+/* Bytes of a window row, a compressed row and an index key in either storage; returns
+ * whether the rows are packed (asked, and idx_dim <= KV_IDX_DEC). */
+int kv_row_bytes(const dsf_shape *s, int packed, int64_t *wrow, int64_t *crow, int64_t *irow);
+/* Whether a session of engine numerics ref stores packed rows: reference numerics, unless
+ * DSF_KV_PACK=0 asks for fp32 rows (benchmarks and the tests that compare the two). */
+int kv_pack_default(int ref);
 void kv_free(dsf_kvstate *kv, const dsf_shape *s);
-int scratch_init(dsf_scratch *sc, const dsf_shape *s, int64_t max_chunk, int64_t max_ctx, size_t *bytes);
+/* packed: room for attn.c's decoded keys (sessions whose kvstate is packed). */
+int scratch_init(dsf_scratch *sc, const dsf_shape *s, int64_t max_chunk, int64_t max_ctx, int packed, size_t *bytes);
 void scratch_free(dsf_scratch *sc);
 
 #endif

@@ -3,13 +3,15 @@
  *
  * Owns: the snapshot format (a header, the token history, the window rows the next token can
  * see, the KV sources' compressed rows, index keys and pending compressor token, an FNV-1a
- * checksum) and its version.
+ * checksum) and its version. Rows are saved as the session stores them (packed or fp32,
+ * session.h; the header's kv_format), so a snapshot is as small as the state.
  * Must not: leave a session half restored (the whole layout is checked before anything is
  * overwritten), or accept a snapshot of another model, shape or numerics mode.
  * Invariant: restore(save(s)) continues with the same logits as s. */
 #include "dsflash.h"
 #include "model/session.h"
 #include "model/snapshot.h"
+#include "kernels/quant.h"
 #include "base/util.h"
 
 #include <string.h>
@@ -46,7 +48,9 @@ static uint64_t data_id(dsf_engine *e) {
 }
 
 #define SNAP_MAGIC "DSFSNAP\0"
-#define SNAP_VERSION 3u
+/* 4: the KV rows are stored as the session holds them (packed in reference numerics, spec
+ * §5.1), and the header says which (kv_format) */
+#define SNAP_VERSION 4u
 /* The header's numerics field: the numerics mode, plus SNAP_Q8K when the engine runs the Q8_K
  * activation mode (its products differ, so its state is not the exact mode's). Snapshots of the
  * exact modes keep the values 0 and 1 they always had. */
@@ -57,7 +61,45 @@ typedef struct {
     char magic[8];
     uint32_t version, numerics;
     uint64_t model_id, data_id, n, n_layer, head_dim, idx_dim;
+    uint32_t kv_format, reserved; /* kv_format: 1 packed rows, 0 fp32 rows */
 } snap_header;
+
+/* The bytes of the rows a snapshot of n tokens holds (everything after the token ids). */
+static uint64_t rows_bytes(const dsf_shape *sh, const dsf_kvstate *kv, int64_t n) {
+    const int64_t nw = n < sh->window ? n : sh->window;
+    uint64_t b = (uint64_t)(sh->n_layer * nw) * (uint64_t)kv->wrow;
+    for (int64_t il = 0; il < sh->n_layer; il++) {
+        if (sh->kv_src[il] != il) continue;
+        b += (uint64_t)(n / sh->ratio[il]) * (uint64_t)(kv->crow + kv->irow);
+        if (sh->ratio[il] > 1 && n % sh->ratio[il]) b += (uint64_t)(2 * sh->head_dim) * sizeof(float);
+    }
+    return b;
+}
+
+/* Packed rows (after the token ids at p) that no QDQ of finite values stores: the first one
+ * named in err, -1; 0 when all are valid. */
+static int check_packed(const dsf_shape *sh, const dsf_kvstate *kv, const uint8_t *p, int64_t n, char *err) {
+    const int64_t dh = sh->head_dim, id = sh->idx_dim, nw = n < sh->window ? n : sh->window;
+    for (int64_t il = 0; il < sh->n_layer; il++)
+        for (int64_t k = 0; k < nw; k++, p += kv->wrow)
+            if (!packed_fp8_valid(p, p + dh, dh))
+                return dsf_seterr(err, "snapshot window row %lld of layer %lld holds a NaN code or a scale out of "
+                                       "range (not a QDQ_FP8 row)", (long long)(n - nw + k), (long long)il);
+    for (int64_t il = 0; il < sh->n_layer; il++) {
+        if (sh->kv_src[il] != il) continue;
+        const int64_t rows = n / sh->ratio[il];
+        for (int64_t j = 0; j < rows; j++, p += kv->crow)
+            if (!packed_fp4_e4m3_valid(p + dh / 2, dh))
+                return dsf_seterr(err, "snapshot compressed row %lld of layer %lld has a scale out of range",
+                                  (long long)j, (long long)il);
+        for (int64_t j = 0; j < rows; j++, p += kv->irow)
+            if (!packed_fp4_valid(p + id / 2, id))
+                return dsf_seterr(err, "snapshot index key %lld of layer %lld has a scale out of range", (long long)j,
+                                  (long long)il);
+        if (sh->ratio[il] > 1 && n % sh->ratio[il]) p += 2 * dh * (int64_t)sizeof(float);
+    }
+    return 0;
+}
 
 int dsf_session_save(const dsf_session *s, uint8_t **out, size_t *len, char *err) {
     const dsf_shape *sh = &s->e->shape;
@@ -74,17 +116,18 @@ int dsf_session_save(const dsf_session *s, uint8_t **out, size_t *len, char *err
     h.n_layer = (uint64_t)sh->n_layer;
     h.head_dim = (uint64_t)dh;
     h.idx_dim = (uint64_t)id;
+    h.kv_format = (uint32_t)s->kv.packed;
     dsf_buf_append(&b, &h, sizeof h);
     dsf_buf_append(&b, s->kv.tokens, (size_t)n * sizeof(int32_t));
-    /* the window rows the next token can see: positions [n - nw, n) */
+    /* the window rows the next token can see: positions [n - nw, n), as stored */
     const int64_t nw = n < sh->window ? n : sh->window;
     for (int64_t il = 0; il < sh->n_layer; il++)
-        for (int64_t p = n - nw; p < n; p++) dsf_buf_append(&b, kv_win(&s->kv, il, p, dh), (size_t)dh * sizeof(float));
+        for (int64_t p = n - nw; p < n; p++) dsf_buf_append(&b, kv_win(&s->kv, il, p), (size_t)s->kv.wrow);
     for (int64_t il = 0; il < sh->n_layer; il++) {
         if (sh->kv_src[il] != il) continue;
         int64_t rows = n / sh->ratio[il];
-        dsf_buf_append(&b, s->kv.ckv[il], (size_t)(rows * dh) * sizeof(float));
-        dsf_buf_append(&b, s->kv.ik[il], (size_t)(rows * id) * sizeof(float));
+        dsf_buf_append(&b, s->kv.ckv[il], (size_t)(rows * s->kv.crow));
+        dsf_buf_append(&b, s->kv.ik[il], (size_t)(rows * s->kv.irow));
         if (sh->ratio[il] > 1 && n % sh->ratio[il]) dsf_buf_append(&b, s->kv.carry[il], (size_t)(2 * dh) * sizeof(float));
     }
     uint64_t sum = fnv1a(FNV_INIT, b.data, b.len);
@@ -126,38 +169,35 @@ int dsf_session_restore(dsf_session *s, const uint8_t *data, size_t len, char *e
         return dsf_seterr(err, "snapshot was made in numerics mode %s%s, the engine runs %s%s",
                           h.numerics & 0xFF ? "plain" : "reference", h.numerics & SNAP_Q8K ? " with Q8_K activations" : "",
                           s->e->numerics ? "plain" : "reference", s->e->act_q8k ? " with Q8_K activations" : "");
+    if (h.kv_format != (uint32_t)s->kv.packed)
+        return dsf_seterr(err, "snapshot stores %s KV rows, the session %s ones (DSF_KV_PACK differs)",
+                          h.kv_format ? "packed" : "fp32", s->kv.packed ? "packed" : "fp32");
     if (h.n > (uint64_t)s->kv.max_ctx)
         return dsf_seterr(err, "snapshot holds %llu tokens; the session's context is %lld", (unsigned long long)h.n,
                           (long long)s->kv.max_ctx);
-    const int64_t n = (int64_t)h.n, dh = sh->head_dim, id = sh->idx_dim;
+    const int64_t n = (int64_t)h.n;
     /* the whole layout is checked before anything is overwritten: a bad snapshot leaves
      * the session as it was */
     const int64_t nw = n < sh->window ? n : sh->window;
-    uint64_t want = sizeof h + 8 + (uint64_t)n * sizeof(int32_t) + (uint64_t)(sh->n_layer * nw * dh) * sizeof(float);
-    for (int64_t il = 0; il < sh->n_layer; il++) {
-        if (sh->kv_src[il] != il) continue;
-        int64_t rows = n / sh->ratio[il];
-        want += (uint64_t)(rows * (dh + id)) * sizeof(float);
-        if (sh->ratio[il] > 1 && n % sh->ratio[il]) want += (uint64_t)(2 * dh) * sizeof(float);
-    }
+    uint64_t want = sizeof h + 8 + (uint64_t)n * sizeof(int32_t) + rows_bytes(sh, &s->kv, n);
     if (want != len) return dsf_seterr(err, "snapshot size %zu does not match its header (%llu)", len, (unsigned long long)want);
     for (int64_t i = 0; i < n; i++) {
         int32_t tk;
         memcpy(&tk, data + sizeof h + (size_t)i * sizeof tk, sizeof tk);
         if (tk < 0 || tk >= sh->n_vocab) return dsf_seterr(err, "snapshot holds an invalid token id %d", tk);
     }
+    if (s->kv.packed && check_packed(sh, &s->kv, data + sizeof h + (size_t)n * sizeof(int32_t), n, err) < 0) return -1;
     rdr r = {data + sizeof h, len - 8 - sizeof h};
     int bad = take_bytes(&r, s->kv.tokens, (size_t)n * sizeof(int32_t));
     for (int64_t il = 0; il < sh->n_layer && !bad; il++)
-        for (int64_t p = n - nw; p < n && !bad; p++)
-            bad |= take_bytes(&r, kv_win(&s->kv, il, p, dh), (size_t)dh * sizeof(float));
+        for (int64_t p = n - nw; p < n && !bad; p++) bad |= take_bytes(&r, kv_win(&s->kv, il, p), (size_t)s->kv.wrow);
     for (int64_t il = 0; il < sh->n_layer && !bad; il++) {
         if (sh->kv_src[il] != il) continue;
         int64_t rows = n / sh->ratio[il];
-        bad |= take_bytes(&r, s->kv.ckv[il], (size_t)(rows * dh) * sizeof(float));
-        bad |= take_bytes(&r, s->kv.ik[il], (size_t)(rows * id) * sizeof(float));
+        bad |= take_bytes(&r, s->kv.ckv[il], (size_t)(rows * s->kv.crow));
+        bad |= take_bytes(&r, s->kv.ik[il], (size_t)(rows * s->kv.irow));
         if (!bad && sh->ratio[il] > 1 && n % sh->ratio[il])
-            bad |= take_bytes(&r, s->kv.carry[il], (size_t)(2 * dh) * sizeof(float));
+            bad |= take_bytes(&r, s->kv.carry[il], (size_t)(2 * sh->head_dim) * sizeof(float));
     }
     DSF_ASSERT(!bad && r.left == 0);
     s->kv.n = n;

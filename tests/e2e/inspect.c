@@ -38,7 +38,9 @@ TEST(inspect_plan_cli) {
     CHECK(test_copy_head(model, head, path) == 0);
     snprintf(cmd, sizeof cmd, "%s inspect --plan %s --ram 64 2>&1", test_bin(), path);
     int rc = test_run(cmd, out, sizeof out);
-    CHECKF(rc == 0 && strstr(out, "(header only)") && strstr(out, "fits:") && strstr(out, "KV state:") &&
+    CHECKF(rc == 0 && strstr(out, "(header only)") && strstr(out, "fits:") &&
+               strstr(out, "KV state, reference numerics (packed rows)") &&
+               strstr(out, "KV state, plain numerics (fp32 rows)") &&
                strstr(out, "Engram table") && strstr(out, "read by row"),
            "rc %d: %s", rc, out);
     snprintf(cmd, sizeof cmd, "%s inspect --plan %s --ram 0.001 2>&1", test_bin(), model);

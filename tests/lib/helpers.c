@@ -100,6 +100,14 @@ int test_copy_head(const char *src, uint64_t n, const char *dst) {
     return ok ? 0 : -1;
 }
 
+dsf_engine *test_open_numerics(const char *path, dsf_numerics num, char *err) {
+    dsf_engine_params ep;
+    dsf_engine_params_default(&ep);
+    ep.numerics = num;
+    ep.n_threads = 2;
+    return dsf_engine_open(path, &ep, err);
+}
+
 int test_gen_open(test_gen_fx *f, const char *path, int max_ctx) {
     char err[DSF_ERR_LEN];
     memset(f, 0, sizeof *f);

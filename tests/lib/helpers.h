@@ -36,6 +36,9 @@ const char *test_tmpfile(const char *name);
  * on stderr, path left empty) if synth fails. cap: size of path. */
 const char *test_synth_tiny(char *path, size_t cap, const char *file, uint64_t seed);
 
+/* The model at path opened in numerics num with 2 threads, or NULL with err. */
+dsf_engine *test_open_numerics(const char *path, dsf_numerics num, char *err);
+
 /* A model opened for generation: engine (2 threads), its tokenizer, one session of max_ctx
  * tokens and a generator on it. test_gen_open: 0, or -1 (what was opened is closed by
  * test_gen_close, which accepts a partly opened fixture). */

@@ -9,6 +9,7 @@
  * something other than softmax(l / tau), is not reproducible under its rng, or accepts rings
  * that do not reach p (dspark_draft_*). */
 #include "golden.h"
+#include "helpers.h"
 #include "test.h"
 #include "dsflash.h"
 #include "model/dspark.h"
@@ -85,12 +86,8 @@ static const char *edited(const char *src, const char *name, const edit *ed) {
 static dsf_engine *open_main(dsf_numerics num) {
     const char *m = test_shared(TDS "tinyds.gguf");
     if (!m) return NULL;
-    dsf_engine_params ep;
-    dsf_engine_params_default(&ep);
-    ep.numerics = num;
-    ep.n_threads = 2;
     char err[DSF_ERR_LEN];
-    return dsf_engine_open(m, &ep, err);
+    return test_open_numerics(m, num, err);
 }
 
 TEST(dspark_load_files) {

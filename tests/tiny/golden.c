@@ -141,11 +141,12 @@ static double max_diff(const float *a, const float *b, size_t n) {
 }
 
 /* Rollback to K (even and odd: the ratio-2 compressor carry; 0; n) then re-feeding must
- * reproduce the uninterrupted rows (within 1e-5: only summation-order noise). */
-TEST(golden_rollback_reproduces_rows) {
+ * reproduce the uninterrupted rows (within 1e-5: only summation-order noise), in both
+ * numerics modes (reference: the packed KV state). */
+static void rollback_reproduces_rows(test_ctx *t, dsf_numerics num) {
     golden g;
     if (golden_load("plain-long", &g) < 0) SKIP("needs ../shared/" GDIR "plain-long.*");
-    dsf_engine *e = open_model("tiny41.gguf", DSF_NUMERICS_PLAIN, t);
+    dsf_engine *e = open_model("tiny41.gguf", num, t);
     if (!e) {
         golden_free(&g);
         return;
@@ -189,12 +190,16 @@ TEST(golden_rollback_reproduces_rows) {
     golden_free(&g);
 }
 
-/* Snapshot after K tokens -> new session -> restore -> continue == uninterrupted. Also the
- * refusals: another model, another numerics mode, truncated or corrupted bytes. */
-TEST(golden_snapshot_restore) {
+TEST(golden_rollback_reproduces_rows) { rollback_reproduces_rows(t, DSF_NUMERICS_PLAIN); }
+TEST(golden_rollback_reproduces_rows_reference) { rollback_reproduces_rows(t, DSF_NUMERICS_REFERENCE); }
+
+/* Snapshot after K tokens -> new session -> restore -> continue == uninterrupted, in both
+ * numerics modes (reference: packed rows). Also the refusals: another model, another
+ * numerics mode, truncated or corrupted bytes. */
+static void snapshot_restore(test_ctx *t, dsf_numerics num) {
     golden g;
     if (golden_load("plain-long", &g) < 0) SKIP("needs ../shared/" GDIR "plain-long.*");
-    dsf_engine *e = open_model("tiny41.gguf", DSF_NUMERICS_PLAIN, t);
+    dsf_engine *e = open_model("tiny41.gguf", num, t);
     if (!e) {
         golden_free(&g);
         return;
@@ -235,8 +240,9 @@ TEST(golden_snapshot_restore) {
     size_t len;
     CHECK(dsf_session_save(s, &buf, &len, err) == 0);
     dsf_session_free(s);
-    dsf_engine *e2 = open_model("tiny41-f32.gguf", DSF_NUMERICS_PLAIN, t);
-    dsf_engine *e3 = open_model("tiny41.gguf", DSF_NUMERICS_REFERENCE, t);
+    const dsf_numerics other = num == DSF_NUMERICS_PLAIN ? DSF_NUMERICS_REFERENCE : DSF_NUMERICS_PLAIN;
+    dsf_engine *e2 = open_model("tiny41-f32.gguf", num, t);
+    dsf_engine *e3 = open_model("tiny41.gguf", other, t);
     CHECK(e2 && e3);
     dsf_session *s2 = dsf_session_new(e2, n, err), *s3 = dsf_session_new(e3, n, err);
     CHECK(dsf_session_restore(s2, buf, len, err) < 0 && strstr(err, "different model"));
@@ -254,6 +260,9 @@ TEST(golden_snapshot_restore) {
     dsf_engine_close(e);
     golden_free(&g);
 }
+
+TEST(golden_snapshot_restore) { snapshot_restore(t, DSF_NUMERICS_PLAIN); }
+TEST(golden_snapshot_restore_reference) { snapshot_restore(t, DSF_NUMERICS_REFERENCE); }
 
 /* Bad requests to a good model: clear errors, no state change. */
 TEST(golden_eval_refuses_bad_input) {

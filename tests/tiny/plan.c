@@ -33,12 +33,15 @@ TEST(plan_adds_up_and_matches_kvcache) {
         for (int c = 0; c < TC_COUNT; c++) sum += p.class_bytes[c];
         CHECK(sum == all && p.total == all && p.by_row == rows && p.resident == all - rows);
         CHECK(p.class_bytes[TC_ROUTED] == 24 * gguf_find_tensor(g, "blk.0.ffn_up_exps.weight")->nbytes);
-        dsf_kvstate kv;
-        size_t bytes = 0;
-        CHECKF(kv_init(&kv, &s, ctxs[k][0], ctxs[k][1], &bytes, err) == 0, "%s", err);
-        kv_free(&kv, &s);
-        CHECKF(p.kv_bytes == bytes, "ctx %lld chunk %lld: plan %llu, kv_init %zu", (long long)ctxs[k][0],
-               (long long)ctxs[k][1], (unsigned long long)p.kv_bytes, bytes);
+        for (int m = 0; m < 2; m++) {
+            dsf_kvstate kv;
+            size_t bytes = 0;
+            CHECKF(kv_init(&kv, &s, ctxs[k][0], ctxs[k][1], m == DSF_NUMERICS_REFERENCE, &bytes, err) == 0, "%s", err);
+            CHECK(kv.packed == (m == DSF_NUMERICS_REFERENCE) && p.kv_packed[m] == kv.packed);
+            kv_free(&kv, &s);
+            CHECKF(p.kv_bytes[m] == bytes, "mode %d ctx %lld chunk %lld: plan %llu, kv_init %zu", m,
+                   (long long)ctxs[k][0], (long long)ctxs[k][1], (unsigned long long)p.kv_bytes[m], bytes);
+        }
     }
     shape_free(&s);
     gguf_close(g);

@@ -8,6 +8,8 @@
  *     == snapshot at K / restore into a new (or a used) session / continue
  *     == decode steps of 3 sessions at different positions batched with dsf_batch_eval;
  *   - the same with the smallest window ring (rollbacks behind the ring);
+ *   - reference numerics store the KV rows packed: prefill and decode bit-identical to the
+ *     fp32 state (DSF_KV_PACK=0);
  * plus: on topology A the top-k, candidate, window and Engram stages each change the logits
  * (so the invariants cover real selections), and snapshots are refused by another topology,
  * by the other numerics mode and when corrupted/truncated (the target session unchanged).
@@ -433,6 +435,19 @@ static void run_topology(test_ctx *t, const char *name, void (*set)(tm_params *)
     float *out = prefill(&c, A, N, 1);
     CHECKF(out, "%s: decode: %s", name, c.err);
     CMP("token-by-token decode", out, ref, 0, N);
+    if (!c.plain) {
+        /* reference numerics store the KV rows packed (spec §5.1): exactly the values of the
+         * fp32 state (DSF_KV_PACK=0), so prefill and decode give the same bits */
+        setenv("DSF_KV_PACK", "0", 1);
+        float *ref32 = prefill(&c, A, N, 0), *out32 = prefill(&c, A, N, 1);
+        unsetenv("DSF_KV_PACK");
+        CHECKF(ref32 && out32, "%s: fp32 state: %s", name, c.err);
+        CHECKF(!memcmp(ref32, ref, (size_t)N * V * sizeof(float)) && !memcmp(out32, out, (size_t)N * V * sizeof(float)),
+               "%s: packed KV state differs from the fp32 state (prefill max %.3g, decode max %.3g)", name,
+               compare_rows(ref, ref32, 0, N, V).max_abs, compare_rows(out, out32, 0, N, V).max_abs);
+        free(ref32);
+        free(out32);
+    }
     free(out);
     float *o7 = malloc((size_t)N * V * sizeof(float));
     dsf_session *s = dsf_session_new(c.e, N, c.err);
@@ -553,6 +568,8 @@ TEST(topology_e_one_layer_plain) { run_topology(t, "topo-e", topo_e, DSF_NUMERIC
 TEST(topology_e_one_layer_reference) { run_topology(t, "topo-e", topo_e, DSF_NUMERICS_REFERENCE, false); }
 TEST(topology_a_small_ring_plain) { run_topology(t, "topo-a", topo_a, DSF_NUMERICS_PLAIN, true); }
 TEST(topology_d_small_ring_plain) { run_topology(t, "topo-d", topo_d, DSF_NUMERICS_PLAIN, true); }
+TEST(topology_a_small_ring_reference) { run_topology(t, "topo-a", topo_a, DSF_NUMERICS_REFERENCE, true); }
+TEST(topology_d_small_ring_reference) { run_topology(t, "topo-d", topo_d, DSF_NUMERICS_REFERENCE, true); }
 
 /* ================================================================ the selections matter */
 

@@ -593,3 +593,42 @@ TEST(kernels_attn_qdq_fp4_e4m3_bit_identical) {
     }
     if (!checked) SKIP("no fast QDQ_FP4_E4M3 kernel on this CPU");
 }
+
+/* The packed KV decoders (vec.h unpack_*) must equal their twins (quant.h unpack_*) bit for
+ * bit: random code and scale bytes (every e4m3 code, NaN codes 0x7F / 0xFF and scale byte
+ * 255 included), every nibble in both halves, and lengths of 1 to 24 groups. Guards against a
+ * wrong nibble order, a lost sign (code 8 is -0.0), subnormal e4m3 codes decoded as zero, and
+ * a wrong scale per group. */
+TEST(kernels_attn_unpack_bit_identical) {
+    enum { N = 32 * 24 };
+    static uint8_t codes[N], scales[N / 16];
+    static float a[N], b[N];
+    int checked = 0;
+    for (unsigned ni = 0; ni < sizeof fast_names / sizeof *fast_names; ni++) {
+        const dsf_akernels *k = akernels_by_name(fast_names[ni]);
+        if (!k) continue;
+        const unpack_fn fast[3] = {k->unpack_fp8, k->unpack_fp4, k->unpack_fp4_e4m3};
+        const unpack_fn twin[3] = {unpack_fp8_e8m0, unpack_fp4_e8m0, unpack_fp4_e4m3};
+        for (int op = 0; op < 3; op++) {
+            if (!fast[op]) continue;
+            checked++;
+            const int G = op == 2 ? 16 : 32;
+            for (int rep = 0; rep < 64; rep++) {
+                for (int i = 0; i < N; i++) codes[i] = (uint8_t)(rep < 2 ? (uint32_t)(i + rep) : rnd());
+                for (int i = 0; i < N / 16; i++) scales[i] = (uint8_t)rnd();
+                if (op == 2) /* e4m3 scales of real groups are positive and finite; test both anyway */
+                    for (int i = 0; i < N / 16; i += 2) scales[i] &= 0x7E;
+                const int n = G * (1 + (int)(rnd() % (N / G)));
+                memset(a, 0, sizeof a);
+                memset(b, 0, sizeof b);
+                twin[op](a, codes, scales, n);
+                fast[op](b, codes, scales, n);
+                const int d = first_bit_diff(a, b, N);
+                CHECKF(d < 0, "%s op %d n %d: element %d: %a vs twin %a", fast_names[ni], op, n, d, (double)b[d],
+                       (double)a[d]);
+                if (d >= 0) return;
+            }
+        }
+    }
+    if (!checked) SKIP("no fast unpack kernel on this CPU");
+}

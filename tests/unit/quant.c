@@ -225,6 +225,115 @@ TEST(quant_qdq_edge) {
     CHECK(x[1] == -56.0f && x[0] == 0.125f);
 }
 
+/* ---------------------------------------------------------------- packed QDQ (§5.1) */
+
+typedef void (*qdq_op)(float *, int64_t);
+typedef void (*pack_op)(const float *, int64_t, uint8_t *, uint8_t *);
+typedef void (*unpack_op)(float *, const uint8_t *, const uint8_t *, int64_t);
+
+/* Packs x, unpacks it, runs the QDQ on a copy: the index of the first element whose bits
+ * differ (two NaNs count as equal), or -1. */
+static int pack_vs_qdq(const float *x, int n, qdq_op qdq, pack_op pack, unpack_op unpack) {
+    static float a[1024], b[1024];
+    static uint8_t codes[1024], scales[64];
+    memcpy(a, x, (size_t)n * sizeof *x);
+    qdq(a, n);
+    memset(b, 0x5A, sizeof b);
+    pack(x, n, codes, scales);
+    unpack(b, codes, scales, n);
+    for (int i = 0; i < n; i++)
+        if (f2u(a[i]) != f2u(b[i]) && !(isnan(a[i]) && isnan(b[i]))) return i;
+    return -1;
+}
+
+/* Guards against a packed KV state that is not lossless: unpack(pack(x)) must equal the QDQ
+ * operator's output bit for bit (the engine stores the packed form in reference numerics, and
+ * its goldens must not move), on random groups over many scales, zeros of both signs, all-zero
+ * groups, results in the fp32 / e4m3 subnormal range, values that saturate (448 for FP8, 6 for
+ * FP4, the e4m3 scale's 448), midpoints (ties to even), and NaN / infinity groups. */
+TEST(quant_pack_matches_qdq) {
+    static const qdq_op qdq[3] = {qdq_fp8_e8m0, qdq_fp4_e8m0, qdq_fp4_e4m3};
+    static const pack_op pack[3] = {qdq_fp8_e8m0_pack, qdq_fp4_e8m0_pack, qdq_fp4_e4m3_pack};
+    static const unpack_op unpack[3] = {unpack_fp8_e8m0, unpack_fp4_e8m0, unpack_fp4_e4m3};
+    static const float mids[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.5f, 1e-3f};
+    enum { N = 512 };
+    float x[N];
+    for (int op = 0; op < 3; op++) {
+        const int G = op == 2 ? 16 : 32;
+        for (int rep = 0; rep < 300; rep++) {
+            for (int g = 0; g < N / G; g++) {
+                float *v = x + g * G, amp = ldexpf(1.0f, (int)(rnd() % 200) - 140);
+                for (int i = 0; i < G; i++) v[i] = ((float)(rnd() % 2001) / 1000.0f - 1.0f) * amp;
+                switch (rnd() % 10) {
+                case 0: memset(v, 0, (size_t)G * sizeof *v); break;
+                case 1: for (int i = 0; i < G; i++) v[i] = (rnd() & 1) ? -0.0f : 0.0f; break;
+                case 2: v[rnd() % G] = -0.0f; v[rnd() % G] = -1e-30f; break; /* rounds to -0 */
+                case 3: v[rnd() % G] = (rnd() & 1) ? 3e38f : -3e38f; break;  /* saturation */
+                case 4: /* midpoints of the element grid at the group's scale */
+                    for (int i = 1; i < G; i++) v[i] = mids[rnd() % 9] * amp * ((rnd() & 1) ? 1.0f : -1.0f);
+                    v[0] = 6.0f * amp;
+                    break;
+                case 5: for (int i = 0; i < G; i++) v[i] = u2f(rnd() % 0x00800000u) * ((rnd() & 1) ? 1.0f : -1.0f); break;
+                case 6: if (rep % 8 == 0) v[rnd() % G] = NAN; break;
+                case 7: if (rep % 8 == 1) v[rnd() % G] = (rnd() & 1) ? INFINITY : -INFINITY; break;
+                default: break;
+                }
+            }
+            const int d = pack_vs_qdq(x, N, qdq[op], pack[op], unpack[op]);
+            /* what a QDQ stores for finite groups passes the snapshot check; NaN codes do not */
+            for (int g = 0; g < N / G; g++) {
+                int finite = 1;
+                for (int i = 0; i < G; i++) finite &= isfinite(x[g * G + i]) != 0;
+                if (!finite) continue;
+                uint8_t c[32], sc[2];
+                pack[op](x + g * G, G, c, sc);
+                const bool ok = op == 0 ? packed_fp8_valid(c, sc, G) : op == 1 ? packed_fp4_valid(sc, G)
+                                                                          : packed_fp4_e4m3_valid(sc, G);
+                CHECKF(ok, "op %d: the pack of a finite group (scale byte %u) fails the validity check", op, sc[0]);
+                if (!ok) return;
+            }
+            CHECKF(d < 0, "op %d rep %d: element %d (input %a) differs from the QDQ", op, rep, d, d < 0 ? 0.0 : (double)x[d]);
+            if (d >= 0) return;
+        }
+    }
+}
+
+/* Guards the stored bytes against the spec's own figures (§11.3 vectors; §3.1 code layout):
+ * the scales 2^-7 (E8M0 120), 1.0 (E8M0 127) and e4m3(0.28125) = 0x29, the codes of the first
+ * outputs, the nibble order (element 2c low, 2c+1 high) and -0.0 kept as code 8. */
+TEST(quant_pack_bytes) {
+    float x[32];
+    uint8_t c[32], sc[2];
+    qdq_input(x, 32);
+    qdq_fp8_e8m0_pack(x, 32, c, sc);
+    CHECKF(sc[0] == 120, "fp8 scale byte %u (want 2^-7 -> 120)", sc[0]);
+    /* out[0] = 0.1015625 = 13 * 2^-7: e4m3 13 = 1.625 * 2^3 -> exp 10, mantissa 5 -> 0x55;
+     * out[1] = -0.203125 = -26 * 2^-7: 1.625 * 2^4 -> 0x80 | 11 << 3 | 5 = 0xDD */
+    CHECKF(c[0] == 0x55 && c[1] == 0xDD, "fp8 codes %02x %02x", c[0], c[1]);
+    qdq_input(x, 32);
+    qdq_fp4_e8m0_pack(x, 32, c, sc);
+    CHECKF(sc[0] == 127, "fp4 scale byte %u (want 1.0 -> 127)", sc[0]);
+    /* out[0..3] = 0, -0 (x[1] = -0.2 rounds to -0), 0.5, -0.5: codes 0, 8, 1, 9 */
+    CHECKF(c[0] == 0x80 && c[1] == 0x91, "fp4 nibbles %02x %02x", c[0], c[1]);
+    qdq_input(x, 16);
+    qdq_fp4_e4m3_pack(x, 16, c, sc);
+    CHECKF(sc[0] == 0x29, "fp4/e4m3 scale byte %02x (want 0.28125 -> 0x29)", sc[0]);
+    /* out[0..3] = 0.5, -0.5, 1, -1.5 times the scale: codes 1, 9, 2, 0xB */
+    CHECKF(c[0] == 0x91 && c[1] == 0xB2, "fp4/e4m3 nibbles %02x %02x", c[0], c[1]);
+    /* the validity checks refuse NaN codes and scales no QDQ stores */
+    memset(c, 0x38, 32);
+    sc[0] = 120;
+    CHECK(packed_fp8_valid(c, sc, 32));
+    c[5] = 0xFF;
+    CHECK(!packed_fp8_valid(c, sc, 32));
+    c[5] = 0x38, sc[0] = 255;
+    CHECK(!packed_fp8_valid(c, sc, 32) && !packed_fp4_valid(sc, 32));
+    sc[0] = 0x7F;
+    CHECK(!packed_fp4_e4m3_valid(sc, 16));
+    sc[0] = 0x80 | 0x29; /* a negative scale */
+    CHECK(!packed_fp4_e4m3_valid(sc, 16));
+}
+
 /* ---------------------------------------------------------------- block types */
 
 TEST(quant_type_table) {
