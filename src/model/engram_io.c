@@ -33,7 +33,6 @@ typedef struct ejob {
     int64_t next, done; /* claimed and finished unique rows (under io->mu) */
     bool started, failed;
     char err[200]; /* the first failed row's row_res.why */
-    double t0;
     struct ejob *qnext;
 } ejob;
 
@@ -58,6 +57,8 @@ struct engram_io {
     pthread_cond_t work_cv, done_cv;
     ejob *head;          /* jobs with unclaimed rows, in start order */
     bool stop;
+    int open;            /* jobs with a row claimed and not all rows read */
+    double busy_t0;      /* when open last rose from 0 */
     engram_io_stats st;
 };
 
@@ -128,6 +129,7 @@ static void dequeue(engram_io *io, ejob *j) {
 
 /* Claims the next unique row of j (j has one); drops j from the queue when it was the last. */
 static int64_t claim(engram_io *io, ejob *j) {
+    if (!j->next && !io->open++) io->busy_t0 = dsf_now();
     int64_t i = j->next++;
     if (j->next == j->n_uniq) dequeue(io, j);
     return i;
@@ -143,7 +145,7 @@ static void finish(engram_io *io, ejob *j, const row_res *res) {
         snprintf(j->err, sizeof j->err, "%s", res->why);
     }
     if (++j->done == j->n_uniq) {
-        io->st.read_s += dsf_now() - j->t0;
+        if (!--io->open) io->st.read_s += dsf_now() - io->busy_t0;
         pthread_cond_broadcast(&io->done_cv);
     }
 }
@@ -314,7 +316,6 @@ void engram_io_start(engram_io *io, engram_req *r, int m, int64_t n) {
     j->failed = false;
     j->err[0] = 0;
     j->started = true;
-    j->t0 = dsf_now();
     pthread_mutex_lock(&io->mu);
     io->st.modules++;
     io->st.rows += (uint64_t)n;

@@ -63,8 +63,10 @@ int engram_req_pending(const engram_req *r);
 int engram_req_take_error(engram_req *r, char *err);
 
 /* What the readers did since the last reset (bench reports it per token). Times are seconds of
- * the monotonic clock: read_s sums, per started module, the time from its start to its last row
- * read; wait_s sums the time engram_io_wait spent reading or blocked. */
+ * the monotonic clock: read_s is the time during which some module had a row claimed and not
+ * all its rows read (the union of the modules' read intervals, first claim to last row);
+ * wait_s sums the time engram_io_wait spent reading or blocked. read_s - wait_s is what the
+ * layers before each Engram layer hid. */
 typedef struct {
     uint64_t modules, rows, unique, cache_hits, preads, bytes;
     double read_s, wait_s;
