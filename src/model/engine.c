@@ -36,6 +36,8 @@ void engine_set_mm_observer(dsf_engine *e, dsf_mm_observer fn, void *user) {
 static int open_engram_io(dsf_engine *e, const dsf_engine_params *p, char *err) {
     const gguf_tensor *ple = e->w.ple;
     const gguf_file *g = e->gguf;
+    if (!ple || !ple->row_bytes || (g->fd < 0 && !ple->data))
+        return dsf_seterr(err, "tensor 'per_layer_token_embd.weight': the Engram table is missing or empty");
     const int readers = p->engram_readers < 0 ? 0 : p->engram_readers ? p->engram_readers : ENGRAM_READERS_DEFAULT;
     const int64_t mb = p->engram_cache_mb < 0 ? 0 : p->engram_cache_mb ? p->engram_cache_mb : ENGRAM_CACHE_MB_DEFAULT;
     const uint64_t off = g->data_offset + ple->offset;
