@@ -58,6 +58,16 @@ typedef struct {
      * change (a relative error of the activations up to ~1/254 per block). Other products
      * are unchanged. Decode and prefill still agree bit for bit. */
     bool act_q8k;
+    /* The Engram table is read from the file, a chunk's rows at a time, by reader threads of
+     * the engine's own (not the compute threads: they wait on the disk) while the layers before
+     * each Engram layer compute. engram_readers: 0 = the default (8), < 0 = none (each Engram
+     * layer then reads its rows itself, one at a time, when it needs them). */
+    int engram_readers;
+    /* A cache of the table's hot rows (raw, as the file stores them; CLOCK eviction) in at most
+     * this many MiB: 0 = the default (256), < 0 = none. It never grows past the bound; a table
+     * smaller than it is cached whole as its rows are read. The values and the logits are bit
+     * for bit the same with any readers and cache. */
+    int engram_cache_mb;
 } dsf_engine_params;
 
 void dsf_engine_params_default(dsf_engine_params *p);

@@ -15,6 +15,7 @@
  * same probes interleaved (read probes between blocks of decode steps, peak probes around
  * the prefill), run on the engine's own thread pool. */
 #include "bench_constrain.h"
+#include "bench_engram.h"
 #include "cmd.h"
 #include "frontend.h"
 #include "dsflash.h"
@@ -25,6 +26,7 @@
 #include "kernels/mxfp4r.h"
 #include "kernels/select.h"
 #include "model/model.h"
+#include "model/engram_io.h"
 #include "kernels/quant.h"
 #include "base/threads.h"
 #include "base/util.h"
@@ -584,12 +586,12 @@ static double model_pmd_share(const char *path) {
  * pread, not through the mapping, so the warm-up eval does not bring them in: read them once
  * here (blocking only for what is not cached yet), so that no timed step waits on a cold row
  * from disk (on the bench model, a cold token row cost 1.4 ms of a ~100 ms step). */
-static void warm_row_tables(const char *path) {
+static void warm_row_tables(const char *path, int cold) {
     static const char *const names[] = {"token_embd.weight", "per_layer_token_embd.weight"};
     char err[DSF_ERR_LEN];
     gguf_file *g = gguf_open(path, err);
     uint8_t *buf = malloc((size_t)4 << 20);
-    for (int i = 0; g && buf && i < 2; i++) {
+    for (int i = 0; g && buf && i < (cold ? 1 : 2); i++) { /* --cold: the Engram table stays on the disk */
         const gguf_tensor *t = gguf_find_tensor(g, names[i]);
         for (uint64_t o = 0; t && o < t->nbytes; o += (uint64_t)4 << 20) {
             size_t n = t->nbytes - o < ((uint64_t)4 << 20) ? (size_t)(t->nbytes - o) : (size_t)4 << 20;
@@ -608,7 +610,8 @@ static int cmp_dbl(const void *a, const void *b) {
 /* One `bench -m` run: its settings, what it holds, and what it measured. */
 typedef struct {
     const char *path, *csv;
-    int n_prompt, n_gen, n_threads, plain, act_q8k;
+    int n_prompt, n_gen, n_threads, plain, act_q8k, cold;
+    bench_engram eg; /* --cold: the Engram table, evicted before each decode step */
     dsf_engine *e;
     const dsf_kernels *k;
     dsf_pool *pool;
@@ -644,10 +647,12 @@ static int bench_decode(bench_run *b) {
     greedy.temperature = 0.0f;
     uint64_t rng = dsf_rng_init(0);
     double dec_bytes = 0; /* weight bytes of all decode steps (a step's depend on its position) */
+    if (b->e->eio) engram_io_reset_stats(b->e->eio);
     for (int bi = 0; bi < n_blocks; bi++) {
         double blk_bytes = 0;
         for (int j = 0; j < block; j++) blk_bytes += cost_decode_bytes(ss, pos + j, b->tok_bytes, b->il_bytes);
         dec_bytes += blk_bytes;
+        if (b->cold && b->eg.on) bench_engram_evict(&b->eg); /* untimed: every step finds its rows on the disk */
         double tb = dsf_now();
         for (int j = 0; j < block; j++) {
             /* the engine's greedy sampler: the step a user's greedy decode takes */
@@ -765,7 +770,7 @@ static int bench_prefill(bench_run *b) {
     }
     dsf_session_free(ws);
     fwd_profile_reset(); /* DSF_PROFILE reports the measured prefill and decode steps only */
-    warm_row_tables(b->path);
+    warm_row_tables(b->path, b->cold);
     probe_read(pool, k, b->arena, b->arena_n);
 
     dsf_session *ss = dsf_session_new(e, n_prompt + b->n_gen + 1, err);
@@ -807,8 +812,11 @@ static int bench_prefill(bench_run *b) {
 }
 
 /* The engine parameters of bench's options. */
-static void engine_params(dsf_engine_params *ep, int n_threads, int plain, int repack, int resident, int act_q8k) {
+static void engine_params(dsf_engine_params *ep, int n_threads, int plain, int repack, int resident, int act_q8k,
+                          const int engram[2]) {
     dsf_engine_params_default(ep);
+    ep->engram_readers = engram[0];
+    ep->engram_cache_mb = engram[1];
     ep->n_threads = n_threads;
     ep->numerics = plain ? DSF_NUMERICS_PLAIN : DSF_NUMERICS_REFERENCE;
     ep->repack = repack;
@@ -817,11 +825,12 @@ static void engine_params(dsf_engine_params *ep, int n_threads, int plain, int r
 }
 
 static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads, const char *csv, int plain,
-                       uint64_t arena_mb, int cold, int repack, int resident, int act_q8k) {
+                       uint64_t arena_mb, int cold, int repack, int resident, int act_q8k, const int engram[2]) {
     char err[DSF_ERR_LEN] = "";
     bench_run run = {.path = path, .csv = csv, .n_prompt = n_prompt, .n_gen = n_gen, .n_threads = n_threads,
-                     .plain = plain, .act_q8k = act_q8k};
+                     .plain = plain, .act_q8k = act_q8k, .cold = cold};
     bench_run *b = &run;
+    if (cold) bench_engram_init(&b->eg, path);
     if (cold) { /* drop the file's clean cached pages: the engine then reads it in 2 MiB folios */
         int fd = open(path, O_RDONLY);
         if (fd < 0 || posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) != 0)
@@ -833,7 +842,7 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
         return 1;
     }
     dsf_engine_params ep;
-    engine_params(&ep, n_threads, plain, repack, resident, act_q8k);
+    engine_params(&ep, n_threads, plain, repack, resident, act_q8k, engram);
     dsf_engine *e = dsf_engine_open(path, &ep, err);
     if (!e) {
         fprintf(stderr, "dsflash bench: %s\n", err);
@@ -864,6 +873,7 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
     }
     if (bench_prefill(b) || bench_decode(b)) return 1;
     b->rss = rss_kib("VmHWM:");
+    if (cold) bench_engram_report(&b->eg, e, b->steps);
     if (bench_report(b)) return 1;
     free(b->il_bytes);
     free(b->il_flops);
@@ -877,7 +887,7 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
 
 static void usage(FILE *f) {
     fprintf(f, "usage: dsflash bench -m MODEL [--prompt N] [--gen N] [--threads N] [--csv FILE] [--plain] [--cold]\n"
-               "                     [--no-repack] [--mmap] [--act-q8k]\n"
+               "                     [--no-repack] [--mmap] [--act-q8k] [--engram-readers N] [--engram-cache MB]\n"
                "       dsflash bench --kernels [--threads N] [--set ref|avx2|avx512] [--arena-mb MB] [--reps N]\n"
                "       dsflash bench --constrain VOCAB.gguf [--reps N]\n"
                "       dsflash bench -m MODEL --draft DRAFT [--draft-max N] [--draft-min-p P] [--threads N]\n"
@@ -894,7 +904,11 @@ static void usage(FILE *f) {
                "                into memory\n"
                "  --cold        first drop the model file's cached pages, so that the engine reads it\n"
                "                afresh into 2 MiB page-cache folios (pages cached earlier in 4 KiB\n"
-               "                folios stay that way and cost TLB misses; see docs/PERFORMANCE.md)\n"
+               "                folios stay that way and cost TLB misses; see docs/PERFORMANCE.md); and\n"
+               "                drop the Engram table's pages again before each decode step (checked\n"
+               "                with mincore), then report the Engram reads per token, the share hidden\n"
+               "                behind the layers before Engram, and a random-read probe of the table\n"
+               "%s"
                "  --draft D     speculative decoding on MODEL (a DSpark GGUF, or \"oracle\" until one exists):\n"
                "                the main forward for T = 1..B+1 tokens as a ratio to T = 1, the draft's time\n"
                "                per call as decode steps, and the projected speed-up at 50/70/90 %% accepts\n"
@@ -910,7 +924,8 @@ static void usage(FILE *f) {
                "  --arena-mb MB weight arena / probe buffer, larger than the last-level cache (default 1024)\n"
                "  --reps N      passes per kernel, each bracketed by probes (default 5, max 16)\n"
                "\n"
-               "The last line is machine-readable (key=value).\n");
+               "The last line is machine-readable (key=value).\n",
+            GEN_CLI_ENGRAM_HELP);
 }
 
 static int cmd_bench(int argc, char **argv) {
@@ -924,8 +939,10 @@ static int cmd_bench(int argc, char **argv) {
     const char *set = NULL;
     uint64_t arena_mb = 1024;
     spec_opts so = {0};
+    int engram[2] = {0, 0}; /* dsf_engine_params.engram_readers, .engram_cache_mb */
     for (int i = 1; i < argc; i++) {
         int dr = gen_cli_draft_option(&so, "bench", argc, argv, &i);
+        if (!dr) dr = gen_cli_engram_option("bench", argc, argv, &i, &engram[0], &engram[1]);
         if (dr < 0) return 2;
         if (dr) continue;
         const char *a = argv[i];
@@ -999,10 +1016,12 @@ static int cmd_bench(int argc, char **argv) {
     }
     if (model && so.draft) {
         dsf_engine_params ep;
-        engine_params(&ep, (int)threads, plain, repack, resident, act_q8k);
+        engine_params(&ep, (int)threads, plain, repack, resident, act_q8k, engram);
         return bench_draft(model, &so, &ep);
     }
-    if (model) return bench_model(model, n_prompt, n_gen, (int)threads, csv, plain, arena_mb, cold, repack, resident, act_q8k);
+    if (model)
+        return bench_model(model, n_prompt, n_gen, (int)threads, csv, plain, arena_mb, cold, repack, resident, act_q8k,
+                           engram);
     return bench_kernels((int)threads, set, arena_mb, reps);
 }
 

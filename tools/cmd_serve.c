@@ -37,11 +37,11 @@ static void usage(void) {
            "  --act-q8k            quantize the activations of K / IQ weights to Q8_K as ggml does (faster\n"
            "                       there; changes the results: opt-in)\n"
            "  --port-file FILE     write the bound port to FILE once listening\n"
-           "%s"
+           "%s%s"
            "\nDecoding slots share one batched forward per token (weights read once for all).\n"
            "One log line per request goes to stderr (DSF_LOG=0 silences it; DSF_LOG=2 adds one line\n"
            "per decode forward with its batch size). SIGINT/SIGTERM stop.\n",
-           GEN_CLI_DRAFT_HELP);
+           GEN_CLI_ENGRAM_HELP, GEN_CLI_DRAFT_HELP);
 }
 
 static int parse_int(const char *name, const char *v, long long lo, long long hi, long long *out) {
@@ -66,6 +66,7 @@ static int cmd_serve(int argc, char **argv) {
     const char *port_file = NULL;
     for (int i = 1; i < argc; i++) {
         int dr = gen_cli_draft_option(&p.spec, "serve", argc, argv, &i);
+        if (!dr) dr = gen_cli_engram_option("serve", argc, argv, &i, &p.engram_readers, &p.engram_cache_mb);
         if (dr < 0) return 2;
         if (dr) continue;
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;

@@ -16,6 +16,7 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: dsflash synth --preset tiny|bench|bench-moe|real OUT.gguf [--seed S] [--header-only]\n"
                "                     [--dspark DRAFT.gguf] [--type TYPE] [--expert-type TYPE] [--recipe R]\n"
+               "                     [--engram-rows N]\n"
                "\n"
                "Writes a random-weight deepseek41 GGUF in the exact layout of a converted V4.1-Flash.\n"
                "  tiny    tiny41's topology (hidden 128, 8 layers, every layer role) with a usable\n"
@@ -39,7 +40,9 @@ static void usage(FILE *f) {
                "  --expert-type T   ggml type of the routed experts (default: --type's if given, like\n"
                "                    llama-quantize, else the preset's MXFP4)\n"
                "  --recipe R        every tensor gets the type `dsflash quantize R` would give it (Q4_K_M, Q2_K, ...;\n"
-               "                    see its --help); instead of --type/--expert-type\n");
+               "                    see its --help); instead of --type/--expert-type\n"
+               "  --engram-rows N   an Engram table of about N rows instead of the preset's (bench: 17000000 is\n"
+               "                    ~8.7 GB, for `dsflash bench --cold` reading it from the disk)\n");
 }
 
 /* A ggml type by name (case-insensitive), -1 if none has a block size. */
@@ -56,7 +59,7 @@ static int cmd_synth(int argc, char **argv) {
     }
     const char *preset = NULL, *out = NULL, *dspark = NULL;
     uint64_t seed = 1;
-    synth_write_opts o = {false, SYNTH_TYPE_KEEP, SYNTH_TYPE_KEEP, NULL};
+    synth_write_opts o = {false, SYNTH_TYPE_KEEP, SYNTH_TYPE_KEEP, NULL, 0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--preset") && i + 1 < argc) {
             preset = argv[++i];
@@ -74,6 +77,15 @@ static int cmd_synth(int argc, char **argv) {
             }
             *(argv[i][2] == 't' ? &o.type : &o.expert_type) = t;
             i++;
+        } else if (!strcmp(argv[i], "--engram-rows") && i + 1 < argc) {
+            char *end;
+            errno = 0;
+            unsigned long long r = strtoull(argv[++i], &end, 0);
+            if (errno || *end || argv[i][0] == '-' || !r) {
+                fprintf(stderr, "dsflash synth: --engram-rows wants a positive integer, got '%s'\n", argv[i]);
+                return 2;
+            }
+            o.engram_rows = r;
         } else if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
             char *end;
             errno = 0;

@@ -39,6 +39,11 @@ const char *const GEN_CLI_OPTIONS_HELP =
     "  --act-q8k          quantize the activations of K / IQ weights to Q8_K as ggml does (faster there;\n"
     "                     changes the results: opt-in)\n";
 
+const char *const GEN_CLI_ENGRAM_HELP =
+    "  --engram-readers N threads that read the Engram table's rows from the file ahead of the layers\n"
+    "                     that use them; 0 = none (each Engram layer reads its rows when it needs them) [8]\n"
+    "  --engram-cache MB  memory for the Engram table's hot rows (raw, CLOCK eviction); 0 = none  [256]\n";
+
 const char *const GEN_CLI_DRAFT_HELP =
     "  --draft FILE       speculative decoding with this DSpark draft GGUF (same output; faster when\n"
     "                     drafts are accepted). \"oracle[:K]\": the test drafter (the model's own argmax,\n"
@@ -129,8 +134,26 @@ int gen_cli_draft_option(spec_opts *o, const char *cmd, int argc, char **argv, i
     return 1;
 }
 
+int gen_cli_engram_option(const char *cmd, int argc, char **argv, int *i, int *readers, int *cache_mb) {
+    const char *a = argv[*i];
+    const bool rd = !strcmp(a, "--engram-readers");
+    if (!rd && strcmp(a, "--engram-cache")) return 0;
+    const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    long l;
+    if (!v || parse_long(v, 0, rd ? 256 : 1L << 20, &l)) {
+        fprintf(stderr, "dsflash %s: bad %s '%s' (expected %s)\n", cmd, a, v ? v : "",
+                rd ? "0..256 threads" : "0..1048576 MiB");
+        return -1;
+    }
+    *(rd ? readers : cache_mb) = l ? (int)l : -1;
+    ++*i;
+    return 1;
+}
+
 int gen_cli_option(gen_cli_opts *o, int argc, char **argv, int *i) {
     int dr = gen_cli_draft_option(&o->spec, o->cmd, argc, argv, i);
+    if (dr) return dr;
+    dr = gen_cli_engram_option(o->cmd, argc, argv, i, &o->engram_readers, &o->engram_cache_mb);
     if (dr) return dr;
     const char *a = argv[*i];
     static const char *const with_value[] = {"-m", "--model", "-n", "--n-predict", "--temp", "--top-k",
@@ -214,6 +237,8 @@ int gen_cli_load(const gen_cli_opts *o, gen_cli_model *m) {
     ep.repack = o->repack;
     ep.resident = o->resident;
     ep.act_q8k = o->act_q8k;
+    ep.engram_readers = o->engram_readers;
+    ep.engram_cache_mb = o->engram_cache_mb;
     m->e = dsf_engine_open(o->model, &ep, err);
     if (!m->e) goto fail;
     m->tok = dsf_tokenizer_load(o->model, err);

@@ -22,6 +22,8 @@ typedef struct {
     int repack;               /* dsf_engine_params.repack (--no-repack: -1) */
     int resident;             /* dsf_engine_params.resident (--mmap: -1) */
     bool act_q8k;             /* dsf_engine_params.act_q8k (--act-q8k) */
+    int engram_readers;       /* dsf_engine_params.engram_readers (--engram-readers) */
+    int engram_cache_mb;      /* dsf_engine_params.engram_cache_mb (--engram-cache) */
     dsf_sampler_params sp;    /* sampling + max_tokens (-n) + stop strings */
     bool seed_set;
     bool think;               /* thinking_mode "thinking" (default) or "chat" */
@@ -35,6 +37,12 @@ void gen_cli_defaults(gen_cli_opts *o, const char *cmd);
 /* Parses the option at argv[*i] if it is a common one: returns 1 (and advances *i past its
  * value), 0 if it is not a common option, -1 after printing "dsflash CMD: ..." on stderr. */
 int gen_cli_option(gen_cli_opts *o, int argc, char **argv, int *i);
+/* --engram-readers N and --engram-cache MB, shared by run, chat, bench and serve: returns 1
+ * (and advances *i past the value) with *readers / *cache_mb set as dsf_engine_params wants
+ * them (the command line's 0 = none becomes -1), 0 if argv[*i] is neither, -1 after printing
+ * "dsflash CMD: ..." on stderr. */
+int gen_cli_engram_option(const char *cmd, int argc, char **argv, int *i, int *readers, int *cache_mb);
+extern const char *const GEN_CLI_ENGRAM_HELP;
 /* Checks a reasoning effort: 1..100 or low|medium|high|max|minimal|xhigh. 0 ok / -1 + err. */
 int gen_cli_check_effort(const char *s, char *err);
 /* The option lines shared by both --help texts. */

@@ -624,11 +624,21 @@ int synth_write(const char *name, const char *path, uint64_t seed, char *err) {
 /* path NULL: lays out the tensors only (no keys, no tokenizer) to count their bytes. */
 int synth_write_ex(const char *name, const char *path, uint64_t seed, const synth_write_opts *o, char *note,
                    size_t cap, uint64_t *data_bytes, char *err) {
-    static const synth_write_opts defaults = {false, SYNTH_TYPE_KEEP, SYNTH_TYPE_KEEP, NULL};
+    static const synth_write_opts defaults = {false, SYNTH_TYPE_KEEP, SYNTH_TYPE_KEEP, NULL, 0};
     const preset *p = find_preset(name);
     if (!o) o = &defaults;
     if (note && cap) note[0] = 0;
     if (!p) return dsf_seterr(err, "unknown preset '%s' (tiny, bench, bench-moe, real)", name ? name : "(null)");
+    preset big;
+    const uint64_t ncol = (uint64_t)p->n_engram * (p->ngram > 1 ? p->ngram - 1 : 0) * p->heads_per_ngram;
+    if (o->engram_rows && ncol) {
+        if (o->engram_rows / ncol < 2 || o->engram_rows / ncol > 0xF0000000u)
+            return dsf_seterr(err, "synth: --engram-rows %llu: wants 2 to 4e9 rows per column (%llu columns)",
+                              (unsigned long long)o->engram_rows, (unsigned long long)ncol);
+        big = *p;
+        big.engram_vocab = (uint32_t)(o->engram_rows / ncol);
+        p = &big;
+    }
     synth_model *m;
     if (path) {
         m = synth_model_new(p, seed, err);
@@ -649,7 +659,7 @@ int synth_write_ex(const char *name, const char *path, uint64_t seed, const synt
  * main model), the global tensors of §4.1, the converter's keys (dspark_meta.c), the preset's
  * tokenizer and a noise token. Its weights are seeded apart from the main model's. */
 int synth_write_dspark(const char *name, const char *path, uint64_t seed, const synth_write_opts *o, char *err) {
-    static const synth_write_opts defaults = {false, SYNTH_TYPE_KEEP, SYNTH_TYPE_KEEP, NULL};
+    static const synth_write_opts defaults = {false, SYNTH_TYPE_KEEP, SYNTH_TYPE_KEEP, NULL, 0};
     const preset *p = find_preset(name);
     if (!o) o = &defaults;
     if (!p) return dsf_seterr(err, "unknown preset '%s' (tiny, bench, bench-moe, real)", name ? name : "(null)");

@@ -89,6 +89,10 @@ typedef struct {
     int type;           /* ggml type of the quantizable matrices, or SYNTH_TYPE_KEEP */
     int expert_type;    /* ggml type of the routed experts, or SYNTH_TYPE_KEEP */
     const char *recipe; /* NULL, or a `dsflash quantize` recipe name (then type/expert_type are unused) */
+    /* 0: the preset's Engram table; else about this many rows (each column's bucket count is
+     * the first prime >= engram_rows / columns): a large table for `bench --cold` (a 17e6-row
+     * bench table is ~8.7 GB) */
+    uint64_t engram_rows;
 } synth_write_opts;
 
 /* synth_write with options (o NULL: the defaults, which synth_write uses). note (cap bytes,

@@ -9,6 +9,7 @@
 #include "model/model.h"
 #include "model/residency.h"
 #include "model/snapshot.h"
+#include "model/engram_io.h"
 #include "kernels/ops.h"
 #include "kernels/mxfp4r.h"
 #include "kernels/select.h"
@@ -29,6 +30,20 @@ void dsf_engine_params_default(dsf_engine_params *p) {
 void engine_set_mm_observer(dsf_engine *e, dsf_mm_observer fn, void *user) {
     e->mm_obs = fn;
     e->mm_obs_user = fn ? user : NULL;
+}
+
+/* The Engram table's readers and cache (engram_io.h), sized by p (0: the defaults). */
+static int open_engram_io(dsf_engine *e, const dsf_engine_params *p, char *err) {
+    const gguf_tensor *ple = e->w.ple;
+    const gguf_file *g = e->gguf;
+    if (!ple || !ple->row_bytes || (g->fd < 0 && !ple->data))
+        return dsf_seterr(err, "tensor 'per_layer_token_embd.weight': the Engram table is missing or empty");
+    const int readers = p->engram_readers < 0 ? 0 : p->engram_readers ? p->engram_readers : ENGRAM_READERS_DEFAULT;
+    const int64_t mb = p->engram_cache_mb < 0 ? 0 : p->engram_cache_mb ? p->engram_cache_mb : ENGRAM_CACHE_MB_DEFAULT;
+    const uint64_t off = g->data_offset + ple->offset;
+    e->eio = engram_io_new(g->fd, g->fd < 0 ? ple->data : NULL, off, ple->row_bytes, ple->ne[1], readers,
+                           (uint64_t)mb << 20, err);
+    return e->eio ? 0 : -1;
 }
 
 dsf_engine *dsf_engine_open(const char *path, const dsf_engine_params *p, char *err) {
@@ -71,6 +86,10 @@ dsf_engine *dsf_engine_open(const char *path, const dsf_engine_params *p, char *
         nt = n > 0 ? (int)n : 1;
     }
     e->pool = dsf_pool_new(nt);
+    if (e->shape.n_engram && open_engram_io(e, p, err) < 0) {
+        dsf_engine_close(e);
+        return NULL;
+    }
     residency_repack_experts(e, p);
     residency_copy_dense(e, p);
     e->model_id = snapshot_model_id(g);
@@ -87,6 +106,7 @@ fail:
 
 void dsf_engine_close(dsf_engine *e) {
     if (!e) return;
+    engram_io_free(e->eio);
     weights_free(&e->w, &e->shape);
     residency_free(e);
     shape_free(&e->shape);

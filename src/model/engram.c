@@ -1,18 +1,19 @@
 /* engram.c: Engram n-gram memory (architecture.md §4.2): the per-position hash over the
  * compressed token history and the gated add into every hyper-connection copy, applied to
- * the stream BEFORE its block. The table is read row by row, never whole.
- * Must not: map or read the table whole; write stream rows other than its layer's input.
+ * the stream BEFORE its block. The table is read row by row, never whole: the chunk's rows
+ * of every module are hashed at the start of the forward and read by the engine's reader
+ * pool (engram_io.c) while the layers before each module compute.
+ * Must not: map or read the table whole, or read the file itself (engram_io.c does); write
+ * stream rows other than its layer's input.
  * Invariant: each stream row (token, copy) is written by exactly one range of a job. */
 #include "model/engram.h"
+#include "model/engram_io.h"
 #include "model/mm.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
+#include "base/util.h"
 
 #include <math.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 void engram_hash(const dsf_shape *sh, int64_t e, const int32_t *tokens, int64_t p, int64_t *rows) {
     const int64_t ng = sh->ngram, nh = sh->heads_per_ngram, cols = sh->ple_cols;
@@ -76,64 +77,34 @@ static void gate_range(void *ctx, int64_t i0, int64_t i1, int tid) {
     }
 }
 
-static int cmp_i64(const void *a, const void *b) {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
+/* The chunk's rows of module m: hashed for every token, then queued for the readers. */
+static void start_module(const fwd *f, int m) {
+    const dsf_shape *sh = f->sh;
+    const int64_t cols = sh->ple_cols;
+    int64_t *rows = engram_req_rows(f->sc->ereq, m);
+    for (int64_t t = 0; t < f->T; t++) engram_hash(sh, m, f->tkv[t]->tokens, f->tpos[t], rows + t * cols);
+    engram_io_start(f->e->eio, f->sc->ereq, m, f->T * cols);
 }
 
-/* madvise(WILLNEED) over the pages holding rows[0..n) of the table (sorted in place). A hint
- * only: failures are ignored and nothing is read here. */
-static void prefetch_rows(const gguf_tensor *ple, int64_t *tmp, int64_t n) {
-    static long pg;
-    if (!pg) pg = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
-    const uintptr_t base = (uintptr_t)ple->data;
-    qsort(tmp, (size_t)n, sizeof *tmp, cmp_i64);
-    uintptr_t lo = 0, hi = 0; /* current page range [lo, hi) */
-    for (int64_t i = 0; i < n; i++) {
-        uintptr_t a = base + (uintptr_t)tmp[i] * ple->row_bytes;
-        uintptr_t p0 = a & ~(uintptr_t)(pg - 1), p1 = (a + ple->row_bytes + (uintptr_t)pg - 1) & ~(uintptr_t)(pg - 1);
-        if (hi && p0 <= hi) {
-            if (p1 > hi) hi = p1;
-            continue;
-        }
-        if (hi) madvise((void *)lo, hi - lo, MADV_WILLNEED);
-        lo = p0;
-        hi = p1;
-    }
-    if (hi) madvise((void *)lo, hi - lo, MADV_WILLNEED);
+void engram_start(const fwd *f) {
+    for (int m = 0; m < (int)f->sh->n_engram; m++) start_module(f, m);
 }
 
-/* Table row `row` as fp32 into out, read with pread (gguf_read_span): the table's pages are
- * mapped without huge pages and a decode step touches rows it never touched before (24 rows
- * per Engram layer). nowait: only if no disk read is needed; returns false otherwise. */
-static bool gather_row(const gguf_file *g, const gguf_tensor *ple, int64_t row, float *out, int64_t pd, bool nowait) {
-    _Alignas(64) uint8_t buf[8192];
-    const uint8_t *src = gguf_read_span(g, ple->data + (uint64_t)row * ple->row_bytes, (size_t)ple->row_bytes, buf,
-                                        sizeof buf, nowait);
-    if (!src) return false;
-    dequant_row(ple->type, src, out, pd);
-    return true;
-}
-
-/* Gathers of the chunk's rows, threaded over rows (item i = row c of token t, i = t * cols +
- * c; each writes only its own erow slot). First pass (blocking = 0): the rows already in the
- * page cache, emiss[i] = 1 for the others; second pass: those, after their readahead. */
+/* The chunk's rows of one module decoded into erow, threaded over rows (item i = row c of
+ * token t, i = t * cols + c; each writes only its own erow slot). */
 typedef struct {
     const fwd *f;
     const gguf_tensor *ple;
     int64_t pd;
-    bool blocking;
+    int m;
 } gather_job;
 
 static void gather_range(void *ctx, int64_t i0, int64_t i1, int tid) {
     (void)tid;
     const gather_job *j = ctx;
     dsf_scratch *sc = j->f->sc;
-    for (int64_t i = i0; i < i1; i++) {
-        float *out = sc->erow + i * j->pd; /* erow is [T][cols * pd] */
-        if (!j->blocking) sc->emiss[i] = !gather_row(j->f->e->gguf, j->ple, sc->rows[i], out, j->pd, true);
-        else if (sc->emiss[i]) gather_row(j->f->e->gguf, j->ple, sc->rows[i], out, j->pd, false);
-    }
+    for (int64_t i = i0; i < i1; i++) /* erow is [T][cols * pd] */
+        dequant_row(j->ple->type, engram_req_row(sc->ereq, j->m, i), sc->erow + i * j->pd, j->pd);
 }
 
 void engram_forward(const fwd *f, int64_t il) {
@@ -143,22 +114,15 @@ void engram_forward(const fwd *f, int64_t il) {
     const int64_t e = sh->engram_of[il], T = f->T, D = sh->n_embd, hc = sh->hc;
     const int64_t cols = sh->ple_cols, pd = sh->ple_dim, nin = cols * pd;
     const gguf_tensor *ple = f->w->ple;
-    /* Hash every token of the chunk first and read the rows already in the page cache; then
-     * ask the kernel for the pages of all the others at once (sorted, de-duplicated, adjacent
-     * pages merged) before reading them: the real model's table (~200 GB) is mostly not
-     * resident (docs/perf-log.md, items 6 and 11). */
-    for (int64_t t = 0; t < T; t++) engram_hash(sh, e, f->tkv[t]->tokens, f->tpos[t], sc->rows + t * cols);
-    gather_job gj = {f, ple, pd, false};
+    const int m = (int)e;
+    DSF_ASSERT(sc->ereq && f->e->eio);
+    /* the reads started with the forward (engram_start); a caller that runs this layer alone
+     * starts them here */
+    if (!engram_req_started(sc->ereq, m)) start_module(f, m);
+    if (engram_io_wait(f->e->eio, sc->ereq, m, NULL) < 0) return; /* the forward's caller reports it */
+    gather_job gj = {f, ple, pd, m};
     dsf_parallel_for_guided(f->e->pool, T * cols, 4, gather_range, &gj);
-    int64_t m = 0;
-    for (int64_t i = 0; i < T * cols; i++)
-        if (sc->emiss[i]) sc->prow[m++] = sc->rows[i];
-    if (m) {
-        prefetch_rows(ple, sc->prow, m);
-        gj.blocking = true;
-        dsf_parallel_for_guided(f->e->pool, T * cols, 4, gather_range, &gj);
-    }
-    if (T == f->T) fwd_dump(f, "engram_rows", sc->rows, (size_t)(T * cols) * sizeof(int64_t));
+    if (T == f->T) fwd_dump(f, "engram_rows", engram_req_rows(sc->ereq, m), (size_t)(T * cols) * sizeof(int64_t));
     const float *xin = fwd_act(f, sc->erow, T, nin, sc->erow); /* in place: rows are not reused */
     const int64_t nout = (hc + 1) * D;
     fwd_mm_act(f, &L->engram_kv, xin, T, sc->ekv, nout);

@@ -11,6 +11,7 @@
 #include "model/attn.h"
 #include "model/moe.h"
 #include "model/engram.h"
+#include "model/engram_io.h"
 #include "kernels/quant.h"
 #include "base/util.h"
 
@@ -89,8 +90,8 @@ static void head(const fwd *f, int64_t t0, float *logits) {
     fwd_mm(f, &f->w->output, sc->fin, f->T - t0, logits, f->sh->n_vocab);
 }
 
-void forward_tokens(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, const int32_t *tok, int64_t T,
-                    float *logits, int64_t logit_row0) {
+int forward_tokens(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, const int32_t *tok, int64_t T,
+                   float *logits, int64_t logit_row0, char *err) {
     const dsf_shape *sh = &e->shape;
     DSF_ASSERT(T >= 1 && T <= sc->max_chunk);
     for (int64_t t = 0; t < T; t++) {
@@ -102,6 +103,7 @@ void forward_tokens(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, con
     fwd f = {e, sh, &e->w, sc, sc->tkv, sc->tpos, T, e->numerics == DSF_NUMERICS_REFERENCE, false, NULL, NULL};
     for (int64_t t = 0; t < T; t++) f.feats |= tkv[t]->feat != NULL;
     double prof_t0 = fwd_profile_start();
+    if (sh->n_engram) engram_start(&f); /* the readers work while the layers before Engram run */
     embed(&f, tok);
     for (int64_t il = 0; il < sh->n_layer; il++) forward_layer(&f, il);
     for (int64_t t = 0; t < T; t++) {
@@ -111,12 +113,13 @@ void forward_tokens(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, con
     }
     if (logits) head(&f, logit_row0, logits);
     fwd_profile_end(T, prof_t0);
+    return engram_req_take_error(sc->ereq, err);
 }
 
-void forward_chunk(dsf_session *s, const int32_t *tok, int64_t T, float *logits, int all_rows) {
+int forward_chunk(dsf_session *s, const int32_t *tok, int64_t T, float *logits, int all_rows, char *err) {
     dsf_kvstate **tkv = s->sc.tkv;
     DSF_ASSERT(T <= s->sc.max_chunk && s->kv.n + T <= s->kv.max_ctx);
     /* sc->tkv doubles as the argument: forward_tokens copies it onto itself */
     for (int64_t t = 0; t < T; t++) tkv[t] = &s->kv;
-    forward_tokens(s->e, &s->sc, tkv, tok, T, logits, all_rows ? 0 : T - 1);
+    return forward_tokens(s->e, &s->sc, tkv, tok, T, logits, all_rows ? 0 : T - 1, err);
 }

@@ -38,12 +38,15 @@ typedef struct fwd_ctx {
  * this layer's on return. The main layer loop and the DSpark stages (dspark.c) run it. */
 void forward_layer(const fwd *f, int64_t il);
 /* forward.c: consumes T <= max_chunk tokens at positions kv->n.. and appends them.
- * logits: NULL, or [T][n_vocab] when all_rows, else [n_vocab] (last token). */
-void forward_chunk(dsf_session *s, const int32_t *tok, int64_t T, float *logits, int all_rows);
+ * logits: NULL, or [T][n_vocab] when all_rows, else [n_vocab] (last token). Returns 0, or -1
+ * with err when the Engram table could not be read (an I/O error, a file truncated under
+ * us): the tokens are appended all the same, with values that must not be used, and the
+ * caller rolls the state back. */
+int forward_chunk(dsf_session *s, const int32_t *tok, int64_t T, float *logits, int all_rows, char *err);
 /* The general form: token t goes to tkv[t] at position tkv[t]->n + (its index among that
  * sequence's tokens); sc is the scratch of a participant whose max_chunk >= T and whose
- * max_ctx is the largest. logits: NULL or [T][n_vocab]. */
-void forward_tokens(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, const int32_t *tok, int64_t T,
-                    float *logits, int64_t logit_row0);
+ * max_ctx is the largest. logits: NULL or [T][n_vocab]. Returns as forward_chunk does. */
+int forward_tokens(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, const int32_t *tok, int64_t T,
+                   float *logits, int64_t logit_row0, char *err);
 
 #endif

@@ -184,9 +184,6 @@ int scratch_init(dsf_scratch *sc, const dsf_shape *s, int64_t T, int64_t max_ctx
     TAKE(eu, te * ff * F);
     TAKE(ey, te * D * F);
     TAKE(acc, t * D * F);
-    TAKE(rows, t * (cols ? cols : 1) * sizeof(int64_t));
-    TAKE(prow, t * (cols ? cols : 1) * sizeof(int64_t));
-    TAKE(emiss, t * (cols ? cols : 1) * sizeof(int64_t));
     TAKE(erow, t * (ein ? ein : 1) * F);
     TAKE(ekv, t * (hc + 1) * D * F);
     TAKE(fin, t * D * F);
@@ -229,7 +226,7 @@ void scratch_free(dsf_scratch *sc) {
                  sc->uq, sc->qa, sc->qr, sc->qrq, sc->q, sc->kvw, sc->o, sc->ya, sc->yaq, sc->out, sc->ca,
                  sc->cg, sc->lat, sc->ikt, sc->iq, sc->iw, sc->scores, sc->blk, sc->sel, sc->n_sel, sc->cand,
                  sc->n_cand, sc->heap, sc->cmask, sc->att, sc->rcs, sc->keys, sc->rlog, sc->esel, sc->ewt, sc->etok,
-                 sc->ewtok, sc->ex, sc->exq, sc->eg, sc->eu, sc->ey, sc->acc, sc->rows, sc->prow, sc->emiss, sc->erow, sc->ekv,
+                 sc->ewtok, sc->ex, sc->exq, sc->eg, sc->eu, sc->ey, sc->acc, sc->erow, sc->ekv,
                  sc->fin, sc->xb, sc->tkv, sc->tpos, sc->tjrow, sc->tjkv, sc->kdec, (void *)sc->kptr, sc->kfmt,
                  sc->koff};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);

@@ -139,6 +139,8 @@ struct dsf_engine {
     uint64_t copied_orig; /* file bytes the two copies replace */
     dsf_mm_observer mm_obs; /* NULL (the default): no observer, one branch per product */
     void *mm_obs_user;
+    struct engram_io *eio; /* the Engram table's readers and hot-row cache (engram_io.h), or NULL
+                            * without Engram */
 };
 
 /* engine.c: installs (fn != NULL) or removes the products' observer. Not thread-safe: set it

@@ -11,6 +11,7 @@
 #include "dsflash.h"
 #include "model/forward.h"
 #include "model/session.h"
+#include "model/engram_io.h"
 #include "base/util.h"
 
 #include <math.h>
@@ -58,11 +59,13 @@ dsf_session *dsf_session_new(dsf_engine *e, int max_ctx, char *err) {
         dsf_seterr(err, "out of memory allocating the forward scratch");
         return NULL;
     }
+    if (e->eio) s->sc.ereq = engram_req_new(e->eio, (int)sh->n_engram, chunk * sh->ple_cols, &s->bytes);
     return s;
 }
 
 void dsf_session_free(dsf_session *s) {
     if (!s) return;
+    engram_req_free(s->sc.ereq);
     scratch_free(&s->sc);
     kv_free(&s->kv, &s->e->shape);
     free(s);
@@ -105,11 +108,13 @@ int dsf_session_eval(dsf_session *s, const int32_t *tokens, int n, float *logits
         if (logits && all_rows) lg = logits + i * V;
         else if (logits && i + T == n) lg = logits;
         const int64_t n0 = s->kv.n;
-        forward_chunk(s, tokens + i, T, lg, all_rows);
-        if (lg && check_logits(lg, all_rows ? T : 1, V, all_rows ? n0 : n0 + T - 1, err) < 0) {
+        if (forward_chunk(s, tokens + i, T, lg, all_rows, err) < 0 ||
+            (lg && check_logits(lg, all_rows ? T : 1, V, all_rows ? n0 : n0 + T - 1, err) < 0)) {
             char keep[DSF_ERR_LEN];
             snprintf(keep, sizeof keep, "%s", err);
-            dsf_session_rollback(s, (int)(n0 - i), err); /* the call changes no state */
+            /* the call changes no state (unless the rollback's own re-prefill fails: then
+             * the session is empty, and says so) */
+            if (dsf_session_rollback(s, (int)(n0 - i), err) < 0) return -1;
             return dsf_seterr(err, "%s", keep);
         }
         i += T;
@@ -140,12 +145,17 @@ int dsf_batch_eval(dsf_session **ss, const int32_t *tokens, int n, float *logits
         int64_t g = n - i < own->sc.max_chunk ? n - i : own->sc.max_chunk;
         for (int64_t k = 0; k < g; k++) own->sc.tkv[k] = &ss[i + k]->kv;
         float *lg = logits ? logits + (size_t)i * (size_t)V : NULL;
-        forward_tokens(e, &own->sc, own->sc.tkv, tokens + i, g, lg, 0);
-        for (int64_t k = 0; lg && k < g; k++)
-            if (check_logits(lg + k * V, 1, V, ss[i + k]->kv.n - 1, err) < 0) {
+        const bool failed = forward_tokens(e, &own->sc, own->sc.tkv, tokens + i, g, lg, 0, err) < 0;
+        for (int64_t k = 0; (lg || failed) && k < g; k++)
+            if (failed || check_logits(lg + k * V, 1, V, ss[i + k]->kv.n - 1, err) < 0) {
                 char keep[DSF_ERR_LEN];
-                snprintf(keep, sizeof keep, "batch entry %d: %s", (int)(i + k), err);
-                for (int j = 0; j < i + (int)g; j++) dsf_session_rollback(ss[j], ss[j]->kv.n - 1, err);
+                if (failed) snprintf(keep, sizeof keep, "%s", err);
+                else snprintf(keep, sizeof keep, "batch entry %d: %s", (int)(i + k), err);
+                int emptied = -1; /* a rollback whose re-feed failed too (engram_io.h) */
+                for (int j = 0; j < i + (int)g; j++)
+                    if (dsf_session_rollback(ss[j], ss[j]->kv.n - 1, err) < 0) emptied = j;
+                if (emptied >= 0)
+                    return dsf_seterr(err, "%s (batch entry %d could not be restored: it was emptied)", keep, emptied);
                 return dsf_seterr(err, "%s", keep);
             }
         i += (int)g;
@@ -179,7 +189,12 @@ int dsf_session_rollback(dsf_session *s, int n, char *err) {
     if (kv->feat_lo > keep) kv->feat_lo = keep; /* the re-prefill below records them */
     for (int64_t i = keep; i < n;) {
         int64_t T = n - i < s->sc.max_chunk ? n - i : s->sc.max_chunk;
-        forward_chunk(s, kv->tokens + i, T, NULL, 0);
+        if (forward_chunk(s, kv->tokens + i, T, NULL, 0, err) < 0) {
+            /* what the re-prefill wrote cannot be trusted: keep nothing rather than a state
+             * that differs from the tokens */
+            kv->n = kv->win_lo = kv->feat_lo = 0;
+            return dsf_prefixerr(err, "rollback to %d tokens: the session was emptied", n);
+        }
         i += T;
     }
     return 0;

@@ -99,9 +99,8 @@ typedef struct {
     float *ey;                   /* [T][D] */
     float *acc;                  /* [T][D] fp32 accumulator */
     /* Engram */
-    int64_t *rows;               /* [T][cols] */
-    int64_t *prow;               /* [T][cols] the uncached rows, sorted for their readahead */
-    int64_t *emiss;              /* [T][cols] the rows not in the page cache (engram.c) */
+    struct engram_req *ereq;     /* the chunk's table rows, read by the engine's readers
+                                  * (engram_io.h; dsf_session_new; NULL without Engram) */
     float *erow;                 /* [T][cols*ple_dim] */
     float *ekv;                  /* [T][(hc+1)*D] */
     float *fin;                  /* [T][D] final norm */

@@ -474,6 +474,8 @@ srv_server *srv_start(const srv_params *p, char *err) {
     ep.repack = p->repack;
     ep.resident = p->resident;
     ep.act_q8k = p->act_q8k;
+    ep.engram_readers = p->engram_readers;
+    ep.engram_cache_mb = p->engram_cache_mb;
     ep.numerics = p->numerics;
     s->e = dsf_engine_open(p->model_path, &ep, err);
     if (!s->e) goto fail;

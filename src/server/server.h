@@ -39,6 +39,8 @@ typedef struct {
     int repack;             /* dsf_engine_params.repack */
     int resident;           /* dsf_engine_params.resident */
     bool act_q8k;           /* dsf_engine_params.act_q8k */
+    int engram_readers;     /* dsf_engine_params.engram_readers */
+    int engram_cache_mb;    /* dsf_engine_params.engram_cache_mb */
     size_t max_body;        /* request body limit in bytes; default 8 MiB */
     int max_queue;          /* requests waiting for a slot before 503; default 256 */
     int keepalive_ms;       /* SSE keep-alive comment period while nothing is sent; default 5000 */

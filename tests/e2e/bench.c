@@ -107,6 +107,33 @@ static double bench_step_bytes(const char *gguf, int prompt, int gen) {
     return b ? strtod(b + 16, NULL) : -1;
 }
 
+TEST(bench_cold_engram) {
+    /* `bench --cold` on a model with Engram: the table is evicted before each decode step and
+     * the reader statistics come out per token (tiny: 2 modules x 6 columns = 12 rows a token),
+     * with and without readers; a bad --engram-* value is refused naming the option. No timing
+     * is checked. */
+    char cmd[1400], out[8192];
+    snprintf(cmd, sizeof cmd, "%s synth --preset tiny %s/bench-cold.gguf 2>/dev/null", test_bin(), test_tmpdir());
+    CHECK(test_run(cmd, out, sizeof out) == 0);
+    for (int readers = 0; readers <= 3; readers += 3) {
+        snprintf(cmd, sizeof cmd, "%s bench -m %s/bench-cold.gguf --cold --prompt 4 --gen 3 --threads 2 --arena-mb 64 "
+                 "--engram-readers %d --engram-cache 0 2>&1", test_bin(), test_tmpdir(), readers);
+        int rc = test_run(cmd, out, sizeof out);
+        char want[64];
+        snprintf(want, sizeof want, "engram_cold readers=%d ", readers);
+        CHECKF(rc == 0 && strstr(out, want) && strstr(out, "before each of 3 steps") &&
+                   strstr(out, "Engram per token: 12.0 rows") && strstr(out, "random-read probe") &&
+                   strstr(out, "decode_bw_fraction="),
+               "rc %d: %s", rc, out);
+    }
+    snprintf(cmd, sizeof cmd, "%s bench -m %s/bench-cold.gguf --engram-cache lots 2>&1", test_bin(), test_tmpdir());
+    int rc = test_run(cmd, out, sizeof out);
+    CHECKF(rc == 2 && strstr(out, "dsflash bench: bad --engram-cache 'lots'"), "rc %d: %s", rc, out);
+    snprintf(cmd, sizeof cmd, "%s run -m %s/bench-cold.gguf --engram-readers 9999 2>&1", test_bin(), test_tmpdir());
+    rc = test_run(cmd, out, sizeof out);
+    CHECKF(rc != 0 && strstr(out, "bad --engram-readers '9999' (expected 0..256 threads)"), "rc %d: %s", rc, out);
+}
+
 TEST(bench_bytes) {
     /* `dsflash bench` counts a decode step's weight bytes from the shapes, and the indexer's
      * query projections (idx_q_b, idx_proj) only at the positions that compute them: where a

@@ -2,6 +2,7 @@
 #include "golden.h"
 
 #include "test.h"
+#include "dsflash.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -58,4 +59,25 @@ cmp_stats golden_compare(const float *a, const float *gold, int rows, int V, dou
     }
     st.mean_abs = sum / ((double)rows * V);
     return st;
+}
+
+float *golden_run(dsf_engine *e, const int32_t *tok, int n, int chunk, char *err) {
+    int V = dsf_engine_n_vocab(e);
+    float *out = malloc((size_t)n * (size_t)V * sizeof(float));
+    dsf_session *s = dsf_session_new(e, n, err);
+    if (!s) {
+        free(out);
+        return NULL;
+    }
+    if (!chunk) chunk = n;
+    for (int i = 0; i < n; i += chunk) {
+        int m = n - i < chunk ? n - i : chunk;
+        if (dsf_session_eval(s, tok + i, m, out + (size_t)i * V, true, err) < 0) {
+            free(out);
+            dsf_session_free(s);
+            return NULL;
+        }
+    }
+    dsf_session_free(s);
+    return out;
 }

@@ -29,4 +29,9 @@ typedef struct {
  * the golden maximum). */
 cmp_stats golden_compare(const float *a, const float *gold, int rows, int V, double atol);
 
+struct dsf_engine;
+/* Runs tokens in a fresh session in chunks of `chunk` (0 = all at once) and returns their
+ * [n][V] logits (malloc'd), or NULL with err. */
+float *golden_run(struct dsf_engine *e, const int32_t *tok, int n, int chunk, char *err);
+
 #endif

@@ -41,26 +41,8 @@ static dsf_engine *open_model(const char *file, dsf_numerics num, test_ctx *t) {
     return open_model_rp(file, num, 0, t);
 }
 
-/* Runs tokens in chunks of `chunk` (0 = all at once) and returns [n][V] logits. */
 static float *run(dsf_engine *e, const int32_t *tok, int n, int chunk, char *err) {
-    int V = dsf_engine_n_vocab(e);
-    float *out = malloc((size_t)n * (size_t)V * sizeof(float));
-    dsf_session *s = dsf_session_new(e, n, err);
-    if (!s) {
-        free(out);
-        return NULL;
-    }
-    if (!chunk) chunk = n;
-    for (int i = 0; i < n; i += chunk) {
-        int m = n - i < chunk ? n - i : chunk;
-        if (dsf_session_eval(s, tok + i, m, out + (size_t)i * V, true, err) < 0) {
-            free(out);
-            dsf_session_free(s);
-            return NULL;
-        }
-    }
-    dsf_session_free(s);
-    return out;
+    return golden_run(e, tok, n, chunk, err);
 }
 
 static void golden_case(test_ctx *t, const char *file, const char *cname) {
