@@ -103,7 +103,7 @@ TEST(kvpack_reference_rows_are_packed_and_exact) {
 TEST(kvpack_plan_real_shape_figures) {
     char err[DSF_ERR_LEN] = "", note[DSF_ERR_LEN], path[512];
     snprintf(path, sizeof path, "%s/kvpack-real.gguf", test_tmpdir());
-    const synth_write_opts o = {true, SYNTH_TYPE_KEEP, SYNTH_TYPE_KEEP, NULL};
+    const synth_write_opts o = {.header_only = true, .type = SYNTH_TYPE_KEEP, .expert_type = SYNTH_TYPE_KEEP};
     CHECKF(synth_write_ex("real", path, 1, &o, note, sizeof note, NULL, err) == 0, "synth: %s", err);
     gguf_file *g = gguf_open_header(path, err);
     CHECKF(g, "%s", err);
