@@ -25,76 +25,118 @@
 
 #define FRB 4 /* rows per fused tile */
 
-/* The fp16 bits of 32 e4m3 codes q (value x 2^-8). */
-INLINE __m512i f16_of(__m256i q) {
-    return _mm512_and_si512(_mm512_slli_epi16(_mm512_cvtepi8_epi16(q), 7), _mm512_set1_epi16((short)0xBFFF));
+/* ---- decode: a table lookup, no fp16 and no subnormal operand ----
+ * BF16 bits of the e4m3 magnitude j = code & 0x7F at unit scale (architecture.md §3.1: e >= 1:
+ * (8 + m) 2^(e-10), exponent field e + 120; e = 0: m 2^-9, normalized; 127 is NaN), split into
+ * high and low bytes: two vpermi2b (128 entries each) give them for 64 codes at once. */
+#define E4M3_SUB(m) ((m) == 0 ? 0 : (m) == 1 ? 0x3B00 : (m) < 4 ? 0x3B80 | ((m) - 2) << 6 : 0x3C00 | ((m) - 4) << 5)
+#define E4M3_BF16(j) ((j) == 127 ? 0x7FC0 : ((j) >> 3) ? (((j) >> 3) + 120) << 7 | ((j) & 7) << 4 : E4M3_SUB(j))
+#define LUT_HI(j) (uint8_t)(E4M3_BF16(j) >> 8)
+#define LUT_LO(j) (uint8_t)(E4M3_BF16(j) & 0xFF)
+#define R8(F, j) F(j), F(j + 1), F(j + 2), F(j + 3), F(j + 4), F(j + 5), F(j + 6), F(j + 7)
+#define R64(F, j) R8(F, j), R8(F, j + 8), R8(F, j + 16), R8(F, j + 24), R8(F, j + 32), R8(F, j + 40), R8(F, j + 48), R8(F, j + 56)
+static const uint8_t lut_hi[128] __attribute__((aligned(64))) = {R64(LUT_HI, 0), R64(LUT_HI, 64)};
+static const uint8_t lut_lo[128] __attribute__((aligned(64))) = {R64(LUT_LO, 0), R64(LUT_LO, 64)};
+
+/* The tables and the byte gathers that place code i's BF16 bytes (low, high) in bytes 2 and 3 of
+ * dword i % 16 of vector i / 16 (bytes 0 and 1 are zeroed: the fp32 whose top half is the BF16). */
+typedef struct {
+    __m512i h0, h1, l0, l1, ix[4];
+} lut;
+
+static inline void lut_load(lut *L) {
+    L->h0 = _mm512_load_si512((const void *)lut_hi);
+    L->h1 = _mm512_load_si512((const void *)(lut_hi + 64));
+    L->l0 = _mm512_load_si512((const void *)lut_lo);
+    L->l1 = _mm512_load_si512((const void *)(lut_lo + 64));
+    for (int k = 0; k < 4; k++) {
+        _Alignas(64) uint8_t ix[64];
+        for (int d = 0; d < 16; d++) {
+            ix[4 * d] = ix[4 * d + 1] = 0;
+            ix[4 * d + 2] = (uint8_t)(16 * k + d);
+            ix[4 * d + 3] = (uint8_t)(64 + 16 * k + d);
+        }
+        L->ix[k] = _mm512_load_si512((const void *)ix);
+    }
 }
 
-/* The 32 weights of a group (fp16 bits h, multiplier m = 2^(S-119)) as fp32, elements 0-15 and 16-31. */
-INLINE void dec_w(__m512i h, __m512 m, __m512 *w0, __m512 *w1) {
-    *w0 = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(h)), m);
-    *w1 = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)), m);
+/* The unit-scale weights of 64 codes q (two groups) as fp32: v[0], v[1] the first group's
+ * elements 0-15 and 16-31, v[2], v[3] the second's. The sign is the code's bit 7 (-0 stays -0). */
+INLINE void dec64(__m512i q, const lut *L, __m512 *v) {
+    const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(L->h0, q, L->h1), q,
+                                                 _mm512_set1_epi8((char)0x80), 0xF8); /* hi | (q & 0x80) */
+    const __m512i lo = _mm512_permutex2var_epi8(L->l0, q, L->l1);
+    UNROLL for (int k = 0; k < 4; k++)
+        v[k] = _mm512_castsi512_ps(_mm512_maskz_permutex2var_epi8((__mmask64)0xCCCCCCCCCCCCCCCCull, lo, L->ix[k], hi));
 }
 
-/* The multipliers 2^(S-119) (fp32 bits (S + 8) << 23) of n <= 16 groups' scales sc into out;
- * returns the mask of the exceptional ones (S outside 3..246; their multiplier is not used). */
+/* 64 codes at p, or 32 (the upper half zero) when one group is left. */
+INLINE __m512i codes(const uint8_t *p, int two) {
+    return two ? _mm512_loadu_si512((const void *)p) : _mm512_maskz_loadu_epi8((__mmask64)0xFFFFFFFFull, p);
+}
+
+/* The multipliers 2^(S-127) (fp32 bits S << 23) of n <= 16 groups' scales sc into out; returns
+ * the mask of the exceptional ones (S outside 3..246; their multiplier is not used). */
 INLINE __mmask16 mults16(const uint8_t *sc, int n, float *out) {
     const __mmask16 live = n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
     const __m512i s = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(live, sc));
-    _mm512_store_ps(out, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(s, _mm512_set1_epi32(8)), 23)));
+    _mm512_store_ps(out, _mm512_castsi512_ps(_mm512_slli_epi32(s, 23)));
     return _mm512_mask_cmpgt_epu32_mask(live, _mm512_sub_epi32(s, _mm512_set1_epi32(3)), _mm512_set1_epi32(243));
 }
 
-/* Whether the byte maxima of a row's codes saw a NaN code: 0x7F is the largest signed byte,
- * 0xFF the largest unsigned one. */
-INLINE int saw_nan(__m256i mx, __m256i mu) {
-    return !_mm256_testz_si256(_mm256_or_si256(_mm256_cmpeq_epi8(mx, _mm256_set1_epi8(0x7F)),
-                                               _mm256_cmpeq_epi8(mu, _mm256_set1_epi8((char)0xFF))),
-                               _mm256_set1_epi8((char)0xFF));
-}
+/* One group's product into row accumulator a: its weights v0, v1 (unit scale) times m, against
+ * the activations x0, x1 (fp32) or xb (BF16, XBF). */
+#define GROUP(XBF, a, v0, v1, m, x0, x1, xb)                                                      \
+    do {                                                                                          \
+        const __m512 w0_ = _mm512_mul_ps(v0, m), w1_ = _mm512_mul_ps(v1, m);                      \
+        if (XBF) {                                                                                \
+            a = _mm512_dpbf16_ps(a, _mm512_cvtne2ps_pbh(w1_, w0_), as_bh(xb));                    \
+        } else {                                                                                  \
+            a = _mm512_fmadd_ps(w0_, x0, a);                                                      \
+            a = _mm512_fmadd_ps(w1_, x1, a);                                                      \
+        }                                                                                         \
+    } while (0)
 
-/* One fused tile: FRB rows (codes wr, grid rows sc) over groups [g0, g1) of one K chunk; out[r]
- * = the chunk's sum of row r. XBF: BF16 activations (x is uint16_t) with vdpbf16ps, else fp32
- * activations with two FMAs per group. Returns the mask of rows that met an exceptional block. */
+/* One fused tile: FRB rows (codes wr, grid rows sc) over groups [g0, g1) of one K chunk, two
+ * groups a step; out[r] = the chunk's sum of row r. XBF: BF16 activations (x is uint16_t) with
+ * vdpbf16ps, else fp32 activations with two FMAs per group. Returns the mask of rows that met an
+ * exceptional scale. */
 #define FUSED_T1(NAME, XT, XBF)                                                                   \
     INLINE unsigned NAME(const uint8_t *const *wr, const uint8_t *const *sc, const XT *x, int64_t g0, \
-                         int64_t g1, float *out) {                                                \
+                         int64_t g1, float *out, const lut *L) {                                  \
         __m512 a[FRB];                                                                            \
-        __m256i mx[FRB], mu[FRB];                                                                 \
         _Alignas(64) float m[FRB][16];                                                            \
         unsigned bad = 0;                                                                         \
-        UNROLL for (int r = 0; r < FRB; r++) {                                                    \
-            a[r] = _mm512_setzero_ps();                                                           \
-            mx[r] = mu[r] = _mm256_setzero_si256();                                               \
-        }                                                                                         \
+        UNROLL for (int r = 0; r < FRB; r++) a[r] = _mm512_setzero_ps();                          \
         for (int64_t g = g0; g < g1; g += 16) {                                                   \
             const int n = g1 - g < 16 ? (int)(g1 - g) : 16;                                       \
             UNROLL for (int r = 0; r < FRB; r++) bad |= (mults16(sc[r] + g, n, m[r]) != 0) << r;  \
-            for (int b = 0; b < n; b++) {                                                         \
+            for (int b = 0; b < n; b += 2) {                                                      \
+                const int two = b + 1 < n;                                                        \
                 const XT *xg = x + (g + b) * 32;                                                  \
-                __m512 x0, x1;                                                                    \
-                if (XBF) x0 = _mm512_castsi512_ps(_mm512_loadu_si512((const void *)xg)), x1 = x0; \
-                else x0 = _mm512_loadu_ps((const void *)xg), x1 = _mm512_loadu_ps((const void *)(xg + 16)); \
+                __m512 x0, x1, x2, x3;                                                            \
+                __m512i xb0, xb1;                                                                 \
+                if (XBF) {                                                                        \
+                    xb0 = _mm512_loadu_si512((const void *)xg);                                   \
+                    xb1 = two ? _mm512_loadu_si512((const void *)(xg + 32)) : xb0;                \
+                    x0 = x1 = x2 = x3 = _mm512_setzero_ps();                                      \
+                } else {                                                                          \
+                    x0 = _mm512_loadu_ps((const void *)xg), x1 = _mm512_loadu_ps((const void *)(xg + 16)); \
+                    x2 = two ? _mm512_loadu_ps((const void *)(xg + 32)) : x0;                     \
+                    x3 = two ? _mm512_loadu_ps((const void *)(xg + 48)) : x1;                     \
+                    xb0 = xb1 = _mm512_setzero_si512();                                           \
+                }                                                                                 \
                 UNROLL for (int r = 0; r < FRB; r++) {                                            \
                     const uint8_t *p = wr[r] + (g + b) * 32;                                      \
                     _mm_prefetch((const char *)(p + PF_DIST), _MM_HINT_T0);                       \
-                    const __m256i q = _mm256_loadu_si256((const __m256i *)(const void *)p);       \
-                    mx[r] = _mm256_max_epi8(mx[r], q);                                            \
-                    mu[r] = _mm256_max_epu8(mu[r], q);                                            \
-                    __m512 w0, w1;                                                                \
-                    dec_w(f16_of(q), _mm512_set1_ps(m[r][b]), &w0, &w1);                          \
-                    if (XBF) {                                                                    \
-                        a[r] = _mm512_dpbf16_ps(a[r], _mm512_cvtne2ps_pbh(w1, w0),                \
-                                                as_bh(_mm512_castps_si512(x0)));                  \
-                    } else {                                                                      \
-                        a[r] = _mm512_fmadd_ps(w0, x0, a[r]);                                     \
-                        a[r] = _mm512_fmadd_ps(w1, x1, a[r]);                                     \
-                    }                                                                             \
+                    __m512 v[4];                                                                  \
+                    dec64(codes(p, two), L, v);                                                   \
+                    GROUP(XBF, a[r], v[0], v[1], _mm512_set1_ps(m[r][b]), x0, x1, xb0);           \
+                    if (two) GROUP(XBF, a[r], v[2], v[3], _mm512_set1_ps(m[r][b + 1]), x2, x3, xb1); \
                 }                                                                                 \
             }                                                                                     \
         }                                                                                         \
         red4(a, out);                                                                             \
-        UNROLL for (int r = 0; r < FRB; r++) bad |= (unsigned)saw_nan(mx[r], mu[r]) << r;         \
         return bad;                                                                               \
     }
 FUSED_T1(t1_f32, float, 0)
@@ -103,28 +145,30 @@ FUSED_T1(t1_xb, uint16_t, 1)
 /* ---- the scratch path's decoder ---- */
 
 static void row_bf16(const uint8_t *q, const uint8_t *sc, int64_t ng, uint16_t *o) {
-    /* the high words of two fp32 vectors (BF16 by truncation: exact, the values are BF16 values) */
+    /* the high words of two fp32 vectors: BF16 by truncation, exact (the values are BF16 values,
+     * subnormal ones included, which vcvtne2ps2bf16 would flush) */
     const __m512i odd = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27, 25,
                                          23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
     _Alignas(64) float m[16];
+    lut L;
+    lut_load(&L);
     for (int64_t g = 0; g < ng; g += 16) {
         const int nb = ng - g < 16 ? (int)(ng - g) : 16;
         const __mmask16 exc = mults16(sc + g, nb, m);
-        for (int b = 0; b < nb; b++) {
-            const uint8_t *p = q + (g + b) * 32;
-            if (exc >> b & 1) {
-                fp8_block_bf16_ref(p, sc[g + b], o + (g + b) * 32);
-                continue;
+        for (int b = 0; b < nb; b += 2) {
+            const int two = b + 1 < nb;
+            __m512 v[4];
+            dec64(codes(q + (g + b) * 32, two), &L, v);
+            for (int h = 0; h < 1 + two; h++) {
+                uint16_t *dst = o + (g + b + h) * 32;
+                if (exc >> (b + h) & 1) {
+                    fp8_block_bf16_ref(q + (g + b + h) * 32, sc[g + b + h], dst);
+                    continue;
+                }
+                const __m512 ms = _mm512_set1_ps(m[b + h]);
+                _mm512_storeu_si512((void *)dst, _mm512_permutex2var_epi16(_mm512_castps_si512(_mm512_mul_ps(v[2 * h], ms)), odd,
+                                                                           _mm512_castps_si512(_mm512_mul_ps(v[2 * h + 1], ms))));
             }
-            const __m512i h = f16_of(_mm256_loadu_si256((const __m256i *)(const void *)p));
-            __m512 w0, w1;
-            dec_w(h, _mm512_set1_ps(m[b]), &w0, &w1);
-            __m512i v = _mm512_permutex2var_epi16(_mm512_castps_si512(w0), odd, _mm512_castps_si512(w1));
-            /* a NaN code (fp16 magnitude 0x3F80 here) is f32_to_bf16's quiet NaN */
-            const __mmask32 nan = _mm512_cmpeq_epi16_mask(_mm512_and_si512(h, _mm512_set1_epi16(0x7FFF)),
-                                                          _mm512_set1_epi16(0x3F80));
-            v = _mm512_mask_mov_epi16(v, nan, _mm512_set1_epi16(0x7FC0));
-            _mm512_storeu_si512((void *)(o + (g + b) * 32), v);
         }
     }
 }
@@ -140,6 +184,8 @@ static void row_bf16(const uint8_t *q, const uint8_t *sc, int64_t ng, uint16_t *
         const int64_t ng = w->n_in / 32, kcg = kc / 32;                                           \
         const uint8_t *wr[FRB], *sc[FRB];                                                         \
         int64_t rr[FRB], len = t1_stream_len(r0, r1, FRB, 1);                                     \
+        lut L;                                                                                    \
+        lut_load(&L);                                                                             \
         for (int64_t k = 0; k < len; k++) {                                                       \
             t1_tile_rows(w, r0, r1, len, k, FRB, 1, rr, wr);                                      \
             for (int i = 0; i < FRB; i++)                                                         \
@@ -147,7 +193,7 @@ static void row_bf16(const uint8_t *q, const uint8_t *sc, int64_t ng, uint16_t *
             unsigned bad = 0;                                                                     \
             for (int64_t g0 = 0; g0 < ng; g0 += kcg) {                                            \
                 float o[FRB];                                                                     \
-                bad |= TILE(wr, sc, x, g0, g0 + kcg < ng ? g0 + kcg : ng, o);                     \
+                bad |= TILE(wr, sc, x, g0, g0 + kcg < ng ? g0 + kcg : ng, o, &L);                 \
                 for (int i = 0; i < FRB; i++)                                                     \
                     if (rr[i] >= 0) y[rr[i]] = g0 == 0 ? o[i] : y[rr[i]] + o[i];                  \
             }                                                                                     \

@@ -130,7 +130,7 @@ INLINE void t1_tile_rows(const dsf_wmat *w, int64_t r0, int64_t r1, int64_t len,
                     a[r] = _mm256_fmadd_ps(w[k], _mm256_loadu_ps(xg + 8 * k), a[r]);           \
             }                                                                                  \
         }                                                                                      \
-        UNROLL for (int r = 0; r < (R); r++) out[r] = red256(a[r]);                              \
+        UNROLL for (int r = 0; r < (R); r++) out[r] = red256(a[r]);                            \
     }
 
 #define TILE_TN(NAME, DEC, GB)                                                                 \
@@ -149,7 +149,7 @@ INLINE void t1_tile_rows(const dsf_wmat *w, int64_t r0, int64_t r1, int64_t len,
             }                                                                                  \
         }                                                                                      \
         UNROLL for (int r = 0; r < RBN; r++)                                                   \
-            UNROLL for (int t = 0; t < TB; t++) out[r * TB + t] = red256(a[r][t]);               \
+            UNROLL for (int t = 0; t < TB; t++) out[r * TB + t] = red256(a[r][t]);             \
     }
 
 #define MATMUL(NAME, DEC, GB, R1)                                                              \
