@@ -2,19 +2,23 @@
  * of both families, the row decoder to BF16 for the scratch path, and the entries that
  * matmul_avx512.c and matmul_amx.c register (compiled with the Makefile's AVX512_FLAGS only).
  *
- * Decode (fp8.h): 32 e4m3 codes sign-extended to words and shifted left by 7 are the fp16 bits of
- * value x 2^-8 once bit 14 (a copy of the sign) is cleared; vcvtph2ps widens them exactly and one
- * multiplication by 2^(S-119) gives the weight, exact for 3 <= S <= 246. The multipliers of 16
- * groups are prepared at once and broadcast from memory in the inner loop.
+ * Decode: a table lookup. Two vpermi2b give the high and low bytes of the BF16 of 64 codes'
+ * magnitudes at unit scale (exact: every e4m3 value is a normal BF16 value, NaN included), the
+ * code's sign joins the high byte. The fp32 family places those bytes in the top halves of
+ * dwords and multiplies by 2^(S-127) (exact for 3 <= S <= 246); the BF16 family interleaves them
+ * into BF16 words and adds (S-127) << 7 to the exponent field of each nonzero, non-NaN value
+ * (exact for 10 <= S <= 246). No fp16 conversion and no subnormal operand: on the Zen 5 host,
+ * vcvtph2ps of fp16 subnormals and multiplications of fp32 subnormals (the e4m3 subnormal codes,
+ * one code in 16 of random data) were several times slower (docs/perf-log.md). Per-group
+ * multipliers (addends) of 16 groups are prepared at once and broadcast from memory.
  *
  * The fused T = 1 kernels repeat the BF16 T = 1 tiles of matmul_avx512.c operation for operation:
  * per row one accumulator, per group of 32 the two fp32 FMAs (elements 0-15 then 16-31) or the one
- * vdpbf16ps (BF16 activations; the weights rounded to BF16 by vcvtne2ps2bf16, exact for them but
- * for the subnormals, which it flushes as vdpbf16ps would), K chunks of the caller's kc with the
- * chunk sums added into y in order, each chunk's lanes summed by red4. A tile is 4 rows from 4
- * far-apart streams (tile512.h), which changes no value. Exceptional blocks (a scale outside
- * 3..246, a NaN code: tracked per row by byte maxima) make the tile's row go through the scratch
- * path, whose decoder takes such blocks element by element. */
+ * vdpbf16ps, K chunks of the caller's kc with the chunk sums added into y in order, each chunk's
+ * lanes summed by red4. A tile is 4 rows from 4 far-apart streams (tile512.h), which changes no
+ * value. A row that meets an exceptional scale (fp8.h; for this decode also 3..9 in the BF16
+ * family) is computed again through the scratch path, whose decoder takes such blocks element
+ * by element. NaN codes need no care: the table's NaN stays NaN (the scale is not added to it). */
 #include "kernels/fp8.h"
 
 #if defined(__x86_64__) && defined(__AVX512F__)
@@ -41,7 +45,7 @@ static const uint8_t lut_lo[128] __attribute__((aligned(64))) = {R64(LUT_LO, 0),
 /* The tables and the byte gathers that place code i's BF16 bytes (low, high) in bytes 2 and 3 of
  * dword i % 16 of vector i / 16 (bytes 0 and 1 are zeroed: the fp32 whose top half is the BF16). */
 typedef struct {
-    __m512i h0, h1, l0, l1, ix[4];
+    __m512i h0, h1, l0, l1, ix[4], iw[2];
 } lut;
 
 static inline void lut_load(lut *L) {
@@ -58,6 +62,37 @@ static inline void lut_load(lut *L) {
         }
         L->ix[k] = _mm512_load_si512((const void *)ix);
     }
+    for (int h = 0; h < 2; h++) { /* word i of group h: (low, high) bytes of code 32 h + i */
+        _Alignas(64) uint8_t iw[64];
+        for (int i = 0; i < 32; i++) {
+            iw[2 * i] = (uint8_t)(32 * h + i);
+            iw[2 * i + 1] = (uint8_t)(64 + 32 * h + i);
+        }
+        L->iw[h] = _mm512_load_si512((const void *)iw);
+    }
+}
+
+/* The BF16 weights of 64 codes q (two groups, w[0] and w[1], element order), scaled by adding
+ * sa[h] = (S_h - 127) << 7 to the exponent field of each nonzero, non-NaN value (10 <= S <= 246
+ * keeps the field in 1..254: exact); zeros and NaN keep their bits. */
+INLINE void dec64_bf16(__m512i q, const lut *L, const int32_t *sa, __m512i *w) {
+    const __m512i hr = _mm512_permutex2var_epi8(L->h0, q, L->h1), lo = _mm512_permutex2var_epi8(L->l0, q, L->l1);
+    /* the high bytes of the nonzero, non-NaN magnitudes are 0x3B .. 0x43 */
+    const __mmask64 live = _mm512_cmplt_epu8_mask(_mm512_sub_epi8(hr, _mm512_set1_epi8(0x3B)), _mm512_set1_epi8(9));
+    const __m512i hi = _mm512_ternarylogic_epi32(hr, q, _mm512_set1_epi8((char)0x80), 0xF8);
+    const __m512i w0 = _mm512_permutex2var_epi8(lo, L->iw[0], hi), w1 = _mm512_permutex2var_epi8(lo, L->iw[1], hi);
+    w[0] = _mm512_mask_add_epi16(w0, (__mmask32)live, w0, _mm512_set1_epi32(sa[0]));
+    w[1] = _mm512_mask_add_epi16(w1, (__mmask32)(live >> 32), w1, _mm512_set1_epi32(sa[1]));
+}
+
+/* The exponent addends (S - 127) << 7 (in both halves of a dword) of n <= 16 groups' scales sc
+ * into out; returns the mask of the exceptional ones for this decode (S outside 10..246). */
+INLINE __mmask16 adds16(const uint8_t *sc, int n, int32_t *out) {
+    const __mmask16 live = n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
+    const __m512i s = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(live, sc));
+    const __m512i a = _mm512_and_si512(_mm512_slli_epi32(_mm512_sub_epi32(s, _mm512_set1_epi32(127)), 7), _mm512_set1_epi32(0xFFFF));
+    _mm512_store_si512((void *)out, _mm512_or_si512(a, _mm512_slli_epi32(a, 16)));
+    return _mm512_mask_cmpgt_epu32_mask(live, _mm512_sub_epi32(s, _mm512_set1_epi32(10)), _mm512_set1_epi32(236));
 }
 
 /* The unit-scale weights of 64 codes q (two groups) as fp32: v[0], v[1] the first group's
@@ -84,63 +119,70 @@ INLINE __mmask16 mults16(const uint8_t *sc, int n, float *out) {
     return _mm512_mask_cmpgt_epu32_mask(live, _mm512_sub_epi32(s, _mm512_set1_epi32(3)), _mm512_set1_epi32(243));
 }
 
-/* One group's product into row accumulator a: its weights v0, v1 (unit scale) times m, against
- * the activations x0, x1 (fp32) or xb (BF16, XBF). */
-#define GROUP(XBF, a, v0, v1, m, x0, x1, xb)                                                      \
-    do {                                                                                          \
-        const __m512 w0_ = _mm512_mul_ps(v0, m), w1_ = _mm512_mul_ps(v1, m);                      \
-        if (XBF) {                                                                                \
-            a = _mm512_dpbf16_ps(a, _mm512_cvtne2ps_pbh(w1_, w0_), as_bh(xb));                    \
-        } else {                                                                                  \
-            a = _mm512_fmadd_ps(w0_, x0, a);                                                      \
-            a = _mm512_fmadd_ps(w1_, x1, a);                                                      \
-        }                                                                                         \
-    } while (0)
-
-/* One fused tile: FRB rows (codes wr, grid rows sc) over groups [g0, g1) of one K chunk, two
- * groups a step; out[r] = the chunk's sum of row r. XBF: BF16 activations (x is uint16_t) with
- * vdpbf16ps, else fp32 activations with two FMAs per group. Returns the mask of rows that met an
- * exceptional scale. */
-#define FUSED_T1(NAME, XT, XBF)                                                                   \
-    INLINE unsigned NAME(const uint8_t *const *wr, const uint8_t *const *sc, const XT *x, int64_t g0, \
-                         int64_t g1, float *out, const lut *L) {                                  \
-        __m512 a[FRB];                                                                            \
-        _Alignas(64) float m[FRB][16];                                                            \
-        unsigned bad = 0;                                                                         \
-        UNROLL for (int r = 0; r < FRB; r++) a[r] = _mm512_setzero_ps();                          \
-        for (int64_t g = g0; g < g1; g += 16) {                                                   \
-            const int n = g1 - g < 16 ? (int)(g1 - g) : 16;                                       \
-            UNROLL for (int r = 0; r < FRB; r++) bad |= (mults16(sc[r] + g, n, m[r]) != 0) << r;  \
-            for (int b = 0; b < n; b += 2) {                                                      \
-                const int two = b + 1 < n;                                                        \
-                const XT *xg = x + (g + b) * 32;                                                  \
-                __m512 x0, x1, x2, x3;                                                            \
-                __m512i xb0, xb1;                                                                 \
-                if (XBF) {                                                                        \
-                    xb0 = _mm512_loadu_si512((const void *)xg);                                   \
-                    xb1 = two ? _mm512_loadu_si512((const void *)(xg + 32)) : xb0;                \
-                    x0 = x1 = x2 = x3 = _mm512_setzero_ps();                                      \
-                } else {                                                                          \
-                    x0 = _mm512_loadu_ps((const void *)xg), x1 = _mm512_loadu_ps((const void *)(xg + 16)); \
-                    x2 = two ? _mm512_loadu_ps((const void *)(xg + 32)) : x0;                     \
-                    x3 = two ? _mm512_loadu_ps((const void *)(xg + 48)) : x1;                     \
-                    xb0 = xb1 = _mm512_setzero_si512();                                           \
-                }                                                                                 \
-                UNROLL for (int r = 0; r < FRB; r++) {                                            \
-                    const uint8_t *p = wr[r] + (g + b) * 32;                                      \
-                    _mm_prefetch((const char *)(p + PF_DIST), _MM_HINT_T0);                       \
-                    __m512 v[4];                                                                  \
-                    dec64(codes(p, two), L, v);                                                   \
-                    GROUP(XBF, a[r], v[0], v[1], _mm512_set1_ps(m[r][b]), x0, x1, xb0);           \
-                    if (two) GROUP(XBF, a[r], v[2], v[3], _mm512_set1_ps(m[r][b + 1]), x2, x3, xb1); \
-                }                                                                                 \
-            }                                                                                     \
-        }                                                                                         \
-        red4(a, out);                                                                             \
-        return bad;                                                                               \
+/* One fused fp32 tile: FRB rows (codes wr, grid rows sc) over groups [g0, g1) of one K chunk, two
+ * groups a step; out[r] = the chunk's sum of row r. Per group and row: the weights (dec64, times
+ * 2^(S-127), exact) and two FMAs, elements 0-15 then 16-31, as the BF16 tile. Returns the mask
+ * of rows that met an exceptional scale. */
+INLINE unsigned t1_f32(const uint8_t *const *wr, const uint8_t *const *sc, const float *x, int64_t g0, int64_t g1,
+                       float *out, const lut *L) {
+    __m512 a[FRB];
+    _Alignas(64) float m[FRB][16];
+    unsigned bad = 0;
+    UNROLL for (int r = 0; r < FRB; r++) a[r] = _mm512_setzero_ps();
+    for (int64_t g = g0; g < g1; g += 16) {
+        const int n = g1 - g < 16 ? (int)(g1 - g) : 16;
+        UNROLL for (int r = 0; r < FRB; r++) bad |= (mults16(sc[r] + g, n, m[r]) != 0) << r;
+        for (int b = 0; b < n; b += 2) {
+            const int two = b + 1 < n;
+            const float *xg = x + (g + b) * 32;
+            __m512 xv[4];
+            UNROLL for (int k = 0; k < 4; k++) xv[k] = k < 2 || two ? _mm512_loadu_ps(xg + 16 * k) : xv[k - 2];
+            UNROLL for (int r = 0; r < FRB; r++) {
+                const uint8_t *p = wr[r] + (g + b) * 32;
+                _mm_prefetch((const char *)(p + PF_DIST), _MM_HINT_T0);
+                __m512 v[4];
+                dec64(codes(p, two), L, v);
+                for (int h = 0; h < 1 + two; h++) {
+                    const __m512 ms = _mm512_set1_ps(m[r][b + h]);
+                    a[r] = _mm512_fmadd_ps(_mm512_mul_ps(v[2 * h], ms), xv[2 * h], a[r]);
+                    a[r] = _mm512_fmadd_ps(_mm512_mul_ps(v[2 * h + 1], ms), xv[2 * h + 1], a[r]);
+                }
+            }
+        }
     }
-FUSED_T1(t1_f32, float, 0)
-FUSED_T1(t1_xb, uint16_t, 1)
+    red4(a, out);
+    return bad;
+}
+
+/* The BF16-activation tile: the weights decoded straight to BF16 (dec64_bf16), one vdpbf16ps
+ * per group and row. */
+INLINE unsigned t1_xb(const uint8_t *const *wr, const uint8_t *const *sc, const uint16_t *x, int64_t g0, int64_t g1,
+                      float *out, const lut *L) {
+    __m512 a[FRB];
+    _Alignas(64) int32_t sa[FRB][16];
+    unsigned bad = 0;
+    UNROLL for (int r = 0; r < FRB; r++) a[r] = _mm512_setzero_ps();
+    for (int64_t g = g0; g < g1; g += 16) {
+        const int n = g1 - g < 16 ? (int)(g1 - g) : 16;
+        UNROLL for (int r = 0; r < FRB; r++) bad |= (adds16(sc[r] + g, n, sa[r]) != 0) << r;
+        for (int b = 0; b < n; b += 2) {
+            const int two = b + 1 < n;
+            const uint16_t *xg = x + (g + b) * 32;
+            const __m512i x0 = _mm512_loadu_si512((const void *)xg);
+            const __m512i x1 = two ? _mm512_loadu_si512((const void *)(xg + 32)) : x0;
+            UNROLL for (int r = 0; r < FRB; r++) {
+                const uint8_t *p = wr[r] + (g + b) * 32;
+                _mm_prefetch((const char *)(p + PF_DIST), _MM_HINT_T0);
+                __m512i w[2];
+                dec64_bf16(codes(p, two), L, &sa[r][b], w);
+                a[r] = _mm512_dpbf16_ps(a[r], as_bh(w[0]), as_bh(x0));
+                if (two) a[r] = _mm512_dpbf16_ps(a[r], as_bh(w[1]), as_bh(x1));
+            }
+        }
+    }
+    red4(a, out);
+    return bad;
+}
 
 /* ---- the scratch path's decoder ---- */
 
