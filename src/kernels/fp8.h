@@ -17,14 +17,17 @@
  *     (fp8b32_via_bf16): the same kernel on the same values;
  *   - T = 1: a fused kernel decodes in registers and performs the BF16 T = 1 kernel's float
  *     operations in its order (the same K chunks, the same lane sums), only the load differs.
- * Exactness of the fast decode: e4m3 -> fp16 is exact (value x 2^-8, subnormals included), fp16
- * -> fp32 is exact, and the product with 2^(S-119) is exact for 3 <= S <= 246 (the value has at
- * most 4 significant bits and stays at or above 2^-133, the smallest BF16 subnormal, and below
- * 2^128). A block with another scale (S <= 2: values below BF16's reach; S >= 247: the
- * multiplier leaves fp32; 255: NaN) or a NaN code (0x7F, 0xFF) is an exceptional block: the
- * decoder takes it element by element (wmat_dequant_row's value, rounded to BF16 by
- * f32_to_bf16), and a fused kernel recomputes the row through the BF16 kernel. Real checkpoints
- * use S ~ 100..135 and no NaN codes. */
+ * Exactness of the fast decodes: every e4m3 value (subnormals included) is a normal BF16 (and
+ * fp32) value, and scaling it by 2^(S-127) is exact for 3 <= S <= 246: the value has at most 4
+ * significant bits and stays at or above 2^-133, the smallest BF16 subnormal, and below 2^128.
+ * A block with another scale (S <= 2: values below BF16's reach; S >= 247: the fast decodes'
+ * multiplier leaves fp32; 255: NaN) is an exceptional block: the decoder takes it element by
+ * element (wmat_dequant_row's value, rounded to BF16 by f32_to_bf16), and a fused kernel
+ * recomputes the row through the BF16 kernel (a fused kernel may send more scales that way, see
+ * its file). NaN codes (0x7F, 0xFF) decode to NaN, as in the BF16 matrix. The sign of a zero
+ * weight never changes a result (accumulators start at +0 and a sum is -0 only when both terms
+ * are), but the decoders keep it anyway. Real checkpoints use S ~ 100..135 and no NaN codes.
+ * AVX-512 decodes by table lookup (fp8_avx512.c), AVX2 through fp16 (fp8_avx2.c). */
 #ifndef DSF_FP8_H
 #define DSF_FP8_H
 
