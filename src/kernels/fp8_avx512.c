@@ -33,7 +33,7 @@
  * BF16 bits of the e4m3 magnitude j = code & 0x7F at unit scale (architecture.md §3.1: e >= 1:
  * (8 + m) 2^(e-10), exponent field e + 120; e = 0: m 2^-9, normalized; 127 is NaN), split into
  * high and low bytes: two vpermi2b (128 entries each) give them for 64 codes at once. */
-#define E4M3_SUB(m) ((m) == 0 ? 0 : (m) == 1 ? 0x3B00 : (m) < 4 ? 0x3B80 | ((m) - 2) << 6 : 0x3C00 | ((m) - 4) << 5)
+#define E4M3_SUB(m) ((m) == 0 ? 0 : (m) == 1 ? 0x3B00 : (m) < 4 ? 0x3B80 | ((m) & 1) << 6 : 0x3C00 | ((m) & 3) << 5)
 #define E4M3_BF16(j) ((j) == 127 ? 0x7FC0 : ((j) >> 3) ? (((j) >> 3) + 120) << 7 | ((j) & 7) << 4 : E4M3_SUB(j))
 #define LUT_HI(j) (uint8_t)(E4M3_BF16(j) >> 8)
 #define LUT_LO(j) (uint8_t)(E4M3_BF16(j) & 0xFF)
