@@ -353,7 +353,7 @@ static void fp8_pairs(const bench_case *cases, int n_cases, const double *fr, co
     for (int c = 1; c < n_cases; c++) {
         const bench_case *a = &cases[c - 1], *b = &cases[c];
         if (b->type != DSF_TYPE_FP8B32 || a->type != GGML_TYPE_BF16 || a->n_in != b->n_in || a->n_out != b->n_out ||
-            a->T != b->T || a->xbf16 != b->xbf16)
+            a->T != b->T || a->xbf16 != b->xbf16 || !(gf[c] > 0 && gf[c - 1] > 0)) /* both run (--only) */
             continue;
         char shape[48];
         snprintf(shape, sizeof shape, "[%lldx%lld]", (long long)b->n_out, (long long)b->n_in);
@@ -369,7 +369,20 @@ static void fp8_pairs(const bench_case *cases, int n_cases, const double *fr, co
     if (n) *frac /= n, *over /= n;
 }
 
-static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int reps) {
+/* Whether a case runs under --only LIST (comma-separated substrings of its label; NULL: all). */
+static int case_selected(const char *label, const char *only) {
+    if (!only) return 1;
+    for (const char *p = only; *p;) {
+        size_t n = strcspn(p, ",");
+        char part[64];
+        snprintf(part, sizeof part, "%.*s", (int)(n < sizeof part - 1 ? n : sizeof part - 1), p);
+        if (n && strstr(label, part)) return 1;
+        p += n + (p[n] == ',');
+    }
+    return 0;
+}
+
+static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int reps, const char *only) {
     const dsf_kernels *k = set ? kernels_by_name(set) : kernels_get();
     if (!k) {
         fprintf(stderr, "dsflash bench: kernel set '%s' is unknown or not supported by this CPU\n", set);
@@ -519,6 +532,7 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
     for (int c = 0; c < n_cases; c++) {
         const bench_case *bc = &cases[c];
         const int decode = bc->T == 1;
+        if (!case_selected(bc->label, only)) continue;
         /* a repacked matrix: its codes, then its scales (kernels/mxfp4r.h) */
         const int rp = bc->type == DSF_TYPE_MXFP4R;
         uint64_t row_bytes, mat_bytes = case_bytes(bc, &row_bytes);
@@ -936,7 +950,7 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
 static void usage(FILE *f) {
     fprintf(f, "usage: dsflash bench -m MODEL [--prompt N] [--gen N] [--threads N] [--csv FILE] [--plain] [--cold]\n"
                "                     [--no-repack] [--mmap] [--act-q8k]\n"
-               "       dsflash bench --kernels [--threads N] [--set ref|avx2|avx512] [--arena-mb MB] [--reps N]\n"
+               "       dsflash bench --kernels [--threads N] [--set ref|avx2|avx512] [--arena-mb MB] [--reps N] [--only LIST]\n"
                "       dsflash bench --constrain VOCAB.gguf [--reps N]\n"
                "       dsflash bench -m MODEL --draft DRAFT [--draft-max N] [--draft-min-p P] [--threads N]\n"
                "\n"
@@ -966,6 +980,8 @@ static void usage(FILE *f) {
                "  --threads N   worker threads (default: online CPUs)\n"
                "  --set NAME    kernel table (default: the one DSF_KERNELS / the CPU selects)\n"
                "  --arena-mb MB weight arena / probe buffer, larger than the last-level cache (default 1024)\n"
+               "  --only LIST   --kernels: only the cases whose label contains one of the comma-separated\n"
+               "                substrings (e.g. 'wq_,wo_b,w1 ': the FP8_B32 / BF16 pairs)\n"
                "  --reps N      passes per kernel, each bracketed by probes (default 5, max 16)\n"
                "\n"
                "The last line is machine-readable (key=value).\n");
@@ -979,7 +995,7 @@ static int cmd_bench(int argc, char **argv) {
     int kernels = 0, reps = 5, n_prompt = 512, n_gen = 64, plain = 0, cold = 0, repack = 0, resident = 0, act_q8k = 0;
     const char *model = NULL, *csv = NULL, *constrain = NULL;
     long threads = sysconf(_SC_NPROCESSORS_ONLN);
-    const char *set = NULL;
+    const char *set = NULL, *only = NULL;
     uint64_t arena_mb = 1024;
     spec_opts so = {0};
     for (int i = 1; i < argc; i++) {
@@ -1029,6 +1045,9 @@ static int cmd_bench(int argc, char **argv) {
         } else if (!strcmp(a, "--set") && v) {
             set = v;
             i++;
+        } else if (!strcmp(a, "--only") && v) {
+            only = v;
+            i++;
         } else if (!strcmp(a, "--arena-mb") && v) {
             long m = strtol(v, &end, 10);
             if (*end || m < 64 || m > 65536) {
@@ -1061,7 +1080,7 @@ static int cmd_bench(int argc, char **argv) {
         return bench_draft(model, &so, &ep);
     }
     if (model) return bench_model(model, n_prompt, n_gen, (int)threads, csv, plain, arena_mb, cold, repack, resident, act_q8k);
-    return bench_kernels((int)threads, set, arena_mb, reps);
+    return bench_kernels((int)threads, set, arena_mb, reps, only);
 }
 
 DSF_COMMAND(bench, "benchmarks: end to end (-m MODEL), kernel micro-benchmark (--kernels), constrained decoding (--constrain)", cmd_bench)
