@@ -191,9 +191,17 @@ static void sanitize(uint8_t *p, uint64_t n, uint32_t type) {
         for (uint64_t i = 0; i + 2 <= n; i += 2) p[i + 1] = (uint8_t)((p[i + 1] & 0x83) | 0x30);
     } else if (type == GGML_TYPE_F32) {
         for (uint64_t i = 0; i + 4 <= n; i += 4) p[i + 3] = (uint8_t)((p[i + 3] & 0x80) | 0x3E);
+    } else if (type == DSF_TYPE_FP8B32) { /* no NaN code (0x7F, 0xFF): those take the exact path */
+        for (uint64_t i = 0; i < n; i++) p[i] = (uint8_t)((p[i] & 0x7F) == 0x7F ? p[i] ^ 1 : p[i]);
     }
     /* Q8_0 scales: f16 bytes at the start of each 34-byte block; MXFP4 scale bytes: any
      * value decodes finitely except e >= ~250 with big codes; both are handled per matrix. */
+}
+
+/* An FP8_B32 matrix's scale grid (the bytes from its rows' end): a checkpoint's spread of
+ * scales, 2^-11 .. 2^0. */
+static void sanitize_grid(uint8_t *grid, uint64_t n) {
+    for (uint64_t i = 0; i < n; i++) grid[i] = (uint8_t)(116 + grid[i] % 12);
 }
 
 static void sanitize_blocks(uint8_t *p, uint64_t n, uint32_t type) {
@@ -260,7 +268,7 @@ static double core_decode_rate(const dsf_kernels *k, const uint8_t *arena, uint6
               {"q4_k gemv q8k", GGML_TYPE_Q4_K, 1},       {"q2_k gemv xbf16", GGML_TYPE_Q2_K, 0},
               {"q2_k gemv q8k", GGML_TYPE_Q2_K, 1},       {"iq4_xs gemv xbf16", GGML_TYPE_IQ4_XS, 0},
               {"iq4_xs gemv q8k", GGML_TYPE_IQ4_XS, 1},   {"iq2_xxs gemv xbf16", GGML_TYPE_IQ2_XXS, 0},
-              {"iq2_xxs gemv q8k", GGML_TYPE_IQ2_XXS, 1}};
+              {"iq2_xxs gemv q8k", GGML_TYPE_IQ2_XXS, 1}, {"fp8 gemv xbf16", DSF_TYPE_FP8B32, 0}};
     const int64_t n_in = 5120;
     const uint64_t probe_n = arena_n / 3 / 4096 * 4096, mat_cap = (uint64_t)384 << 10;
     uint8_t *m = dsf_aligned_alloc(mat_cap + 4096);
@@ -276,8 +284,8 @@ static double core_decode_rate(const dsf_kernels *k, const uint8_t *arena, uint6
     for (unsigned c = 0; c < sizeof cc / sizeof *cc; c++) {
         const int rp = cc[c].type == DSF_TYPE_MXFP4R;
         uint64_t row_bytes = rp ? mxfp4r_row_bytes(n_in) : (uint64_t)n_in / ggml_blck_size(cc[c].type) * ggml_type_size(cc[c].type);
-        uint64_t rb = rp ? row_bytes + row_bytes / 16 : row_bytes;
-        int64_t rows = (int64_t)(mat_cap / rb) / 16 * 16;
+        uint64_t rb = rp ? row_bytes + row_bytes / 16 : row_bytes + (cc[c].type == DSF_TYPE_FP8B32 ? (uint64_t)n_in / 32 : 0);
+        int64_t rows = (int64_t)(mat_cap / rb) / 32 * 32; /* whole row blocks of an FP8_B32 grid */
         uint64_t mat_bytes = rb * (uint64_t)rows;
         fill_random(m, mat_bytes, 0xC0DEull + c);
         if (rp)
@@ -286,8 +294,9 @@ static double core_decode_rate(const dsf_kernels *k, const uint8_t *arena, uint6
             sanitize(m, mat_bytes, cc[c].type);
             sanitize_blocks(m, mat_bytes, cc[c].type);
         }
+        if (cc[c].type == DSF_TYPE_FP8B32) sanitize_grid(m + row_bytes * (uint64_t)rows, mat_bytes - row_bytes * (uint64_t)rows);
         dsf_wmat w = {.type = cc[c].type, .n_in = n_in, .n_out = rows, .row_bytes = row_bytes, .data = m};
-        if (rp) w.scales = m + row_bytes * (uint64_t)rows;
+        if (rp || cc[c].type == DSF_TYPE_FP8B32) w.scales = m + row_bytes * (uint64_t)rows;
         if (cc[c].q8k) kern_matmul_q8k(k, &w, x8, 1, y, rows, 0, rows); /* into L2 */
         else kern_matmul_xbf16(k, &w, xb, 1, y, rows, 0, rows);
         double fr[9], g[9], pr[9];
@@ -326,14 +335,56 @@ static double core_decode_rate(const dsf_kernels *k, const uint8_t *arena, uint6
     return ratio_mxr;
 }
 
-/* The bytes of one matrix of the case (codes and scales of a repacked one); *row_bytes: a row's codes. */
+/* The bytes of one matrix of the case (codes and scales of a repacked one, codes and grid of an
+ * FP8_B32 one); *row_bytes: a row's codes. */
 static uint64_t case_bytes(const bench_case *bc, uint64_t *row_bytes) {
     const int rp = bc->type == DSF_TYPE_MXFP4R;
     *row_bytes = rp ? mxfp4r_row_bytes(bc->n_in) : (uint64_t)bc->n_in / ggml_blck_size(bc->type) * ggml_type_size(bc->type);
-    return (rp ? *row_bytes + *row_bytes / 16 : *row_bytes) * (uint64_t)bc->n_out;
+    return (rp ? *row_bytes + *row_bytes / 16 : *row_bytes) * (uint64_t)bc->n_out +
+           dsf_type_extra_bytes(bc->type, (uint64_t)bc->n_in, (uint64_t)bc->n_out);
 }
 
-static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int reps) {
+/* The FP8_B32 cases against the BF16 case before each (the same shape, T and family): their
+ * fractions (of the read probe for T = 1, of the dot peak for T > 1) and weights/s of fp8 over
+ * bf16 (their GFLOP/s). *frac / *over: the means over the decode pairs (the summary keys). */
+static void fp8_pairs(const bench_case *cases, int n_cases, const double *fr, const double *gf, double *frac,
+                      double *over) {
+    int n = 0;
+    printf("fp8 (FP8_B32) against bf16, same shape, T and family:\n%-20s %5s %16s %9s %9s %12s\n", "kernel", "T", "shape",
+           "bf16", "fp8", "fp8/bf16 w/s");
+    for (int c = 1; c < n_cases; c++) {
+        const bench_case *a = &cases[c - 1], *b = &cases[c];
+        if (b->type != DSF_TYPE_FP8B32 || a->type != GGML_TYPE_BF16 || a->n_in != b->n_in || a->n_out != b->n_out ||
+            a->T != b->T || a->xbf16 != b->xbf16 || !(gf[c] > 0 && gf[c - 1] > 0)) /* both run (--only) */
+            continue;
+        char shape[48];
+        snprintf(shape, sizeof shape, "[%lldx%lld]", (long long)b->n_out, (long long)b->n_in);
+        const double ratio = gf[c - 1] > 0 ? gf[c] / gf[c - 1] : 0;
+        printf("%-20s %5lld %16s %8.1f%% %8.1f%% %11.2fx\n", b->label, (long long)b->T, shape, 100.0 * fr[c - 1],
+               100.0 * fr[c], ratio);
+        if (b->T == 1) {
+            *frac += fr[c];
+            *over += ratio;
+            n++;
+        }
+    }
+    if (n) *frac /= n, *over /= n;
+}
+
+/* Whether a case runs under --only LIST (comma-separated substrings of its label; NULL: all). */
+static int case_selected(const char *label, const char *only) {
+    if (!only) return 1;
+    for (const char *p = only; *p;) {
+        size_t n = strcspn(p, ",");
+        char part[64];
+        snprintf(part, sizeof part, "%.*s", (int)(n < sizeof part - 1 ? n : sizeof part - 1), p);
+        if (n && strstr(label, part)) return 1;
+        p += n + (p[n] == ',');
+    }
+    return 0;
+}
+
+static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int reps, const char *only) {
     const dsf_kernels *k = set ? kernels_by_name(set) : kernels_get();
     if (!k) {
         fprintf(stderr, "dsflash bench: kernel set '%s' is unknown or not supported by this CPU\n", set);
@@ -429,6 +480,18 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
         {"iq1_m expert gemv", GGML_TYPE_IQ1_M, 5120, 2304, 1, 0},
         {"iq1_m gemv xbf16", GGML_TYPE_IQ1_M, 5120, 2304, 1, 1},
         {"iq1_m gemm xbf16", GGML_TYPE_IQ1_M, 5120, 2304, 64, 1},
+        /* the native FP8_B32 dense weights (fp8.h) next to BF16 at the model's shapes, in pairs
+         * (bf16 then fp8: the pair's line at the end): wq_b, wq_a, wo_b, the shared expert's w1;
+         * decode in both families, prefill tiles in reference mode (BF16 activations) and plain */
+#define FP8_PAIR(N, I, O, T, X) {"bf16 " N, GGML_TYPE_BF16, I, O, T, X}, {"fp8 " N, DSF_TYPE_FP8B32, I, O, T, X}
+        FP8_PAIR("wq_b gemv", 1280, 32768, 1, 0), FP8_PAIR("wq_b gemv xbf16", 1280, 32768, 1, 1),
+        FP8_PAIR("wq_a gemv", 5120, 1280, 1, 0), FP8_PAIR("wq_a gemv xbf16", 5120, 1280, 1, 1),
+        FP8_PAIR("wo_b gemv", 8192, 5120, 1, 0), FP8_PAIR("wo_b gemv xbf16", 8192, 5120, 1, 1),
+        FP8_PAIR("w1 gemv", 5120, 2304, 1, 0), FP8_PAIR("w1 gemv xbf16", 5120, 2304, 1, 1),
+        FP8_PAIR("w1 gemm xbf16", 5120, 2304, 16, 1), FP8_PAIR("w1 gemm xbf16", 5120, 2304, 64, 1),
+        FP8_PAIR("w1 gemm xbf16", 5120, 2304, 128, 1), FP8_PAIR("w1 gemm", 5120, 2304, 16, 0),
+        FP8_PAIR("w1 gemm", 5120, 2304, 64, 0), FP8_PAIR("wo_b gemm xbf16", 8192, 5120, 64, 1),
+#undef FP8_PAIR
     };
     const int n_cases = (int)(sizeof cases / sizeof *cases);
     for (int c = 0; c < n_cases; c++) {
@@ -467,9 +530,11 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
      * run just before and just after it, and the pass with the median ratio is reported. */
     double bw_sum = 0, frac_mx = 0, frac_mxr = 0, frac_bf = 0, pf_bf = 0, pf_xbf = 0, pf_mx = 0;
     int n_bw = 0;
+    double *c_fr = calloc((size_t)n_cases, sizeof *c_fr), *c_gf = calloc((size_t)n_cases, sizeof *c_gf);
     for (int c = 0; c < n_cases; c++) {
         const bench_case *bc = &cases[c];
         const int decode = bc->T == 1;
+        if (!case_selected(bc->label, only)) continue;
         /* a repacked matrix: its codes, then its scales (kernels/mxfp4r.h) */
         const int rp = bc->type == DSF_TYPE_MXFP4R;
         uint64_t row_bytes, mat_bytes = case_bytes(bc, &row_bytes);
@@ -477,7 +542,8 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
         if (!rp) sanitize(arena, arena_n, bc->type);
         for (int64_t m = 0; m < n_mat; m++) {
             uint8_t *mp = arena + (uint64_t)m * mat_bytes;
-            if (!rp) sanitize_blocks(mp, mat_bytes, bc->type);
+            if (bc->type == DSF_TYPE_FP8B32) sanitize_grid(mp + row_bytes * (uint64_t)bc->n_out, mat_bytes - row_bytes * (uint64_t)bc->n_out);
+            else if (!rp) sanitize_blocks(mp, mat_bytes, bc->type);
             else
                 for (uint64_t i = row_bytes * (uint64_t)bc->n_out; i < mat_bytes; i++) mp[i] = (uint8_t)(120 + mp[i] % 16);
         }
@@ -492,7 +558,7 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
             for (int64_t m = 0; m < use; m++) {
                 dsf_wmat w = {.type = bc->type, .n_in = bc->n_in, .n_out = bc->n_out, .row_bytes = row_bytes,
                               .data = arena + (uint64_t)m * mat_bytes};
-                if (rp) w.scales = w.data + row_bytes * (uint64_t)bc->n_out;
+                if (rp || bc->type == DSF_TYPE_FP8B32) w.scales = w.data + row_bytes * (uint64_t)bc->n_out;
                 mm_job j = {.k = k, .w = &w, .x = x, .xb = bc->xbf16 == 1 ? xb : NULL, .x8 = bc->xbf16 == 2 ? x8 : NULL,
                             .T = bc->T, .y = y};
                 dsf_parallel_for(pool, bc->n_out, 16, mm_chunk, &j);
@@ -526,14 +592,20 @@ static int bench_kernels(int n_threads, const char *set, uint64_t arena_mb, int 
         if (!strcmp(bc->label, "bf16 gemm T=64")) pf_bf = fr[med];
         if (!strcmp(bc->label, "bf16 gemm xbf16")) pf_xbf = fr[med];
         if (!strcmp(bc->label, "mxfp4 gemm xbf16")) pf_mx = fr[med];
+        if (c_fr && c_gf) c_fr[c] = fr[med], c_gf[c] = gflops[med];
         fflush(stdout);
     }
+    double fp8_frac = 0, fp8_over_bf16 = 0;
+    if (c_fr && c_gf) fp8_pairs(cases, n_cases, c_fr, c_gf, &fp8_frac, &fp8_over_bf16);
+    free(c_fr);
+    free(c_gf);
     double mxr_core = core_decode_rate(k, arena, arena_n, xb, x8, n_bw ? 0.85 * bw_sum / n_bw / dsf_pool_size(pool) : 0);
     printf("kernels=%s threads=%d read_bw=%.2f bf16_peak=%.1f fma_peak=%.1f mxfp4_bw_fraction=%.3f "
            "bf16_bw_fraction=%.3f bf16_gemm_peak_fraction=%.3f bf16_gemm_xbf16_peak_fraction=%.3f "
-           "mxfp4_gemm_xbf16_peak_fraction=%.3f mxfp4r_bw_fraction=%.3f mxfp4r_core_vs_core_read=%.3f\n",
+           "mxfp4_gemm_xbf16_peak_fraction=%.3f mxfp4r_bw_fraction=%.3f mxfp4r_core_vs_core_read=%.3f "
+           "fp8_bw_fraction=%.3f fp8_over_bf16_weights=%.3f\n",
            k->name, dsf_pool_size(pool), n_bw ? bw_sum / n_bw : 0, bf16_peak, fma_peak, frac_mx, frac_bf, pf_bf,
-           pf_xbf, pf_mx, frac_mxr, mxr_core);
+           pf_xbf, pf_mx, frac_mxr, mxr_core, fp8_frac, fp8_over_bf16);
     dsf_pool_free(pool);
     arena_free(arena);
     free(x);
@@ -888,7 +960,7 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
 static void usage(FILE *f) {
     fprintf(f, "usage: dsflash bench -m MODEL [--prompt N] [--gen N] [--threads N] [--csv FILE] [--plain] [--cold]\n"
                "                     [--no-repack] [--mmap] [--act-q8k] [--engram-readers N] [--engram-cache MB]\n"
-               "       dsflash bench --kernels [--threads N] [--set ref|avx2|avx512] [--arena-mb MB] [--reps N]\n"
+               "       dsflash bench --kernels [--threads N] [--set ref|avx2|avx512] [--arena-mb MB] [--reps N] [--only LIST]\n"
                "       dsflash bench --constrain VOCAB.gguf [--reps N]\n"
                "       dsflash bench -m MODEL --draft DRAFT [--draft-max N] [--draft-min-p P] [--threads N]\n"
                "\n"
@@ -922,6 +994,8 @@ static void usage(FILE *f) {
                "  --threads N   worker threads (default: online CPUs)\n"
                "  --set NAME    kernel table (default: the one DSF_KERNELS / the CPU selects)\n"
                "  --arena-mb MB weight arena / probe buffer, larger than the last-level cache (default 1024)\n"
+               "  --only LIST   --kernels: only the cases whose label contains one of the comma-separated\n"
+               "                substrings (e.g. 'wq_,wo_b,w1 ': the FP8_B32 / BF16 pairs)\n"
                "  --reps N      passes per kernel, each bracketed by probes (default 5, max 16)\n"
                "\n"
                "The last line is machine-readable (key=value).\n",
@@ -936,7 +1010,7 @@ static int cmd_bench(int argc, char **argv) {
     int kernels = 0, reps = 5, n_prompt = 512, n_gen = 64, plain = 0, cold = 0, repack = 0, resident = 0, act_q8k = 0;
     const char *model = NULL, *csv = NULL, *constrain = NULL;
     long threads = sysconf(_SC_NPROCESSORS_ONLN);
-    const char *set = NULL;
+    const char *set = NULL, *only = NULL;
     uint64_t arena_mb = 1024;
     spec_opts so = {0};
     int engram[2] = {0, 0}; /* dsf_engine_params.engram_readers, .engram_cache_mb */
@@ -988,6 +1062,9 @@ static int cmd_bench(int argc, char **argv) {
         } else if (!strcmp(a, "--set") && v) {
             set = v;
             i++;
+        } else if (!strcmp(a, "--only") && v) {
+            only = v;
+            i++;
         } else if (!strcmp(a, "--arena-mb") && v) {
             long m = strtol(v, &end, 10);
             if (*end || m < 64 || m > 65536) {
@@ -1022,7 +1099,7 @@ static int cmd_bench(int argc, char **argv) {
     if (model)
         return bench_model(model, n_prompt, n_gen, (int)threads, csv, plain, arena_mb, cold, repack, resident, act_q8k,
                            engram);
-    return bench_kernels((int)threads, set, arena_mb, reps);
+    return bench_kernels((int)threads, set, arena_mb, reps, only);
 }
 
 DSF_COMMAND(bench, "benchmarks: end to end (-m MODEL), kernel micro-benchmark (--kernels), constrained decoding (--constrain)", cmd_bench)

@@ -21,7 +21,7 @@
  * data + r * row_bytes, row_bytes = n_in; the 32x32 E8M0 grid at scales, row block r/32's
  * ceil(n_in/32) bytes at scales + (r/32) * ceil(n_in/32)). */
 typedef struct {
-    uint32_t type;        /* enum ggml_type, or DSF_TYPE_MXFP4R */
+    uint32_t type;        /* enum ggml_type, DSF_TYPE_MXFP4R or DSF_TYPE_FP8B32 */
     int64_t n_in, n_out;
     uint64_t row_bytes;
     const uint8_t *data;
@@ -86,6 +86,11 @@ typedef struct {
     /* DSF_TYPE_MXFP4R with BF16 activations. NULL: the table has no fast kernel for it, and
      * the engine does not repack (the fp32 family always runs it through the twin). */
     matmul_xbf16_fn mxfp4r_xbf16;
+    /* DSF_TYPE_FP8B32 (kernels/fp8.h), fp32 and BF16 activations: bit for bit the table's BF16
+     * kernel of the same family on the same values. NULL -> the twin (matmul_any_ref,
+     * matmul_xbf16_any_ref, which read FP8_B32 through wmat_dequant_row). */
+    matmul_fn fp8b32;
+    matmul_xbf16_fn fp8b32_xbf16;
     /* kern_act_to_bf16 (same results bit for bit); NULL -> act_to_bf16_ref */
     bool (*act_to_bf16)(const float *x, uint16_t *xb, int64_t n);
     read_probe_fn read_probe;          /* NULL -> ref */

@@ -24,6 +24,7 @@
  * the tile's other rows and columns or its shape (tests/unit/kernels.c checks this bit for
  * bit: kernels_batch_invariant). */
 #include "kernels/matmul.h"
+#include "kernels/fp8.h"
 
 #if defined(__x86_64__) && defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512F__)
 #include <immintrin.h>
@@ -336,6 +337,12 @@ static void amx_mxfp4(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y,
     amx_mm(w, x, T, y, ldy, r0, r1, 1, kernels_avx512.matmul_xbf16[GGML_TYPE_MXFP4]);
 }
 
+/* DSF_TYPE_FP8B32: rows decoded to BF16 (fp8_avx512.c) and amx_bf16 run on them, for every T
+ * (the tiles' sums cannot be repeated in registers): bit for bit amx_bf16 on the same values. */
+static void amx_fp8b32(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    fp8b32_xbf16_via_avx512(w, x, T, y, ldy, r0, r1, amx_bf16);
+}
+
 /* The BF16 peak of this table: independent TDPBF16PS into 4 accumulators from registers. */
 static uint64_t amx_peak_probe(int64_t iters, int bf16, float *sink) {
     if (!bf16) return kernels_avx512.peak_probe(iters, bf16, sink);
@@ -374,6 +381,7 @@ void kernels_amx_init(dsf_kernels *k, int mxfp4) {
     *k = kernels_avx512;
     k->name = mxfp4 ? "amx-mxfp4" : "amx";
     k->matmul_xbf16[GGML_TYPE_BF16] = amx_bf16;
+    k->fp8b32_xbf16 = amx_fp8b32;
     if (mxfp4) {
         k->matmul_xbf16[GGML_TYPE_MXFP4] = amx_mxfp4;
         k->mxfp4r_xbf16 = NULL;

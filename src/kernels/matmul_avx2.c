@@ -13,7 +13,9 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kernels/fp8.h"
 #include "kernels/iq2k.h"
+#include "kernels/red256.h"
 #include "kernels/iq13.h"
 #include "kernels/q8k_iq.h"
 
@@ -78,12 +80,6 @@ INLINE void dec_mxfp4(const uint8_t *p, __m256 *w) {
     }
 }
 
-INLINE float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* dst[i] = the fp32 value of BF16 src[i] (exact: the bits shifted into the high half). */
 static void widen_bf16(const uint16_t *src, float *dst, int64_t n) {
@@ -134,7 +130,7 @@ INLINE void t1_tile_rows(const dsf_wmat *w, int64_t r0, int64_t r1, int64_t len,
                     a[r] = _mm256_fmadd_ps(w[k], _mm256_loadu_ps(xg + 8 * k), a[r]);           \
             }                                                                                  \
         }                                                                                      \
-        UNROLL for (int r = 0; r < (R); r++) out[r] = hsum(a[r]);                              \
+        UNROLL for (int r = 0; r < (R); r++) out[r] = red256(a[r]);                            \
     }
 
 #define TILE_TN(NAME, DEC, GB)                                                                 \
@@ -153,7 +149,7 @@ INLINE void t1_tile_rows(const dsf_wmat *w, int64_t r0, int64_t r1, int64_t len,
             }                                                                                  \
         }                                                                                      \
         UNROLL for (int r = 0; r < RBN; r++)                                                   \
-            UNROLL for (int t = 0; t < TB; t++) out[r * TB + t] = hsum(a[r][t]);               \
+            UNROLL for (int t = 0; t < TB; t++) out[r * TB + t] = red256(a[r][t]);             \
     }
 
 #define MATMUL(NAME, DEC, GB, R1)                                                              \
@@ -263,6 +259,15 @@ XWIDEN(xw_q8_0, mm_q8_0)
 XWIDEN(xw_bf16, mm_bf16)
 XWIDEN(xw_mxfp4, mm_mxfp4)
 
+/* DSF_TYPE_FP8B32 (fp8_avx2.c): bit for bit the BF16 kernels above, handed over with the K
+ * chunk of their T = 1 tile, which its fused T = 1 kernel repeats. */
+static void mm_fp8b32(const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    fp8b32_mm_avx2(w, x, T, y, ldy, r0, r1, mm_bf16_any, KC);
+}
+static void xmm_fp8b32(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    fp8b32_xbf16_avx2(w, x, T, y, ldy, r0, r1, xw_bf16, mm_bf16_any, KC);
+}
+
 /* ---- benchmark probes ---- */
 
 /* Four concurrent streams, as in matmul_avx512.c. */
@@ -296,7 +301,7 @@ static uint64_t peak_probe(int64_t iters, int bf16, float *sink) {
         UNROLL for (int j = 0; j < 10; j++) acc[j] = _mm256_fmadd_ps(acc[j], b, c);
     }
     for (int j = 1; j < 10; j++) acc[0] = _mm256_add_ps(acc[0], acc[j]);
-    *sink = hsum(acc[0]);
+    *sink = red256(acc[0]);
     return (uint64_t)iters * 10 * 16;
 }
 
@@ -304,6 +309,8 @@ const dsf_kernels kernels_avx2 = {
     .name = "avx2",
     .read_probe = read_probe,
     .peak_probe = peak_probe,
+    .fp8b32 = mm_fp8b32,
+    .fp8b32_xbf16 = xmm_fp8b32,
     .matmul_q8k = {
         [GGML_TYPE_IQ4_XS] = q8k_iq4_xs_avx2, /* q8k_iq_avx2.c */
         [GGML_TYPE_IQ2_XXS] = q8k_iq2_xxs_avx2,

@@ -27,6 +27,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kernels/fp8.h"
 #include "kernels/iq2k.h"
 #include "kernels/q8k_iq.h"
 #include "kernels/kquant.h"
@@ -394,6 +395,15 @@ XWIDEN(xw_f32, mm_f32)
 XWIDEN(xw_f16, mm_f16)
 XWIDEN(xw_q8_0, mm_q8_0)
 
+/* DSF_TYPE_FP8B32 (fp8_avx512.c): bit for bit the BF16 kernels above, handed over with the K
+ * chunks of their T = 1 tiles, which its fused T = 1 kernels repeat. */
+static void mm_fp8b32(const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    fp8b32_mm_avx512(w, x, T, y, ldy, r0, r1, mm_bf16_any, KC);
+}
+static void xmm_fp8b32(const dsf_wmat *w, const uint16_t *x, int64_t T, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    fp8b32_xbf16_avx512(w, x, T, y, ldy, r0, r1, xmm_bf16, XKC);
+}
+
 /* kern_act_to_bf16, 16 values at a time with the twin's integer rounding (vcvtneps2bf16
  * would flush subnormal inputs): round to nearest even, a NaN keeps its bits with the quiet
  * bit set; exact iff no value had low bits. */
@@ -520,6 +530,8 @@ const dsf_kernels kernels_avx512 = {
         [GGML_TYPE_IQ1_M] = q8k_iq1_m_avx512,
     },
     .mxfp4r_xbf16 = xmm_mxfp4r_avx512,
+    .fp8b32 = mm_fp8b32,
+    .fp8b32_xbf16 = xmm_fp8b32,
     .act_to_bf16 = act_to_bf16,
 };
 

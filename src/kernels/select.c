@@ -121,6 +121,7 @@ void kern_matmul(const dsf_kernels *k, const dsf_wmat *w, const float *x, int64_
                  int64_t ldy, int64_t r0, int64_t r1) {
     matmul_fn fn = (k && w->type < GGML_TYPE_COUNT) ? k->matmul[w->type] : NULL;
     if (!fn && w->type < GGML_TYPE_COUNT) fn = kernels_ref.matmul[w->type];
+    if (k && w->type == DSF_TYPE_FP8B32) fn = k->fp8b32;
     if (!fn) fn = matmul_any_ref;
     fn(w, x, T, y, ldy, r0, r1);
 }
@@ -139,6 +140,7 @@ void kern_matmul_xbf16(const dsf_kernels *k, const dsf_wmat *w, const uint16_t *
                        int64_t ldy, int64_t r0, int64_t r1) {
     matmul_xbf16_fn fn = (k && w->type < GGML_TYPE_COUNT) ? k->matmul_xbf16[w->type] : NULL;
     if (k && w->type == DSF_TYPE_MXFP4R) fn = k->mxfp4r_xbf16;
+    if (k && w->type == DSF_TYPE_FP8B32) fn = k->fp8b32_xbf16;
     if (!fn) fn = matmul_xbf16_any_ref;
     fn(w, x, T, y, ldy, r0, r1);
 }
