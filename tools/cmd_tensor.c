@@ -11,6 +11,7 @@
  * writing. */
 #include "cmd.h"
 #include "io/gguf.h"
+#include "kernels/matmul.h"
 #include "kernels/quant.h"
 #include "base/util.h"
 
@@ -105,6 +106,40 @@ done:
     return rc;
 }
 
+/* An FP8_B32 matrix (docs/FORMAT.md): 32-row stripes, each read with its row of the scale grid
+ * (which follows all the rows), through wmat_dequant_row; values are checked one by one. */
+static int stream_fp8b32(const gguf_file *g, const gguf_tensor *t, FILE *out, scan *sc, char *err) {
+    const uint64_t ne0 = (uint64_t)t->ne[0], rows = (uint64_t)(t->ne[1] * t->ne[2] * t->ne[3]), gc = (ne0 + 31) / 32;
+    const uint64_t base = g->data_offset + t->offset;
+    uint8_t *raw = malloc((size_t)(32 * ne0 + gc));
+    float *val = malloc((size_t)ne0 * sizeof(float));
+    int rc = -1;
+    if (!raw || !val) {
+        dsf_seterr(err, "out of memory for 32 rows of %llu values", (unsigned long long)ne0);
+        goto done;
+    }
+    for (uint64_t r0 = 0; r0 < rows; r0 += 32) {
+        const uint64_t n = rows - r0 < 32 ? rows - r0 : 32;
+        if (read_at(g, base + r0 * ne0, raw, (size_t)(n * ne0), err) < 0 ||
+            read_at(g, base + rows * ne0 + r0 / 32 * gc, raw + 32 * ne0, (size_t)gc, err) < 0)
+            goto done;
+        const dsf_wmat w = {DSF_TYPE_FP8B32, (int64_t)ne0, (int64_t)n, ne0, raw, raw + 32 * ne0};
+        for (uint64_t r = 0; r < n; r++) {
+            wmat_dequant_row(&w, (int64_t)r, val);
+            for (uint64_t i = 0; i < ne0; i++) check_block(sc, val + i, 1, (r0 + r) * ne0 + i);
+            if (out && fwrite(val, sizeof(float), (size_t)ne0, out) != (size_t)ne0) {
+                dsf_seterr(err, "write failed: %s", strerror(errno));
+                goto done;
+            }
+        }
+    }
+    rc = 0;
+done:
+    free(raw);
+    free(val);
+    return rc;
+}
+
 /* Dequantizes NAME into out_path (NULL: scan only). Returns the exit status. */
 static int run(const char *model, const char *name, const char *out_path, bool allow_nonfinite) {
     char err[DSF_ERR_LEN];
@@ -122,7 +157,7 @@ static int run(const char *model, const char *name, const char *out_path, bool a
         fprintf(stderr, "dsflash tensor: %s has no tensor named '%s'\n", model, name);
         goto done;
     }
-    if (!ggml_type_supported(t->type)) {
+    if (!ggml_type_supported(t->type) && t->type != DSF_TYPE_FP8B32) {
         fprintf(stderr, "dsflash tensor: %s: type %s (%u) is not supported by dsflash (no dequantizer for it)\n",
                 t->name, ggml_type_name(t->type), t->type);
         goto done;
@@ -140,7 +175,7 @@ static int run(const char *model, const char *name, const char *out_path, bool a
         }
     }
     scan sc = {t, 0, 0, 0};
-    if (stream(g, t, out, &sc, err) < 0) {
+    if ((t->type == DSF_TYPE_FP8B32 ? stream_fp8b32(g, t, out, &sc, err) : stream(g, t, out, &sc, err)) < 0) {
         fprintf(stderr, "dsflash tensor: %s: %s\n", t->name, err);
         goto done;
     }
