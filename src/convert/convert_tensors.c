@@ -475,8 +475,8 @@ typedef int (*byte_check)(const uint8_t *b, uint64_t n, uint64_t at, const char 
 static int check_e8m0(const uint8_t *e, uint64_t n, uint64_t at, const char *name, char *err) {
     for (uint64_t i = 0; i < n; i++)
         if (e[i] < 3 || e[i] > 246)
-            return dsf_seterr(err, "%s: E8M0 scale exponent %u at element %llu is outside [3, 246], the dequantized "
-                              "values would not be exact", name, e[i], (unsigned long long)(at + i));
+            return dsf_seterr(err, "%s: E8M0 scale exponents outside [3, 246] (found %u at element %llu), the "
+                              "dequantized values would not be exact", name, e[i], (unsigned long long)(at + i));
     return 0;
 }
 
