@@ -22,8 +22,9 @@
  * other ne0 naming the tensor, and wo_a's re-viewed rows are checked here.
  * DSF_TYPE_FP8B32 (docs/FORMAT.md: e4m3 rows, then a 32x32 scale grid shared by 32 rows) is a
  * matrix type, not a row type: only the 2-D matrices the kernels read through a dsf_wmat take
- * it (scales = data + n_out * n_in); the token embedding (read a row at a time by dequant_row),
- * stacked experts, vectors and the hc mixes refuse it, and so does a file that lacks
+ * it (scales = data + n_out * n_in; the hc mixes are widened to fp32 through it); the token
+ * embedding (read a row at a time by dequant_row), stacked experts and vectors refuse it, and so
+ * does a file that lacks
  * dsflash.native_version (weights_native_version). */
 #include "model/model.h"
 #include "kernels/quant.h"
@@ -111,10 +112,11 @@ static int check_wo_a_fp8(binder *b, const gguf_tensor *t, int64_t gin, int64_t 
     return 0;
 }
 
-/* n1 rows of n0 elements of a tensor's data as an fp32 copy owned by w (freed by weights_free). */
-static const float *widen(dsf_weights *w, uint32_t type, const uint8_t *data, uint64_t row_bytes, int64_t n0, int64_t n1) {
-    float *c = dsf_xmalloc((size_t)(n0 * n1) * sizeof(float));
-    for (int64_t r = 0; r < n1; r++) dequant_row(type, data + (uint64_t)r * row_bytes, c + r * n0, n0);
+/* A matrix's rows as an fp32 copy owned by w (freed by weights_free); through wmat_dequant_row,
+ * which reads an FP8_B32 grid as well as the row types. */
+static const float *widen(dsf_weights *w, const dsf_wmat *m) {
+    float *c = dsf_xmalloc((size_t)(m->n_in * m->n_out) * sizeof(float));
+    for (int64_t r = 0; r < m->n_out; r++) wmat_dequant_row(m, r, c + r * m->n_in);
     w->owned = dsf_xrealloc(w->owned, (size_t)(w->n_owned + 1) * sizeof(void *));
     w->owned[w->n_owned++] = c;
     return c;
@@ -130,7 +132,8 @@ static int bind_vec(binder *b, dsf_weights *w, fvec *v, const char *name, int64_
         *v = (const float *)(const void *)t->data;
         return 0;
     }
-    *v = widen(w, t->type, t->data, t->row_bytes, n0, n1);
+    const dsf_wmat m = {t->type, n0, n1, t->row_bytes, t->data, NULL};
+    *v = widen(w, &m);
     return 0;
 }
 
@@ -139,7 +142,7 @@ static int bind_vec(binder *b, dsf_weights *w, fvec *v, const char *name, int64_
 static int bind_mat_f32(binder *b, dsf_weights *w, dsf_wmat *m, const char *name, int64_t n_in, int64_t n_out) {
     if (bind_mat(b, m, name, n_in, n_out, 1, true) < 0) return -1;
     if (m->type == GGML_TYPE_F32) return 0;
-    const float *c = widen(w, m->type, m->data, m->row_bytes, n_in, n_out);
+    const float *c = widen(w, m);
     *m = (dsf_wmat){GGML_TYPE_F32, n_in, n_out, (uint64_t)n_in * sizeof(float), (const uint8_t *)c, NULL};
     return 0;
 }
