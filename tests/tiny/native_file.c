@@ -37,6 +37,7 @@
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
 #include "kernels/select.h"
+#include "model/model.h"
 #include "tmodel.h"
 
 /* ---- helpers -------------------------------------------------------------------------- */
@@ -306,7 +307,7 @@ static void e8m0(bytes *b, size_t n, int lo, uint64_t *s) {
 
 /* Writes dir/ (config.json with engram_head_dim 256, the tokenizer files, model.safetensors):
  * tiny41's tensors, but the Engram tables [rows, 256] + [rows, 8] and engram.wkv
- * [640, 6 * 256] + its 32x32 scales, random. 0 / -1. */
+ * [640, 6 * 256] + its 32x32 scales random, and the other FP8 grids varied. 0 / -1. */
 static int write_r264_checkpoint(const char *src, const char *dir) {
     char path[PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/config.json", src);
@@ -352,6 +353,10 @@ static int write_r264_checkpoint(const char *src, const char *dir) {
         } else {
             uint64_t a = (uint64_t)json_integer_value(json_array_get(off, 0)), e = (uint64_t)json_integer_value(json_array_get(off, 1));
             put_bytes(&data, st + 8 + hl + a, (size_t)(e - a));
+            /* tiny41's 32x32 grids hold one exponent per tensor: vary them (+-2) so that a grid
+             * row or column read for another block changes the values */
+            if (strstr(name, ".scale") && !strstr(name, "experts"))
+                for (size_t i = b0; i < data.n; i++) data.buf[i] = (uint8_t)(data.buf[i] + (int)(lcg(&s) % 5) - 2);
         }
         json_t *o = json_object();
         json_object_set(o, "dtype", json_object_get(v, "dtype"));
@@ -376,11 +381,12 @@ static int write_r264_checkpoint(const char *src, const char *dir) {
 }
 
 /* The converter writes the checkpoint's Engram bytes as FP8_R264 rows (256 e4m3, then the 8
- * scales), the engine reads them to the seed layout's logits, and quantize recovers them. */
+ * scales), the engine reads them (and FP8_B32 grids that vary per block, wo_a's groups, the
+ * resident copies) to the seed layout's logits, and quantize recovers them. */
 TEST(native_file_r264_engram) {
     setenv("DSF_KERNELS", "ref", 1); /* as native_file_goldens_ref */
     NEED_SHARED(hf, "testdata/tiny41/hf/config.json");
-    char src[PATH_MAX], dir[512], err[DSF_ERR_LEN];
+    char src[PATH_MAX], dir[512], err[DSF_ERR_LEN] = "";
     snprintf(dir, sizeof dir, "%.*s", (int)(strrchr(hf, '/') - hf), hf);
     CHECKF(realpath(dir, src), "realpath %s", dir); /* the tokenizer files are linked from another folder */
     snprintf(dir, sizeof dir, "%s/hf256", test_tmpdir());
@@ -425,18 +431,42 @@ TEST(native_file_r264_engram) {
     gguf_close(g);
     int32_t tok[40];
     for (int i = 0; i < 40; i++) tok[i] = (int32_t)(3 + (i * 97) % 1000);
-    for (int m = 0; m < 2; m++) {
+    for (int m = 0; m < 3; m++) {
+        if (m == 2) setenv("DSF_RESIDENT", "1", 1); /* residency.c's dense copies: rows and grid */
+        err[0] = 0;
         const dsf_numerics num = m ? DSF_NUMERICS_REFERENCE : DSF_NUMERICS_PLAIN;
         int V1 = 0, V2 = 0;
         float *a = logits(bf, num, tok, 40, 0, 0, &V1, err), *b = a ? logits(nat, num, tok, 40, 0, 0, &V2, err) : NULL;
         same = a && b && V1 == V2 && !memcmp(a, b, (size_t)40 * (size_t)V1 * sizeof(float));
         free(a);
         free(b);
-        CHECKF(same, "%s logits: %s", m ? "reference" : "plain", err[0] ? err : "native differs from bf16");
+        CHECKF(same, "%s logits%s: %s", m ? "reference" : "plain", m == 2 ? " (resident)" : "",
+               err[0] ? err : "native differs from bf16");
     }
+    /* and in the copies the grid follows its rows, as in the file (matmul.h: scales = the grid) */
+    dsf_engine_params ep;
+    dsf_engine_params_default(&ep);
+    ep.resident = 1;
+    dsf_engine *eng = dsf_engine_open(nat, &ep, err);
+    CHECKF(eng && eng->dense_map, "%s", eng ? "no dense copy made" : err);
+    const dsf_layer *L = &eng->w.layers[4];
+    const dsf_wmat *const mats[] = {&L->wq_a, &L->wq_b, &L->wkv, &L->wo_a, &L->wo_b, &L->engram_kv, &L->gate_sh};
+    bool in_copy = true;
+    for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
+        in_copy &= mats[i]->type == DSF_TYPE_FP8B32 && mats[i]->scales == mats[i]->data + mats[i]->n_out * mats[i]->n_in &&
+                   mats[i]->data >= (const uint8_t *)eng->dense_map && mats[i]->data < (const uint8_t *)eng->dense_map + eng->dense_size;
+    dsf_engine_close(eng);
+    CHECKF(in_copy, "an FP8_B32 matrix of layer 4 is not a copy with its grid after its rows");
 }
 
 /* ---- synth: --fp8-exact and --native -------------------------------------------------- */
+
+/* tm_params_default with BF16 weights and o_lora 32 (FP8_B32 wo_a: whole 32-row blocks per group). */
+static void native_params(tm_params *p) {
+    tm_params_default(p);
+    p->dense_type = GGML_TYPE_BF16;
+    p->o_lora = 32;
+}
 
 static void edit_fp8_exact(tm_model *m, void *ud) {
     (void)ud;
@@ -453,10 +483,8 @@ static void edit_native(tm_model *m, void *ud) {
 TEST(native_file_synth_native) {
     setenv("DSF_KERNELS", "ref", 1); /* as native_file_goldens_ref */
     tm_params p;
-    tm_params_default(&p);
-    p.dense_type = GGML_TYPE_BF16;
+    native_params(&p);
     p.engram_dim = 256;
-    p.o_lora = 32; /* FP8_B32 wo_a: whole 32-row blocks per group */
     char err[DSF_ERR_LEN];
     const char *bf = tm_path("sx-bf16"), *nat = tm_path("sx-native"), *qn = tm_path("sx-quant");
     CHECKF(tm_write(&p, bf, edit_fp8_exact, NULL, err) == 0 && tm_write(&p, nat, edit_native, NULL, err) == 0, "%s", err);
@@ -491,8 +519,9 @@ TEST(native_file_synth_native) {
 
 typedef struct {
     const char *what;
-    void (*edit)(tm_model *m);
-    const char *want[2]; /* substrings of the error */
+    void (*edit)(tm_model *m); /* NULL: a native model with tensor `fp8` retyped to FP8_B32 */
+    const char *fp8;
+    const char *want[2];       /* substrings of the error */
 } bad_case;
 
 static void no_key(tm_model *m) { synth_retype_tensor(m, "blk.0.attn_q_a.weight", DSF_TYPE_FP8B32); }
@@ -504,45 +533,32 @@ static void key_str(tm_model *m) {
     synth_native(m);
     synth_set_str(m, DSF_NATIVE_KEY, "1");
 }
-static void on_vector(tm_model *m) {
-    synth_native(m);
-    synth_retype_tensor(m, "blk.0.attn_norm.weight", DSF_TYPE_FP8B32);
-}
-static void on_experts(tm_model *m) {
-    synth_native(m);
-    synth_retype_tensor(m, "blk.1.ffn_up_exps.weight", DSF_TYPE_FP8B32);
-}
-static void on_embd(tm_model *m) {
-    synth_native(m);
-    synth_retype_tensor(m, "token_embd.weight", DSF_TYPE_FP8B32);
-}
-static void on_table(tm_model *m) {
-    synth_native(m);
-    synth_retype_tensor(m, "per_layer_token_embd.weight", DSF_TYPE_FP8B32);
-}
 static void wo_a_3d(tm_model *m) { /* tm_params_default: H*dh/og = 4*64/2 = 128 wide, og 2, o_lora 32 */
     synth_native(m);
     const int64_t ne[3] = {128, 32, 2};
     synth_reshape_tensor(m, "blk.2.attn_output_a.weight", 3, ne);
 }
 
-static void run_case(tm_model *m, void *ud) { ((const bad_case *)ud)->edit(m); }
+static void run_case(tm_model *m, void *ud) {
+    const bad_case *c = ud;
+    if (c->edit) return c->edit(m);
+    synth_native(m);
+    synth_retype_tensor(m, c->fp8, DSF_TYPE_FP8B32);
+}
 
 TEST(native_file_malformed_refused) {
     static const bad_case cases[] = {
-        {"native type, no key", no_key, {"blk.0.attn_q_a.weight", DSF_NATIVE_KEY}},
-        {"version 2", version2, {DSF_NATIVE_KEY " = 2", "version 1"}},
-        {"key of type string", key_str, {DSF_NATIVE_KEY, "u32"}},
-        {"FP8_B32 norm", on_vector, {"blk.0.attn_norm.weight", "FP8_B32"}},
-        {"FP8_B32 stacked experts", on_experts, {"blk.1.ffn_up_exps.weight", "FP8_B32"}},
-        {"FP8_B32 token embedding", on_embd, {"token_embd.weight", "FP8_B32"}},
-        {"FP8_B32 Engram table", on_table, {"per_layer_token_embd.weight", "FP8_B32"}},
-        {"FP8_B32 wo_a stored 3-D", wo_a_3d, {"blk.2.attn_output_a.weight", "2-D"}},
+        {"native type, no key", no_key, NULL, {"blk.0.attn_q_a.weight", DSF_NATIVE_KEY}},
+        {"version 2", version2, NULL, {DSF_NATIVE_KEY " = 2", "version 1"}},
+        {"key of type string", key_str, NULL, {DSF_NATIVE_KEY, "u32"}},
+        {"FP8_B32 norm", NULL, "blk.0.attn_norm.weight", {"blk.0.attn_norm.weight", "FP8_B32"}},
+        {"FP8_B32 stacked experts", NULL, "blk.1.ffn_up_exps.weight", {"blk.1.ffn_up_exps.weight", "FP8_B32"}},
+        {"FP8_B32 token embedding", NULL, "token_embd.weight", {"token_embd.weight", "FP8_B32"}},
+        {"FP8_B32 Engram table", NULL, "per_layer_token_embd.weight", {"per_layer_token_embd.weight", "FP8_B32"}},
+        {"FP8_B32 wo_a stored 3-D", wo_a_3d, NULL, {"blk.2.attn_output_a.weight", "2-D"}},
     };
     tm_params p;
-    tm_params_default(&p);
-    p.dense_type = GGML_TYPE_BF16;
-    p.o_lora = 32;
+    native_params(&p);
     char err[DSF_ERR_LEN];
     const char *ok = tm_path("bad-base");
     CHECKF(tm_write(&p, ok, edit_native, NULL, err) == 0, "%s", err);
@@ -577,9 +593,7 @@ static void q_a_as_i8(tm_model *m, void *ud) {
  * the header): the reader counts the grid (gguf.c), so the tensor overlaps the next one. */
 TEST(native_file_grid_missing) {
     tm_params p;
-    tm_params_default(&p);
-    p.dense_type = GGML_TYPE_BF16;
-    p.o_lora = 32;
+    native_params(&p);
     char err[DSF_ERR_LEN];
     const char *path = tm_path("grid-missing");
     CHECKF(tm_write(&p, path, q_a_as_i8, NULL, err) == 0, "%s", err);
