@@ -37,6 +37,7 @@
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
 #include "kernels/select.h"
+#include "model/cost.h"
 #include "model/model.h"
 #include "tmodel.h"
 
@@ -615,4 +616,31 @@ TEST(native_file_grid_missing) {
     dsf_engine *e = dsf_engine_open(path, NULL, err);
     dsf_engine_close(e);
     CHECKF(!e && strstr(err, name), "opened, or the error does not name the tensor: %s", e ? "" : err);
+}
+
+/* dsflash bench's bytes per token (model/cost.c) count a native file at its sizes: every
+ * FP8_B32 matrix is read in full each token, so the seed layout's count exceeds the native one
+ * by 2 x its elements - (its elements + its grid) (FORMAT.md), summed over them. */
+TEST(native_file_cost_bytes) {
+    NEED_SHARED(hf, "testdata/tiny41/hf/config.json");
+    NEED_SHARED(seed_p, "testdata/tiny41/tiny41.gguf");
+    char dir[512], seed[512], err[DSF_ERR_LEN];
+    snprintf(dir, sizeof dir, "%.*s", (int)(strrchr(hf, '/') - hf), hf);
+    snprintf(seed, sizeof seed, "%s", seed_p);
+    const char *nat = convert_native(dir, "cost-native", true, err);
+    CHECKF(nat, "%s", err);
+    double bn, fn, hn, bs, fs, hs;
+    CHECKF(cost_token(nat, &bn, &fn, &hn, err) == 0 && cost_token(seed, &bs, &fs, &hs, err) == 0, "%s", err);
+    gguf_file *g = gguf_open(nat, err);
+    CHECKF(g, "%s", err);
+    double saved = 0;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const gguf_tensor *x = &g->tensors[i];
+        if (x->type != DSF_TYPE_FP8B32) continue;
+        const double el = (double)x->ne[0] * (double)x->ne[1];
+        saved += 2 * el - (el + (double)((x->ne[0] + 31) / 32 * ((x->ne[1] + 31) / 32)));
+    }
+    gguf_close(g);
+    CHECKF(bs - bn == saved && fn == fs && hn == hs, "bytes %.0f vs %.0f (saved %.0f, expected %.0f); flops %.0f vs %.0f",
+           bs, bn, bs - bn, saved, fs, fn);
 }
