@@ -80,8 +80,9 @@ static int64_t encode_rule(const float *x, int64_t n, int64_t w, int64_t ld, uin
     float amax = 0;
     for (int64_t r = 0; r < n; r++)
         for (int64_t i = 0; i < w; i++) amax = fmaxf(amax, fabsf(x[r * ld + i]));
+    if (!isfinite(amax)) return 0; /* an infinity (a NaN fails its own round trip below) */
     const int e = block_exponent(amax);
-    if (e < 0 || !isfinite(amax)) return 0;
+    if (e < 0) return 0;
     *s = (uint8_t)e;
     return encode_block(x, n, w, ld, e, q);
 }
