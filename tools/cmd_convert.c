@@ -16,14 +16,18 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: dsflash convert HF_DIR OUT.gguf [--outtype bf16|f32] [--threads T] [--name NAME]\n"
-            "       dsflash convert --dspark HF_DIR OUT.gguf [--outtype bf16|f32] [--threads T] [--name NAME]\n"
+            "usage: dsflash convert HF_DIR OUT.gguf [--outtype bf16|f32|native] [--threads T] [--name NAME]\n"
+            "       dsflash convert --dspark HF_DIR OUT.gguf [--outtype bf16|f32|native] [--threads T] [--name NAME]\n"
             "       dsflash convert --vocab-only TOKENIZER_DIR OUT.gguf\n\n"
             "Converts a DeepSeek-V4.1-Flash Hugging Face checkpoint (config.json, tokenizer.json,\n"
             "tokenizer_config.json, model.safetensors or model.safetensors.index.json + shards) into a\n"
             "deepseek41 GGUF: FP8 weights dequantized to BF16 (F32 with --outtype f32), routed experts\n"
             "MXFP4 bit-exact, Engram tables dequantized and concatenated, Engram constants computed.\n"
-            "  --outtype T    bf16 (default; also 'auto') or f32\n"
+            "  --outtype T    bf16 (default; also 'auto'), f32, or native: dsflash's lossless native file\n"
+            "                 (docs/FORMAT.md): the FP8 weights as their e4m3 bytes + 32x32 E8M0 scales\n"
+            "                 (FP8_B32), the Engram rows as e4m3 + per-32 scales (FP8_R264), the rest as\n"
+            "                 bf16; smaller and just as exact, but llama.cpp and other GGUF readers\n"
+            "                 cannot load it\n"
             "  --threads T    threads for dequantization (default 1)\n"
             "  --name NAME    general.name (default: the directory name, or its parent's for .../hf)\n"
             "  --vocab-only   write only the tokenizer metadata of TOKENIZER_DIR\n"
@@ -47,10 +51,10 @@ static int cmd_convert(int argc, char **argv) {
         else if (!strcmp(a, "--dspark")) o.dspark = true;
         else if (!strcmp(a, "--outtype") && i + 1 < argc) {
             const char *t = argv[++i];
-            if (!strcmp(t, "f32")) o.f32 = true;
-            else if (!strcmp(t, "bf16") || !strcmp(t, "auto")) o.f32 = false;
-            else {
-                fprintf(stderr, "dsflash convert: --outtype must be bf16 or f32, not '%s'\n", t);
+            o.f32 = !strcmp(t, "f32");
+            o.native = !strcmp(t, "native");
+            if (!o.f32 && !o.native && strcmp(t, "bf16") && strcmp(t, "auto")) {
+                fprintf(stderr, "dsflash convert: --outtype must be bf16, f32 or native, not '%s'\n", t);
                 return 2;
             }
         } else if (!strcmp(a, "--threads") && i + 1 < argc) {

@@ -20,6 +20,8 @@ static const char *USAGE =
     "  share of the file) and the dtypes each tensor class uses (routed and shared experts, dense\n"
     "  projections, hc mixes, router, LM head, token embedding, Engram table, small vectors).\n"
     "  Reads no tensor data (but the small vectors of a file that does not store them as F32).\n"
+    "  A dsflash native file (convert --outtype native, quantize ... native; docs/FORMAT.md) is said\n"
+    "  to be one, with its FP8_B32 / FP8_R264 sizes and its size against the seed layout's.\n"
     "  --plan     from the header alone (a header-only file will do): the bytes of each tensor class,\n"
     "             what decode streams every token (kept resident) and what it reads a row at a time\n"
     "             (token embedding, Engram table: through the page cache), the KV state per token and\n"
@@ -28,6 +30,11 @@ static const char *USAGE =
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define PLAN_CHUNK 512 /* the sessions' default prefill chunk (session.c) */
+
+static void emit(void *ud, const char *line) {
+    (void)ud;
+    puts(line);
+}
 
 static int plan(const char *path, double ram_gib, long long ctx) {
     char err[DSF_ERR_LEN];
@@ -48,6 +55,13 @@ static int plan(const char *path, double ram_gib, long long ctx) {
     for (uint64_t i = 0; i < g->n_tensors; i++) header_only |= !g->tensors[i].data;
     printf("plan: %s (%s), %lld layers, context_length %lld\n", path, header_only ? "header only" : "whole file",
            (long long)p.n_layer, (long long)p.n_ctx_train);
+    model_native_t nat;
+    if (model_native(g, &nat, err) < 0) {
+        fprintf(stderr, "dsflash inspect: %s: %s\n", path, err);
+        gguf_close(g);
+        return 1;
+    }
+    model_native_describe(&nat, emit, NULL);
     printf("== tensor bytes by class ==\n");
     for (int c = 0; c < TC_COUNT; c++)
         if (p.class_bytes[c])
@@ -86,11 +100,6 @@ static int plan(const char *path, double ram_gib, long long ctx) {
                need, need - ram_gib, ram_gib, src);
     gguf_close(g);
     return need <= ram_gib ? 0 : 3;
-}
-
-static void emit(void *ud, const char *line) {
-    (void)ud;
-    puts(line);
 }
 
 static int cmd_inspect(int argc, char **argv) {

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #define MAX_TT 64
@@ -61,6 +62,13 @@ static void usage(FILE *f) {
             "    (llama-quantize's rule); a row that fits none of these -> BF16 (llama-quantize: F16; BF16\n"
             "    keeps the range of the BF16 checkpoint).\n"
             "  - A tensor already in its target type is copied byte for byte.\n\n"
+            "TYPE native: dsflash's lossless native file (docs/FORMAT.md; llama.cpp cannot load it) from a\n"
+            "  BF16 (or F32) file of dsflash convert: the weights the checkpoint stores as FP8 (attn_q_a/q_b,\n"
+            "  attn_kv, attn_output_a/b, indexer.attn_q_b, engram_kv, the shared experts) back to their\n"
+            "  e4m3 bytes + 32x32 E8M0 scales (FP8_B32), the Engram table (rows of a multiple of 256) to\n"
+            "  FP8_R264, everything else copied. Per block the smallest power-of-two scale that holds its\n"
+            "  largest value; a value that is not an e4m3 value times it is an error naming the tensor and\n"
+            "  block (the file's weights are not FP8 values). No --tensor-type or --imatrix.\n\n"
             "Options:\n"
             "  --tensor-type PATTERN=TYPE  type TYPE (a ggml type name, e.g. q8_0) for the quantized tensors whose\n"
             "                 name matches the PCRE2 regex PATTERN (searched); repeatable, the first match wins\n"
@@ -129,7 +137,7 @@ static int cmd_quantize(int argc, char **argv) {
         goto out;
     }
     o.recipe = pos[2];
-    if (!quantize_recipe_find(o.recipe)) {
+    if (!quantize_recipe_find(o.recipe) && strcasecmp(o.recipe, "native")) {
         fprintf(stderr, "dsflash quantize: unknown recipe '%s' (see --help for the list)\n", o.recipe);
         goto out;
     }
@@ -150,4 +158,4 @@ out:
     return rc;
 }
 
-DSF_COMMAND(quantize, "quantize a GGUF with a llama.cpp recipe (Q8_0, Q4_K_M, Q2_K, ...)", cmd_quantize)
+DSF_COMMAND(quantize, "quantize a GGUF with a llama.cpp recipe (Q8_0, Q4_K_M, Q2_K, ...) or into a native file", cmd_quantize)

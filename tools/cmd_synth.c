@@ -1,5 +1,5 @@
 /* cmd_synth.c: `dsflash synth --preset tiny|bench|bench-moe|real OUT.gguf [--seed S] [--header-only]
- * [--dspark DRAFT.gguf] [--type T] [--expert-type T] [--recipe R]`: writes a random-weight deepseek41 GGUF in the exact layout
+ * [--dspark DRAFT.gguf] [--type T] [--expert-type T] [--recipe R] [--fp8-exact | --native]`: writes a random-weight deepseek41 GGUF in the exact layout
  * (src/convert/synth.c), or its header alone. */
 #include "cmd.h"
 #include "convert/synth.h"
@@ -16,7 +16,7 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: dsflash synth --preset tiny|bench|bench-moe|real OUT.gguf [--seed S] [--header-only]\n"
                "                     [--dspark DRAFT.gguf] [--type TYPE] [--expert-type TYPE] [--recipe R]\n"
-               "                     [--engram-rows N]\n"
+               "                     [--engram-rows N] [--fp8-exact | --native]\n"
                "\n"
                "Writes a random-weight deepseek41 GGUF in the exact layout of a converted V4.1-Flash.\n"
                "  tiny    tiny41's topology (hidden 128, 8 layers, every layer role) with a usable\n"
@@ -42,7 +42,13 @@ static void usage(FILE *f) {
                "  --recipe R        every tensor gets the type `dsflash quantize R` would give it (Q4_K_M, Q2_K, ...;\n"
                "                    see its --help); instead of --type/--expert-type\n"
                "  --engram-rows N   an Engram table of about N rows instead of the preset's (bench: 17000000 is\n"
-               "                    ~8.7 GB, for `dsflash bench --cold` reading it from the disk)\n");
+               "                    ~8.7 GB, for `dsflash bench --cold` reading it from the disk)\n"
+               "  --fp8-exact       the weights the real checkpoint stores as FP8 (attention, shared experts, engram_kv,\n"
+               "                    a 256-wide Engram table) get FP8-exact values (e4m3 x a power of two per 32x32\n"
+               "                    block), still BF16: `dsflash quantize OUT X native` then works on the file\n"
+               "  --native          a dsflash native file (docs/FORMAT.md) of the --fp8-exact model of the same seed,\n"
+               "                    as `dsflash quantize` would write it (FP8_B32, FP8_R264), byte for byte: the two\n"
+               "                    files hold the same values, for `bench` comparisons\n");
 }
 
 /* A ggml type by name (case-insensitive), -1 if none has a block size. */
@@ -59,7 +65,7 @@ static int cmd_synth(int argc, char **argv) {
     }
     const char *preset = NULL, *out = NULL, *dspark = NULL;
     uint64_t seed = 1;
-    synth_write_opts o = {false, SYNTH_TYPE_KEEP, SYNTH_TYPE_KEEP, NULL, 0};
+    synth_write_opts o = {.type = SYNTH_TYPE_KEEP, .expert_type = SYNTH_TYPE_KEEP};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--preset") && i + 1 < argc) {
             preset = argv[++i];
@@ -69,6 +75,10 @@ static int cmd_synth(int argc, char **argv) {
             o.recipe = argv[++i];
         } else if (!strcmp(argv[i], "--header-only")) {
             o.header_only = true;
+        } else if (!strcmp(argv[i], "--native")) {
+            o.native = true;
+        } else if (!strcmp(argv[i], "--fp8-exact")) {
+            o.fp8_exact = true;
         } else if ((!strcmp(argv[i], "--type") || !strcmp(argv[i], "--expert-type")) && i + 1 < argc) {
             int t = type_by_name(argv[i + 1]);
             if (t < 0) {

@@ -5,12 +5,14 @@
  * Must not: know a model (it reads the container only: io/gguf.h), hold the tensor in memory
  * (it reads whole blocks with pread into a bounded buffer and never touches another tensor's
  * bytes), or leave a partial OUT.f32 (it writes OUT.f32.tmp, then renames it).
- * Invariant: the output's bytes are dequant_row's values of the file's blocks, in order. A
+ * Invariant: the output's bytes are dequant_row's values of the file's blocks, in order (an
+ * FP8_B32 matrix's: wmat_dequant_row's, row by row). A
  * NaN or an infinity in the values (a block scale of NaN/Inf, an F32 weight holding one) is
  * an error naming the row and block, unless --allow-nonfinite; --check scans without
  * writing. */
 #include "cmd.h"
 #include "io/gguf.h"
+#include "kernels/matmul.h"
 #include "kernels/quant.h"
 #include "base/util.h"
 
@@ -74,26 +76,73 @@ static int read_at(const gguf_file *g, uint64_t off, uint8_t *buf, size_t n, cha
     return 0;
 }
 
-/* Streams tensor t through dequant_row: every value is checked, and written to out (may be
+/* The pieces a tensor is streamed in: per_piece whole blocks of bs values (ts bytes each) at a
+ * time; an FP8_B32 matrix (docs/FORMAT.md) as 32-row stripes, each read with its row of the
+ * scale grid that follows all the rows, and checked value by value (bs 1). */
+typedef struct {
+    bool b32;
+    uint32_t bs, ts;
+    uint64_t per_piece, n_units;      /* blocks per piece and in all (b32: rows per piece and rows) */
+    uint64_t raw_bytes, values;       /* buffer sizes of one piece */
+} pieces;
+
+static pieces plan_pieces(const gguf_tensor *t) {
+    pieces p = {t->type == DSF_TYPE_FP8B32, ggml_blck_size(t->type), ggml_type_size(t->type), 0, 0, 0, 0};
+    const uint64_t ne0 = (uint64_t)t->ne[0];
+    if (p.b32) {
+        p.per_piece = 32;
+        p.n_units = (uint64_t)(t->ne[1] * t->ne[2] * t->ne[3]);
+        p.raw_bytes = 32 * ne0 + (ne0 + 31) / 32;
+        p.values = 32 * ne0;
+        return p;
+    }
+    p.n_units = t->nbytes / p.ts;
+    p.per_piece = PIECE_BYTES / p.ts < PIECE_VALUES / p.bs ? PIECE_BYTES / p.ts : PIECE_VALUES / p.bs;
+    if (p.per_piece < 1) p.per_piece = 1;
+    p.raw_bytes = p.per_piece * p.ts;
+    p.values = p.per_piece * p.bs;
+    return p;
+}
+
+/* Reads and dequantizes the piece starting at unit u (n units) into val; *nv values. */
+static int read_piece(const gguf_file *g, const gguf_tensor *t, const pieces *p, uint64_t u, uint64_t n, uint8_t *raw,
+                      float *val, uint64_t *nv, char *err) {
+    const uint64_t base = g->data_offset + t->offset, ne0 = (uint64_t)t->ne[0], gc = (ne0 + 31) / 32;
+    if (!p->b32) {
+        if (read_at(g, base + u * p->ts, raw, (size_t)(n * p->ts), err) < 0) return -1;
+        dequant_row(t->type, raw, val, (int64_t)(n * p->bs));
+        *nv = n * p->bs;
+        return 0;
+    }
+    if (read_at(g, base + u * ne0, raw, (size_t)(n * ne0), err) < 0 ||
+        read_at(g, base + p->n_units * ne0 + u / 32 * gc, raw + 32 * ne0, (size_t)gc, err) < 0)
+        return -1;
+    const dsf_wmat w = {DSF_TYPE_FP8B32, (int64_t)ne0, (int64_t)n, ne0, raw, raw + 32 * ne0};
+    for (uint64_t r = 0; r < n; r++) wmat_dequant_row(&w, (int64_t)r, val + r * ne0);
+    *nv = n * ne0;
+    return 0;
+}
+
+/* Streams tensor t through its decoder: every value is checked, and written to out (may be
  * NULL). 0, or -1 with err. */
 static int stream(const gguf_file *g, const gguf_tensor *t, FILE *out, scan *sc, char *err) {
-    const uint32_t bs = ggml_blck_size(t->type), ts = ggml_type_size(t->type);
-    const uint64_t n_blocks = t->nbytes / ts;
-    uint64_t per_piece = PIECE_BYTES / ts < PIECE_VALUES / bs ? PIECE_BYTES / ts : PIECE_VALUES / bs;
-    if (per_piece < 1) per_piece = 1;
-    uint8_t *raw = malloc((size_t)(per_piece * ts));
-    float *val = malloc((size_t)(per_piece * bs) * sizeof(float));
+    const pieces p = plan_pieces(t);
+    const uint32_t cbs = p.b32 ? 1 : p.bs; /* the values checked together */
+    uint8_t *raw = malloc((size_t)p.raw_bytes);
+    float *val = malloc((size_t)p.values * sizeof(float));
     int rc = -1;
     if (!raw || !val) {
-        dsf_seterr(err, "out of memory for a piece of %llu blocks", (unsigned long long)per_piece);
+        dsf_seterr(err, "out of memory for a piece of %llu values", (unsigned long long)p.values);
         goto done;
     }
-    for (uint64_t b = 0; b < n_blocks; b += per_piece) {
-        const uint64_t nb = n_blocks - b < per_piece ? n_blocks - b : per_piece;
-        if (read_at(g, g->data_offset + t->offset + b * ts, raw, (size_t)(nb * ts), err) < 0) goto done;
-        dequant_row(t->type, raw, val, (int64_t)(nb * bs));
-        for (uint64_t k = 0; k < nb; k++) check_block(sc, val + k * bs, bs, b + k);
-        if (out && fwrite(val, sizeof(float), (size_t)(nb * bs), out) != (size_t)(nb * bs)) {
+    uint64_t done_values = 0;
+    for (uint64_t u = 0; u < p.n_units; u += p.per_piece) {
+        const uint64_t n = p.n_units - u < p.per_piece ? p.n_units - u : p.per_piece;
+        uint64_t nv;
+        if (read_piece(g, t, &p, u, n, raw, val, &nv, err) < 0) goto done;
+        for (uint64_t k = 0; k < nv / cbs; k++) check_block(sc, val + k * cbs, cbs, done_values / cbs + k);
+        done_values += nv;
+        if (out && fwrite(val, sizeof(float), (size_t)nv, out) != (size_t)nv) {
             dsf_seterr(err, "write failed: %s", strerror(errno));
             goto done;
         }
@@ -122,7 +171,7 @@ static int run(const char *model, const char *name, const char *out_path, bool a
         fprintf(stderr, "dsflash tensor: %s has no tensor named '%s'\n", model, name);
         goto done;
     }
-    if (!ggml_type_supported(t->type)) {
+    if (!ggml_type_supported(t->type) && t->type != DSF_TYPE_FP8B32) {
         fprintf(stderr, "dsflash tensor: %s: type %s (%u) is not supported by dsflash (no dequantizer for it)\n",
                 t->name, ggml_type_name(t->type), t->type);
         goto done;

@@ -10,6 +10,7 @@
 #include "base/util.h"
 #include "convert/dspark_meta.h"
 #include "convert/vocab.h"
+#include "kernels/dtype.h"
 #include "model/roles.h"
 
 #include <jansson.h>
@@ -513,10 +514,11 @@ int convert_checkpoint(const char *hf_dir, const char *out_path, const convert_o
     if (load_config(&c, hf_dir, err)) goto done;
     ck = st_open_dir(hf_dir, err);
     if (!ck) goto done;
-    p = tensor_plan_build(&c, ck, o->f32, err);
+    p = tensor_plan_build(&c, ck, o->f32, o->native, err);
     if (!p) goto done;
     w = gguf_writer_new();
     if ((o->dspark ? write_metadata_dspark(w, &c, hf_dir, o, err) : write_metadata(w, &c, hf_dir, o, err)) ||
+        (o->native && gguf_writer_kv_u32(w, DSF_NATIVE_KEY, DSF_NATIVE_VERSION, err)) ||
         tensor_plan_declare(p, w, &total, err) ||
         gguf_writer_begin(w, out_path, err) || tensor_plan_write(p, w, total, o->threads, o->progress, err))
         goto done;

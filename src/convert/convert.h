@@ -40,6 +40,8 @@ char *engram_normalize(const char *s, size_t len, size_t *out_len);
 
 typedef struct {
     bool f32;            /* --outtype f32 */
+    bool native;         /* --outtype native: FP8 weights and Engram rows as dsflash's native types
+                          * (docs/FORMAT.md), everything else as bf16 */
     int threads;         /* <= 1: single-threaded */
     bool progress;       /* draw a progress bar on stderr */
     const char *name;    /* general.name; NULL: derived from the directory name */

@@ -46,8 +46,10 @@ typedef struct tensor_plan tensor_plan;
 
 /* Builds the plan of every output tensor from the checkpoint, checking every source's name,
  * shape and dtype (and refusing unused checkpoint tensors) before anything is written.
- * f32: --outtype f32. NULL with err on a bad checkpoint. c and ck must outlive the plan. */
-tensor_plan *tensor_plan_build(const cfg *c, const st_checkpoint *ck, bool f32, char *err);
+ * f32: --outtype f32; native: --outtype native (the FP8 weights as DSF_TYPE_FP8B32, which
+ * needs 32x32 blocks, and the Engram table as DSF_TYPE_FP8R264 rows when its width is a
+ * multiple of 256, else BF16). NULL with err on a bad checkpoint. c and ck must outlive the plan. */
+tensor_plan *tensor_plan_build(const cfg *c, const st_checkpoint *ck, bool f32, bool native, char *err);
 
 /* Declares every planned tensor to w, in output order; *total receives their data bytes.
  * 0 / -1 with err. */

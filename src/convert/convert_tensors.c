@@ -1,7 +1,9 @@
 /* convert_tensors.c: the converter's tensor half (gguf-layout.md §3): the checkpoint-name ->
  * GGUF-name map with expected shapes and dtype rules (§3.1-§3.2), and the streamed
  * transformations (§3.3): FP8 block dequantization, MXFP4 nibble repacking, Engram tables
- * dequantized and concatenated, engram_gate = q*k, router to F32.
+ * dequantized and concatenated, engram_gate = q*k, router to F32. With --outtype native
+ * (docs/FORMAT.md) the FP8 weights keep their e4m3 bytes and 32x32 scale grid (FP8_B32) and
+ * the Engram rows their e4m3 bytes and per-32 scales (FP8_R264).
  * Must not: hold a whole tensor (every transformation streams through bounded buffers), or
  * read config.json (it gets the validated cfg from convert.c).
  * Invariant: every output value equals the checkpoint's mathematical value (FP8 x E8M0 and
@@ -21,7 +23,7 @@
 
 /* ================================================================ tensor plan (§3.2) */
 
-enum { K_COPY, K_FP8, K_MXFP4, K_ENGRAM, K_GATE };
+enum { K_COPY, K_FP8, K_FP8N, K_MXFP4, K_ENGRAM, K_GATE }; /* K_FP8N: FP8 kept as FP8_B32 */
 
 typedef struct {
     char name[GGUF_MAX_NAME];
@@ -41,7 +43,7 @@ typedef struct {
 struct tensor_plan {
     const cfg *c;
     const st_checkpoint *ck;
-    bool f32;
+    bool f32, native;
     otensor *t;
     int n, cap;
     bool *used;              /* per checkpoint tensor */
@@ -94,7 +96,7 @@ static bool is_float(int dt) { return dt == ST_BF16 || dt == ST_F16 || dt == ST_
 static uint64_t tensor_bytes(uint32_t type, const int64_t *ne, uint32_t nd) {
     uint64_t n = 1;
     for (uint32_t d = 0; d < nd; d++) n *= (uint64_t)ne[d];
-    return n / ggml_blck_size(type) * ggml_type_size(type);
+    return n / ggml_blck_size(type) * ggml_type_size(type) + dsf_type_extra_bytes(type, (uint64_t)ne[0], n / (uint64_t)ne[0]);
 }
 
 /* A plain or FP8 tensor: checkpoint [d0] or [d0, d1] -> GGUF {d1, d0}, dtype by §3.1. */
@@ -134,6 +136,13 @@ static int add_dense(plan *p, const char *ckname, const char *gname, int64_t d0,
         p->used[ck_index(p, s)] = true;
         o->kind = K_FP8;
         o->s = s;
+        if (p->native && !f32) { /* FORMAT.md: the checkpoint's bytes, so only its 32x32 grid fits */
+            if (p->c->bo != 32 || p->c->bi != 32)
+                return dsf_seterr(err, "checkpoint: --outtype native needs 32x32 FP8 blocks (weight_block_size), "
+                                  "this one has [%lld, %lld]", (long long)p->c->bo, (long long)p->c->bi);
+            o->kind = K_FP8N;
+            o->type = DSF_TYPE_FP8B32;
+        }
     } else if (is_float(t->dtype)) {
         if (s) return dsf_seterr(err, "checkpoint: '%s' has a scale '%s' but is %s, not FP8", ckname, sname, st_dtype_name(t->dtype));
         o->kind = K_COPY;
@@ -230,6 +239,11 @@ static int build_plan(plan *p, char *err) {
         otensor *o = plan_add(p, "per_layer_token_embd.weight");
         o->kind = K_ENGRAM;
         o->type = p->f32 ? GGML_TYPE_F32 : GGML_TYPE_BF16;
+        /* FP8_R264 holds 256-wide blocks: a narrower table (tiny test models) stays BF16 */
+        if (p->native && c->eng_dim % 256 == 0) o->type = DSF_TYPE_FP8R264;
+        else if (p->native)
+            dsf_log(1, "convert: Engram rows of %lld values are not whole FP8_R264 blocks (256): "
+                    "per_layer_token_embd.weight stays BF16", (long long)c->eng_dim);
         o->n_dims = 2;
         o->ne[0] = c->eng_dim;
         o->ne[1] = 0;
@@ -453,12 +467,16 @@ static int write_gate(stream *s, const st_checkpoint *ck, const otensor *o, char
     return out(s, dst, n * 4, err);
 }
 
-/* E8M0 exponents outside [3, 246] would make e4m3 x 2^(e-127) inexact in BF16 (§3.3). */
-static int check_e8m0(const uint8_t *e, uint64_t n, const char *name, char *err) {
+/* The checks of a chunk of source bytes (at: the chunk's first element in the tensor). */
+typedef int (*byte_check)(const uint8_t *b, uint64_t n, uint64_t at, const char *name, char *err);
+
+/* E8M0 exponents outside [3, 246] would make e4m3 x 2^(e-127) inexact in BF16 (§3.3); the native
+ * types refuse them too, so that a native file holds the seed layout's values. */
+static int check_e8m0(const uint8_t *e, uint64_t n, uint64_t at, const char *name, char *err) {
     for (uint64_t i = 0; i < n; i++)
         if (e[i] < 3 || e[i] > 246)
-            return dsf_seterr(err, "%s: E8M0 scale exponents outside [3, 246] (found %u), the dequantized values "
-                              "would not be exact", name, e[i]);
+            return dsf_seterr(err, "%s: E8M0 scale exponents outside [3, 246] (found %u at element %llu), the "
+                              "dequantized values would not be exact", name, e[i], (unsigned long long)(at + i));
     return 0;
 }
 
@@ -484,17 +502,34 @@ static void fp8_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
 }
 
 /* e4m3fn 0x7F/0xFF are NaN: never valid weight data, and they would propagate silently. */
-static int check_e4m3(const uint8_t *b, uint64_t n, const char *name, char *err) {
+static int check_e4m3(const uint8_t *b, uint64_t n, uint64_t at, const char *name, char *err) {
     for (uint64_t i = 0; i < n; i++)
-        if ((b[i] & 0x7F) == 0x7F) return dsf_seterr(err, "%s: FP8 NaN byte 0x%02X at element %llu", name, b[i], (unsigned long long)i);
+        if ((b[i] & 0x7F) == 0x7F)
+            return dsf_seterr(err, "%s: FP8 NaN byte 0x%02X at element %llu", name, b[i], (unsigned long long)(at + i));
     return 0;
+}
+
+/* A source tensor's bytes as they are, checked a chunk at a time. */
+static int copy_checked(stream *s, const st_checkpoint *ck, const st_tensor *t, byte_check check, char *err) {
+    for (uint64_t off = 0; off < t->nbytes; off += CHUNK_BYTES) {
+        uint64_t n = t->nbytes - off < CHUNK_BYTES ? t->nbytes - off : CHUNK_BYTES;
+        uint8_t *b = grow(&s->src, &s->src_cap, n);
+        if (st_read(ck, t, off, n, b, err) || check(b, n, off, t->name, err) || out(s, b, n, err)) return -1;
+    }
+    return 0;
+}
+
+/* FP8_B32 (docs/FORMAT.md): the e4m3 bytes [rows][in] as the checkpoint stores them, then its
+ * E8M0 grid [ceil(rows/32)][ceil(in/32)] (its shape checked by add_dense). */
+static int write_fp8_native(stream *s, const st_checkpoint *ck, const otensor *o, char *err) {
+    return copy_checked(s, ck, o->w, check_e4m3, err) || copy_checked(s, ck, o->s, check_e8m0, err) ? -1 : 0;
 }
 
 static int write_fp8(stream *s, const st_checkpoint *ck, const otensor *o, char *err) {
     const st_tensor *w = o->w, *sc = o->s;
     int64_t rows = w->shape[0], in = w->shape[1];
     uint8_t *scale = grow(&s->src2, &s->src2_cap, sc->nbytes);
-    if (st_read(ck, sc, 0, sc->nbytes, scale, err) || check_e8m0(scale, sc->nbytes, sc->name, err)) return -1;
+    if (st_read(ck, sc, 0, sc->nbytes, scale, err) || check_e8m0(scale, sc->nbytes, 0, sc->name, err)) return -1;
     int64_t step = (int64_t)(CHUNK_BYTES / (uint64_t)in);
     if (step < 1) step = 1;
     bool f32 = o->type == GGML_TYPE_F32;
@@ -502,7 +537,8 @@ static int write_fp8(stream *s, const st_checkpoint *ck, const otensor *o, char 
         int64_t n = rows - r0 < step ? rows - r0 : step;
         uint64_t nb = (uint64_t)(n * in);
         uint8_t *src = grow(&s->src, &s->src_cap, nb), *dst = grow(&s->dst, &s->dst_cap, nb * 4);
-        if (st_read(ck, w, (uint64_t)(r0 * in), nb, src, err) || check_e4m3(src, nb, w->name, err)) return -1;
+        if (st_read(ck, w, (uint64_t)(r0 * in), nb, src, err) || check_e4m3(src, nb, (uint64_t)(r0 * in), w->name, err))
+            return -1;
         fp8_job j = {src, scale, s->lut, dst, in, s->bo, s->bi, sc->shape[1], r0, f32};
         dsf_parallel_for(s->pool, n, 16, fp8_rows, &j);
         if (out(s, dst, nb * (f32 ? 4 : 2), err)) return -1;
@@ -554,9 +590,18 @@ static void eng_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
         }
 }
 
+/* n Engram rows of d values as FP8_R264 blocks (docs/FORMAT.md): per 256 values, their 256
+ * e4m3 bytes then their 8 E8M0 bytes, both as the checkpoint stores them. */
+static void eng_r264(const uint8_t *q, const uint8_t *ex, int64_t n, int64_t d, uint8_t *dst) {
+    for (int64_t b = 0; b < n * d / 256; b++, dst += 264) {
+        memcpy(dst, q + 256 * b, 256);
+        memcpy(dst + 256, ex + 8 * b, 8);
+    }
+}
+
 static int write_engram(stream *s, const st_checkpoint *ck, const plan *p, const otensor *o, char *err) {
     int64_t d = o->ne[0];
-    bool f32 = o->type == GGML_TYPE_F32;
+    bool f32 = o->type == GGML_TYPE_F32, r264 = o->type == DSF_TYPE_FP8R264;
     int64_t step = (int64_t)(CHUNK_BYTES / (uint64_t)d);
     if (step > (1 << 18)) step = 1 << 18;
     for (int64_t e = 0; e < p->c->n_eng; e++) {
@@ -568,11 +613,16 @@ static int write_engram(stream *s, const st_checkpoint *ck, const plan *p, const
             uint8_t *q = grow(&s->src, &s->src_cap, nb), *ex = grow(&s->src2, &s->src2_cap, ns);
             uint8_t *dst = grow(&s->dst, &s->dst_cap, nb * 4);
             if (st_read(ck, w, (uint64_t)(r0 * d), nb, q, err) || st_read(ck, sc, (uint64_t)(r0 * d / 32), ns, ex, err) ||
-                check_e8m0(ex, ns, sc->name, err) || check_e4m3(q, nb, w->name, err))
+                check_e8m0(ex, ns, (uint64_t)(r0 * d / 32), sc->name, err) || check_e4m3(q, nb, (uint64_t)(r0 * d), w->name, err))
                 return -1;
-            eng_job j = {q, ex, s->lut, dst, d, f32};
-            dsf_parallel_for(s->pool, n, 256, eng_rows, &j);
-            if (out(s, dst, nb * (f32 ? 4 : 2), err)) return -1;
+            if (r264) {
+                eng_r264(q, ex, n, d, dst);
+                if (out(s, dst, nb / 256 * 264, err)) return -1;
+            } else {
+                eng_job j = {q, ex, s->lut, dst, d, f32};
+                dsf_parallel_for(s->pool, n, 256, eng_rows, &j);
+                if (out(s, dst, nb * (f32 ? 4 : 2), err)) return -1;
+            }
             /* ~200 GB stream once: drop the consumed pages from the page cache */
             st_release(ck, w, (uint64_t)(r0 * d), nb);
             st_release(ck, sc, (uint64_t)(r0 * d / 32), ns);
@@ -583,11 +633,12 @@ static int write_engram(stream *s, const st_checkpoint *ck, const plan *p, const
 
 /* ================================================================ the plan's interface */
 
-tensor_plan *tensor_plan_build(const cfg *c, const st_checkpoint *ck, bool f32, char *err) {
+tensor_plan *tensor_plan_build(const cfg *c, const st_checkpoint *ck, bool f32, bool native, char *err) {
     plan *p = dsf_xcalloc(1, sizeof *p);
     p->c = c;
     p->ck = ck;
     p->f32 = f32;
+    p->native = native;
     p->used = dsf_xcalloc((size_t)st_count(ck) + 1, sizeof *p->used);
     if (c->dspark ? build_plan_dspark(p, err) : build_plan(p, err)) {
         tensor_plan_free(p);
@@ -625,6 +676,7 @@ int tensor_plan_write(const tensor_plan *p, gguf_writer *w, uint64_t total, int 
         switch (t->kind) {
         case K_COPY: r = write_copy(&s, ck, t, err); break;
         case K_FP8: r = write_fp8(&s, ck, t, err); break;
+        case K_FP8N: r = write_fp8_native(&s, ck, t, err); break;
         case K_MXFP4: r = write_mxfp4(&s, ck, t, err); break;
         case K_ENGRAM: r = write_engram(&s, ck, p, t, err); break;
         default: r = write_gate(&s, ck, t, err); break;

@@ -7,12 +7,15 @@
  * rows, plus one row of fp32 scratch per thread), or let the bytes depend on the thread
  * count (each row is quantized from that row alone; a failure reports the lowest bad row).
  * Invariant: the output has the input's KVs (file_type and quantization_version set) and
- * its tensors in the input's order with the input's shapes. */
+ * its tensors in the input's order with the input's shapes. The `native` target
+ * (quantize_native.c) streams the same way: FP8_B32 a 32-row stripe at a time (the scale grid,
+ * 1/1024 of the tensor, is kept and written after the rows), FP8_R264 a row at a time. */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "convert/quantize_model.h"
 #include "convert/imatrix.h"
 #include "convert/progress.h"
 #include "io/gguf.h"
+#include "kernels/dtype.h"
 #include "kernels/quant.h"
 #include "kernels/quantize.h"
 #include "base/threads.h"
@@ -23,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define CHUNK_BYTES ((uint64_t)8 << 20) /* source (and output) bytes per streamed chunk */
 
@@ -41,8 +45,12 @@ typedef struct {
     gguf_file *f;
     imatrix *im;
     const quantize_recipe *r;
+    bool native;           /* the `native` target (quantize_native.c) */
     qtensor *t;            /* [f->n_tensors], in the input's order */
 } qplan;
+
+/* `quantize IN OUT native`: its ftype is the converter's (gguf-layout.md §2: 38 also for bf16). */
+static const quantize_recipe native_recipe = {"native", 38, {0}};
 
 static uint64_t n_rows(const gguf_tensor *t) { return (uint64_t)(t->ne[1] * t->ne[2] * t->ne[3]); }
 
@@ -81,7 +89,8 @@ static void plan_types(qplan *p, const quantize_opts *o, pcre2_code **re) {
         const gguf_tensor *t = q->t = &p->f->tensors[i];
         q->qc = quantize_tensor_class(t->name, t->n_dims, t->type);
         uint32_t type = t->type;
-        if (q->qc != QC_KEEP) {
+        if (p->native) type = q->want = quantize_native_type(t->name, t->n_dims, t->type, t->ne[0]);
+        else if (q->qc != QC_KEEP) {
             int k = match_override(o, re, t->name);
             type = q->want = k >= 0 ? o->tt[k].type : p->r->type[q->qc];
             uint32_t fb = k >= 0 ? quantize_fallback_type(type, t->ne[0])
@@ -93,7 +102,8 @@ static void plan_types(qplan *p, const quantize_opts *o, pcre2_code **re) {
         }
         q->type = type;
         q->copy = type == t->type;
-        q->out_bytes = n_rows(t) * (uint64_t)t->ne[0] / ggml_blck_size(type) * ggml_type_size(type);
+        q->out_bytes = n_rows(t) * (uint64_t)t->ne[0] / ggml_blck_size(type) * ggml_type_size(type) +
+                       dsf_type_extra_bytes(type, (uint64_t)t->ne[0], n_rows(t));
     }
 }
 
@@ -147,7 +157,10 @@ static int check_imatrix(qplan *p, const quantize_opts *o, char *err) {
 static int plan_check(qplan *p, const quantize_opts *o, char *err) {
     int64_t more;
     uint32_t ty = 0;
-    const qtensor *q = first_bad(p, needs_imatrix, &ty, &more);
+    if (p->native && (o->n_tt || o->imatrix))
+        return dsf_seterr(err, "recipe native: %s does not apply (native storage is lossless: each tensor gets its "
+                          "checkpoint type)", o->n_tt ? "--tensor-type" : "--imatrix");
+    const qtensor *q = p->native ? NULL : first_bad(p, needs_imatrix, &ty, &more);
     if (q && !o->imatrix)
         return dsf_seterr(err, "recipe %s: %s gets %s (and %lld more tensors do), a type that needs an importance matrix: "
                           "give one with --imatrix FILE (llama-imatrix's GGUF format)", p->r->name, q->t->name,
@@ -156,7 +169,7 @@ static int plan_check(qplan *p, const quantize_opts *o, char *err) {
     if ((q = first_bad(p, not_decodable, &ty, &more)))
         return dsf_seterr(err, "tensor '%s': its type %s cannot be decoded by this build, so it cannot be requantized",
                           q->t->name, ggml_type_name(ty));
-    if ((q = first_bad(p, not_writable, &ty, &more))) {
+    if (!p->native && (q = first_bad(p, not_writable, &ty, &more))) {
         char can[512] = "";
         size_t n = 0;
         for (uint32_t t = 0; t < GGML_TYPE_COUNT && n < sizeof can - 16; t++)
@@ -170,11 +183,13 @@ static int plan_check(qplan *p, const quantize_opts *o, char *err) {
 
 /* ================================================================ KVs */
 
-static int write_kvs(gguf_writer *w, const gguf_file *f, uint32_t ftype, char *err) {
+/* native: the output is a native file (docs/FORMAT.md), marked by DSF_NATIVE_KEY at the end. */
+static int write_kvs(gguf_writer *w, const gguf_file *f, uint32_t ftype, bool native, char *err) {
     bool ft = false, qv = false;
     for (uint64_t i = 0; i < f->n_kv; i++) {
         const gguf_kv *kv = &f->kv[i];
         int r;
+        if (native && !strcmp(kv->key, DSF_NATIVE_KEY)) continue;
         if (!strcmp(kv->key, "general.file_type")) {
             r = gguf_writer_kv_u32(w, kv->key, ftype, err);
             ft = true;
@@ -189,7 +204,7 @@ static int write_kvs(gguf_writer *w, const gguf_file *f, uint32_t ftype, char *e
     }
     if (!qv && gguf_writer_kv_u32(w, "general.quantization_version", 2, err)) return -1;
     if (!ft && gguf_writer_kv_u32(w, "general.file_type", ftype, err)) return -1;
-    return 0;
+    return native ? gguf_writer_kv_u32(w, DSF_NATIVE_KEY, DSF_NATIVE_VERSION, err) : 0;
 }
 
 /* ================================================================ streaming */
@@ -299,6 +314,68 @@ static int write_quant(qstream *s, const qtensor *q, char *err) {
     return 0;
 }
 
+typedef struct {
+    const float *x;        /* the chunk's rows, fp32 */
+    uint8_t *dst, *grid;   /* the chunk's output rows; FP8_B32: the grid rows of its stripes */
+    int64_t ne0, sr, rows; /* values per row, rows per stripe (32 or 1), rows in the chunk */
+    bool b32;
+    int64_t *bad;          /* [stripes]: the first inexact value's index in the stripe, or -1 */
+} njob;
+
+static void n_stripes(void *ctx, int64_t k0, int64_t k1, int tid) {
+    (void)tid;
+    const njob *j = ctx;
+    for (int64_t k = k0; k < k1; k++) {
+        const int64_t r = k * j->sr, n = j->rows - r < j->sr ? j->rows - r : j->sr;
+        const float *x = j->x + r * j->ne0;
+        j->bad[k] = j->b32 ? quantize_native_stripe(x, n, j->ne0, j->dst + r * j->ne0, j->grid + k * ((j->ne0 + 31) / 32))
+                           : quantize_native_r264(x, j->ne0, j->dst + r * (j->ne0 / 256 * 264));
+    }
+}
+
+/* A tensor into FP8_B32 or FP8_R264 (quantize_native.c), losslessly or not at all: chunks of
+ * whole stripes, decoded to fp32, encoded in parallel; the lowest inexact value is the error. */
+static int write_native(qstream *s, const qtensor *q, char *err) {
+    const gguf_tensor *t = q->t;
+    const bool b32 = q->type == DSF_TYPE_FP8B32;
+    const int64_t ne0 = t->ne[0], sr = b32 ? 32 : 1, gc = (ne0 + 31) / 32;
+    const uint64_t rows = n_rows(t), orb = b32 ? (uint64_t)ne0 : (uint64_t)ne0 / 256 * 264;
+    uint64_t step = CHUNK_BYTES / ((uint64_t)ne0 * sizeof(float)) / (uint64_t)sr * (uint64_t)sr;
+    if (step < (uint64_t)sr) step = (uint64_t)sr;
+    uint8_t *grid = b32 ? dsf_xmalloc((size_t)((rows + 31) / 32 * (uint64_t)gc)) : NULL;
+    int64_t *bad = dsf_xmalloc((size_t)(step / (uint64_t)sr) * sizeof *bad);
+    float *x = dsf_xmalloc((size_t)(step * (uint64_t)ne0) * sizeof *x);
+    int rc = 0;
+    for (uint64_t r0 = 0; r0 < rows && !rc; r0 += step) {
+        const uint64_t n = rows - r0 < step ? rows - r0 : step, ns = (n + (uint64_t)sr - 1) / (uint64_t)sr;
+        uint8_t *buf = grow(&s->sbuf, &s->scap, n * t->row_bytes), *dst = grow(&s->dbuf, &s->dcap, n * orb);
+        const uint8_t *src = gguf_read_span(s->p->f, t->data + r0 * t->row_bytes, (size_t)(n * t->row_bytes), buf,
+                                            (size_t)(n * t->row_bytes), false);
+        for (uint64_t r = 0; r < n; r++) dequant_row(t->type, src + r * t->row_bytes, x + r * (uint64_t)ne0, ne0);
+        njob j = {x, dst, grid ? grid + r0 / 32 * (uint64_t)gc : NULL, ne0, sr, (int64_t)n, b32, bad};
+        dsf_parallel_for_dyn(s->pool, (int64_t)ns, 1, n_stripes, &j);
+        for (uint64_t k = 0; k < ns && !rc; k++) {
+            if (bad[k] < 0) continue;
+            const uint64_t row = r0 + k * (uint64_t)sr + (uint64_t)bad[k] / (uint64_t)ne0;
+            const uint64_t b0 = b32 ? row / 32 * 32 : row, b1 = b32 && b0 + 31 < rows ? b0 + 31 : b32 ? rows - 1 : row;
+            const int64_t col = bad[k] % ne0, c0 = col / 32 * 32, c1 = c0 + 31 < ne0 ? c0 + 31 : ne0 - 1;
+            rc = dsf_seterr(err, "tensor '%s': value %.9g at row %llu, column %lld (block of rows %llu..%llu, columns "
+                            "%lld..%lld) is not an e4m3 value times the block's power-of-two scale: %s storage is "
+                            "lossless, and this file's weights are not FP8 values", t->name,
+                            (double)x[(row - r0) * (uint64_t)ne0 + (uint64_t)col], (unsigned long long)row, (long long)col,
+                            (unsigned long long)b0, (unsigned long long)b1, (long long)c0, (long long)c1,
+                            ggml_type_name(q->type));
+        }
+        if (!rc) rc = put(s, dst, n * orb, err);
+        release(s->p, t, r0 * t->row_bytes, n * t->row_bytes);
+    }
+    if (!rc && b32) rc = put(s, grid, (rows + 31) / 32 * (uint64_t)gc, err); /* FORMAT.md: the grid follows the rows */
+    free(grid);
+    free(bad);
+    free(x);
+    return rc;
+}
+
 static int stream_all(const qplan *p, gguf_writer *w, const quantize_opts *o, uint64_t total, char *err) {
     qstream s;
     memset(&s, 0, sizeof s);
@@ -315,7 +392,9 @@ static int stream_all(const qplan *p, gguf_writer *w, const quantize_opts *o, ui
     progress_start(&s.bar, total, o->progress);
     int rc = 0;
     for (uint64_t i = 0; i < p->f->n_tensors && !rc; i++)
-        rc = p->t[i].copy ? write_copy(&s, &p->t[i], err) : write_quant(&s, &p->t[i], err);
+        rc = p->t[i].copy ? write_copy(&s, &p->t[i], err)
+             : dsf_type_native(p->t[i].type) ? write_native(&s, &p->t[i], err)
+                                               : write_quant(&s, &p->t[i], err);
     if (!rc) rc = gguf_writer_finish(w, err);
     progress_end(&s.bar, rc == 0);
     dsf_pool_free(s.pool);
@@ -330,15 +409,19 @@ static int stream_all(const qplan *p, gguf_writer *w, const quantize_opts *o, ui
 /* ================================================================ the command */
 
 static void log_summary(const qplan *p, uint64_t total) {
-    uint64_t cnt[GGML_TYPE_COUNT] = {0}, in = 0;
+    uint64_t cnt[GGML_TYPE_COUNT + 2] = {0}, in = 0; /* the ggml types, then FP8_B32 and FP8_R264 */
     for (uint64_t i = 0; i < p->f->n_tensors; i++) {
-        cnt[p->t[i].type]++;
+        const uint32_t ty = p->t[i].type;
+        cnt[ty < GGML_TYPE_COUNT ? ty : GGML_TYPE_COUNT + (ty == DSF_TYPE_FP8R264)]++; /* gguf.c knows no other */
         in += p->t[i].t->nbytes;
     }
     char line[512];
     size_t n = 0;
-    for (uint32_t t = 0; t < GGML_TYPE_COUNT && n < sizeof line - 32; t++)
-        if (cnt[t]) n += (size_t)snprintf(line + n, sizeof line - n, " %s x%llu", ggml_type_name(t), (unsigned long long)cnt[t]);
+    for (uint32_t t = 0; t < GGML_TYPE_COUNT + 2 && n < sizeof line - 32; t++)
+        if (cnt[t])
+            n += (size_t)snprintf(line + n, sizeof line - n, " %s x%llu",
+                                  ggml_type_name(t < GGML_TYPE_COUNT ? t : DSF_TYPE_FP8B32 + (t - GGML_TYPE_COUNT)),
+                                  (unsigned long long)cnt[t]);
     dsf_log(1, "quantize: %s (ftype %u): %llu tensors, %.2f MB -> %.2f MB;%s", p->r->name, p->r->ftype,
             (unsigned long long)p->f->n_tensors, (double)in / 1e6, (double)total / 1e6, line);
 }
@@ -346,7 +429,8 @@ static void log_summary(const qplan *p, uint64_t total) {
 int quantize_model(const char *in_path, const char *out_path, const quantize_opts *o, char *err) {
     qplan p;
     memset(&p, 0, sizeof p);
-    p.r = quantize_recipe_find(o->recipe);
+    p.native = !strcasecmp(o->recipe, "native");
+    p.r = p.native ? &native_recipe : quantize_recipe_find(o->recipe);
     if (!p.r) return dsf_seterr(err, "unknown recipe '%s' (see --help for the list)", o->recipe);
     int rc = -1;
     gguf_writer *w = NULL;
@@ -358,7 +442,7 @@ int quantize_model(const char *in_path, const char *out_path, const quantize_opt
     plan_types(&p, o, re);
     if (plan_check(&p, o, err)) goto done;
     w = gguf_writer_new();
-    if (write_kvs(w, p.f, p.r->ftype, err)) goto done;
+    if (write_kvs(w, p.f, p.r->ftype, p.native, err)) goto done;
     uint64_t total = 0;
     for (uint64_t i = 0; i < p.f->n_tensors; i++) {
         const gguf_tensor *t = p.t[i].t;

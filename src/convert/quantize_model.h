@@ -1,6 +1,7 @@
 /* quantize_model.h: `dsflash quantize`, the streaming GGUF -> quantized GGUF rewriter
  * (issue 33): whole-file recipes with llama.cpp's names (quantize_recipe.c) and the
- * streamed requantization of every weight, row chunk by row chunk (quantize_model.c).
+ * streamed requantization of every weight, row chunk by row chunk (quantize_model.c); and the
+ * lossless `native` target (issue 36, quantize_native.c: the checkpoint's FP8 bytes back).
  *
  * The rules every recipe follows (quantize_tensor_class, quantize_plan_type):
  * - never quantized, copied as they are (F32 in files from `dsflash convert`): 1-D tensors,
@@ -52,6 +53,23 @@ uint32_t quantize_recipe_type(const quantize_recipe *r, const char *name, uint32
                               int64_t ne0);
 /* Bits per weight of a ggml type. */
 double quantize_bpw(uint32_t type);
+
+/* ---- `quantize IN OUT native` (quantize_native.c; docs/FORMAT.md) ---- */
+
+/* The native type of a tensor of a seed-layout file: DSF_TYPE_FP8B32 for the 2-D weights (of
+ * any type dequant_row decodes: BF16 from the converter) that the checkpoint stores as FP8 with a 32x32 grid (attn_q_a, attn_q_b, attn_kv,
+ * attn_output_a, attn_output_b, indexer.attn_q_b, engram_kv, the shared experts; the draft's
+ * fc), DSF_TYPE_FP8R264 for the Engram table when ne0 is a multiple of 256; else src_type
+ * (copied). */
+uint32_t quantize_native_type(const char *name, uint32_t n_dims, uint32_t src_type, int64_t ne0);
+/* Rows [n <= 32][ne0] of x (one 32-row stripe) -> their e4m3 bytes q [n][ne0] and the stripe's
+ * row of the FP8_B32 grid, grid[ceil(ne0/32)]: per 32x32 block the smallest S with
+ * amax / 2^(S-127) <= 448. Returns -1, or the index r*ne0+c of the first value that is not
+ * e4m3 x 2^(S-127) exactly (q and grid then partly written). */
+int64_t quantize_native_stripe(const float *x, int64_t n, int64_t ne0, uint8_t *q, uint8_t *grid);
+/* One row of ne0 values (a multiple of 256) -> ne0/256 FP8_R264 blocks of 264 bytes, per 32
+ * values the same rule. -1, or the index of the first value that is not exact. */
+int64_t quantize_native_r264(const float *x, int64_t ne0, uint8_t *out);
 
 typedef struct {
     const char *pattern;       /* PCRE2 regex on the tensor name */

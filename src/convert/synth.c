@@ -598,6 +598,8 @@ synth_model *synth_model_new(const synth_params *p, uint64_t seed, char *err) {
 static int finish(synth_model *m, const char *path, const synth_write_opts *o, char *note, size_t cap,
                   uint64_t *data_bytes, char *err) {
     int rc = o->recipe ? synth_quantize_recipe(m, o->recipe, err) : synth_quantize(m, o->type, o->expert_type, note, cap, err);
+    if (!rc && o->fp8_exact) synth_fp8_exact(m);
+    if (!rc && o->native) synth_native(m);
     if (!rc && data_bytes) {
         *data_bytes = synth_model_data_bytes(m);
         if (!*data_bytes) rc = dsf_seterr(err, "synth: a tensor's size is unknown");
@@ -624,7 +626,7 @@ int synth_write(const char *name, const char *path, uint64_t seed, char *err) {
 /* path NULL: lays out the tensors only (no keys, no tokenizer) to count their bytes. */
 int synth_write_ex(const char *name, const char *path, uint64_t seed, const synth_write_opts *o, char *note,
                    size_t cap, uint64_t *data_bytes, char *err) {
-    static const synth_write_opts defaults = {false, SYNTH_TYPE_KEEP, SYNTH_TYPE_KEEP, NULL, 0};
+    static const synth_write_opts defaults = {.type = SYNTH_TYPE_KEEP, .expert_type = SYNTH_TYPE_KEEP};
     const preset *p = find_preset(name);
     if (!o) o = &defaults;
     if (note && cap) note[0] = 0;
@@ -659,7 +661,7 @@ int synth_write_ex(const char *name, const char *path, uint64_t seed, const synt
  * main model), the global tensors of §4.1, the converter's keys (dspark_meta.c), the preset's
  * tokenizer and a noise token. Its weights are seeded apart from the main model's. */
 int synth_write_dspark(const char *name, const char *path, uint64_t seed, const synth_write_opts *o, char *err) {
-    static const synth_write_opts defaults = {false, SYNTH_TYPE_KEEP, SYNTH_TYPE_KEEP, NULL, 0};
+    static const synth_write_opts defaults = {.type = SYNTH_TYPE_KEEP, .expert_type = SYNTH_TYPE_KEEP};
     const preset *p = find_preset(name);
     if (!o) o = &defaults;
     if (!p) return dsf_seterr(err, "unknown preset '%s' (tiny, bench, bench-moe, real)", name ? name : "(null)");

@@ -21,6 +21,13 @@
  * every tensor the type a `dsflash quantize` recipe would (quantize_recipe_type). Quantized
  * blocks are random codes with finite, small scales.
  *
+ * FP8-exact weights (issue 36; off by default, so that existing models keep their values): the
+ * BF16/F32 tensors that the checkpoint stores as FP8 (the dense FP8 weights and a 256-wide
+ * Engram table, quantize_native_type) hold e4m3 x 2^(S-127) values, with each 32x32 block's
+ * (32-value group's) smallest S, so that `dsflash quantize M OUT native` turns such a model into
+ * a native file of the same values, and synth_write_opts.native writes that file directly,
+ * byte for byte the same.
+ *
  * A model is built in two steps: synth_model_new() lays out the keys (§2.3/§2.4, and the
  * tokenizer's) and the tensor list (§3.2, in the converter's order §3.4) of a parameter set;
  * the edit functions below may then drop, add, retype or reshape any key or tensor (the
@@ -93,6 +100,8 @@ typedef struct {
      * the first prime >= engram_rows / columns): a large table for `bench --cold` (a 17e6-row
      * bench table is ~8.7 GB) */
     uint64_t engram_rows;
+    bool fp8_exact;     /* synth_fp8_exact: FP8-exact FP8-role weights (the BF16 twin of .native) */
+    bool native;        /* after the above, a dsflash native file (docs/FORMAT.md): synth_native */
 } synth_write_opts;
 
 /* synth_write with options (o NULL: the defaults, which synth_write uses). note (cap bytes,
@@ -132,6 +141,12 @@ void synth_set_head(synth_model *m, synth_head_fn fn, const void *ctx);
 /* Retypes as synth_write_opts describes (type / expert_type may be SYNTH_TYPE_KEEP). 0, or -1
  * with err for a type with no known block size; note as in synth_write_ex. */
 int synth_quantize(synth_model *m, int type, int expert_type, char *note, size_t cap, char *err);
+/* Makes the FP8-role weights FP8-exact (see the header); their types do not change. */
+void synth_fp8_exact(synth_model *m);
+/* Makes m a native file as `dsflash quantize IN OUT native` would (quantize_native_type; the
+ * dsflash.native_version key), FP8-exact: its values are those of the same model written with
+ * synth_fp8_exact alone. */
+void synth_native(synth_model *m);
 /* Gives every tensor the type recipe gives it (quantize_recipe_type) and sets general.file_type
  * to the recipe's. 0, or -1 with err for an unknown recipe. */
 int synth_quantize_recipe(synth_model *m, const char *recipe, char *err);

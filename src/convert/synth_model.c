@@ -11,6 +11,7 @@
 #include "convert/synth_impl.h"
 #include "convert/quantize_model.h"
 #include "io/gguf.h"
+#include "kernels/dtype.h"
 #include "kernels/quant.h"
 
 #include <math.h>
@@ -59,6 +60,7 @@ struct synth_model {
     int n_t, cap_t;
     synth_head_fn head; /* keys written before kv[] (NULL: none) */
     const void *head_ctx;
+    bool fp8_exact;     /* synth_fp8_exact: the FP8-role weights are FP8-exact */
 };
 
 synth_model *synth_model_alloc(uint64_t seed) {
@@ -325,6 +327,17 @@ int synth_quantize_recipe(synth_model *m, const char *recipe, char *err) {
     return 0;
 }
 
+void synth_fp8_exact(synth_model *m) { m->fp8_exact = true; }
+
+void synth_native(synth_model *m) {
+    m->fp8_exact = true;
+    for (int i = 0; i < m->n_t; i++) {
+        stensor *t = &m->t[i];
+        t->type = quantize_native_type(t->name, t->n_dims, t->type, t->ne[0]);
+    }
+    synth_set_u32(m, DSF_NATIVE_KEY, DSF_NATIVE_VERSION);
+}
+
 void synth_model_free(synth_model *m) {
     if (!m) return;
     for (int i = 0; i < m->n_kv; i++) kv_clear(&m->kv[i]);
@@ -344,7 +357,7 @@ static int tensor_bytes(const stensor *t, uint64_t *out, char *err) {
         return dsf_seterr(err, "synth: '%s': ne0 %lld is not a multiple of %u", t->name, (long long)t->ne[0], bs);
     uint64_t n = (uint64_t)t->ne[0] / bs * ts;
     for (uint32_t d = 1; d < t->n_dims; d++) n *= (uint64_t)t->ne[d];
-    *out = n;
+    *out = n + dsf_type_extra_bytes(t->type, (uint64_t)t->ne[0], n / (uint64_t)t->ne[0]); /* FP8_B32: its grid */
     return 0;
 }
 
@@ -371,6 +384,63 @@ static float sample(const stensor *t, rng *r) {
     case K_EMBED: return u * 1.7320508f; /* std 1 */
     }
     return 0;
+}
+
+/* FP8-exact values (synth.h): with synth_fp8_exact the weights the checkpoint stores as FP8
+ * (quantize_native_type, by name), and always the native types, hold e4m3 codes x 2^(S-127), one S per tensor: the smallest that
+ * maps the distribution's bound A to at most 448, or one less when A would map below 240 (the
+ * few values above 448 x 2^(S-127) then saturate). Every 32nd value (i % 32 == 0: one per 32
+ * columns of every row, so in every 32x32 block and 32-value group when ne0 % 32 == 0) is drawn
+ * from the codes 240..448 (within A), so S is each block's smallest exponent and `quantize
+ * native` recovers these very bytes; positions depend on the element index only, so a reshaped
+ * tensor keeps its values. */
+typedef struct {
+    bool on;
+    int s;             /* E8M0 exponent of every block */
+    float top;         /* the largest code magnitude within the bound: min(A / 2^(S-127), 448) */
+} fp8_gen;
+
+static fp8_gen fp8_of(const stensor *t, bool fp8_exact) {
+    const uint32_t role = quantize_native_type(t->name, 2, GGML_TYPE_BF16, t->ne[0]);
+    fp8_gen g = {(fp8_exact && role != GGML_TYPE_BF16) || dsf_type_native(t->type), 127, 448};
+    g.on &= t->type == GGML_TYPE_BF16 || t->type == GGML_TYPE_F32 || t->type == GGML_TYPE_F16 || dsf_type_native(t->type);
+    /* the bound of sample(): sqrt(3/fan_in) for K_DENSE, sqrt(3) for K_EMBED, below 2 for the rest */
+    const double a = t->kind == K_DENSE ? sqrt(3.0 / (double)(t->fan_in > 0 ? t->fan_in : 1)) : t->kind == K_EMBED ? 1.7320508 : 2.0;
+    g.s = 127 + (int)ceil(log2(a / 448.0));
+    if (a / ldexp(1.0, g.s - 127) < 240) g.s--;
+    g.top = (float)fmin(a / ldexp(1.0, g.s - 127), 448.0);
+    return g;
+}
+
+/* The e4m3 code of element i (row-major) of a tensor that fp8_of says is FP8-exact. */
+static uint8_t fp8_code(const stensor *t, const fp8_gen *g, rng *r, uint64_t i) {
+    const float v = sample(t, r), sc = e8m0_to_f32((uint8_t)g->s);
+    if (i % 32) return f32_to_e4m3(v / sc);
+    const float u = fabsf(v / sc) / g->top; /* in [0, 1]: a magnitude in [240, top] (codes > 224) */
+    return (uint8_t)(f32_to_e4m3(240.0f + (g->top - 240.0f) * fminf(u, 1.0f)) | (v < 0 ? 0x80 : 0));
+}
+
+/* The value of element i: sample(), or for an FP8-exact tensor its e4m3 code's value. */
+static float value_at(const stensor *t, const fp8_gen *g, rng *r, uint64_t i) {
+    return g->on ? e4m3_to_f32(fp8_code(t, g, r, i)) * e8m0_to_f32((uint8_t)g->s) : sample(t, r);
+}
+
+/* n_max bytes at most of a native type from byte off on: FP8_B32's codes, then its grid;
+ * FP8_R264's blocks of 256 codes and 8 scales. Returns the bytes written. */
+static uint64_t fill_native(const stensor *t, const fp8_gen *g, rng *r, uint64_t off, uint64_t total, uint8_t *buf,
+                            uint64_t n_max) {
+    if (t->type == DSF_TYPE_FP8B32) {
+        const uint64_t codes = (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
+        uint64_t n = 0;
+        for (; n < n_max && off + n < total; n++) buf[n] = off + n < codes ? fp8_code(t, g, r, off + n) : (uint8_t)g->s;
+        return n;
+    }
+    uint64_t n = n_max / 264 * 264;
+    for (uint64_t b = 0; b < n; b += 264) {
+        for (uint64_t j = 0; j < 256; j++) buf[b + j] = fp8_code(t, g, r, (off + b) / 264 * 256 + j);
+        memset(buf + b + 256, g->s, 8);
+    }
+    return n;
 }
 
 /* MXFP4 blocks: random codes (all 16), e around the exponent that gives std 1/sqrt(fan_in):
@@ -414,29 +484,30 @@ static void block_scales(const stensor *t, rng *r, uint8_t *blk) {
         for (int k = 0; k < 4; k++) blk[k] = (uint8_t)(0x20 | (blk[k] & 0x0F));
 }
 
-/* Generates one chunk of n_max bytes at most (whole elements or blocks); returns its size. */
-static uint64_t fill_chunk(const stensor *t, rng *r, uint8_t *buf, uint64_t n_max) {
+/* Generates one chunk of n_max bytes at most (whole elements or blocks) starting at element i0;
+ * returns its size. */
+static uint64_t fill_chunk(const stensor *t, const fp8_gen *g, rng *r, uint64_t i0, uint8_t *buf, uint64_t n_max) {
     if (t->type == GGML_TYPE_MXFP4) {
         mxfp4_blocks(t, r, buf, n_max / 17);
         return n_max / 17 * 17;
     }
     if (t->type == GGML_TYPE_BF16) {
         for (uint64_t i = 0; i < n_max / 2; i++) {
-            uint16_t h = f32_to_bf16(sample(t, r));
+            uint16_t h = f32_to_bf16(value_at(t, g, r, i0 + i));
             memcpy(buf + 2 * i, &h, 2);
         }
         return n_max / 2 * 2;
     }
     if (t->type == GGML_TYPE_F32) {
         for (uint64_t i = 0; i < n_max / 4; i++) {
-            float f = sample(t, r);
+            float f = value_at(t, g, r, i0 + i);
             memcpy(buf + 4 * i, &f, 4);
         }
         return n_max / 4 * 4;
     }
     if (t->type == GGML_TYPE_F16) {
         for (uint64_t i = 0; i < n_max / 2; i++) {
-            uint16_t h = f32_to_f16(sample(t, r));
+            uint16_t h = f32_to_f16(value_at(t, g, r, i0 + i));
             memcpy(buf + 2 * i, &h, 2);
         }
         return n_max / 2 * 2;
@@ -448,12 +519,17 @@ static uint64_t fill_chunk(const stensor *t, rng *r, uint8_t *buf, uint64_t n_ma
     return n;
 }
 
-static int write_tensor(gguf_writer *w, const stensor *t, uint64_t seed, uint8_t *buf, size_t cap, char *err) {
+static int write_tensor(gguf_writer *w, const stensor *t, uint64_t seed, bool fp8_exact, uint8_t *buf, size_t cap,
+                        char *err) {
     rng r = {hash_str(t->name, seed)};
     uint64_t total, done = 0;
     if (tensor_bytes(t, &total, err)) return -1;
+    const fp8_gen g = fp8_of(t, fp8_exact);
+    const uint32_t es = t->type == GGML_TYPE_F32 ? 4 : 2; /* element bytes of the float types */
     while (done < total) {
-        uint64_t n = fill_chunk(t, &r, buf, cap < total - done ? cap : total - done);
+        const uint64_t want = cap < total - done ? cap : total - done;
+        uint64_t n = dsf_type_native(t->type) ? fill_native(t, &g, &r, done, total, buf, want)
+                                               : fill_chunk(t, &g, &r, done / es, buf, want);
         if (gguf_writer_write(w, buf, n, err) < 0) return dsf_prefixerr(err, "tensor %s", t->name);
         done += n;
     }
@@ -507,7 +583,7 @@ int synth_model_write(const synth_model *m, const char *path, char *err) {
     const size_t cap = 1u << 20; /* chunks end on whole elements or blocks */
     buf = dsf_xmalloc(cap);
     for (int i = 0; i < m->n_t; i++)
-        if (write_tensor(w, &m->t[i], m->seed, buf, cap, err) < 0) goto done;
+        if (write_tensor(w, &m->t[i], m->seed, m->fp8_exact, buf, cap, err) < 0) goto done;
     if (gguf_writer_finish(w, err) < 0) goto done;
     rc = 0;
 done:

@@ -190,6 +190,8 @@ int gguf_writer_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t
                           name, (long long)ne[0], bs);
     uint64_t nbytes;
     if (!dsf_mul_ok(nel / bs, ts, &nbytes)) return dsf_seterr(err, "gguf writer: tensor '%s': size overflows", name);
+    /* FP8_B32's scale grid follows its rows (as gguf.c counts it): < nel / 512 more, no wrap */
+    nbytes += dsf_type_extra_bytes(type, (uint64_t)ne[0], nel / (uint64_t)ne[0]);
     if (w->n_t == w->cap_t) {
         w->cap_t = w->cap_t ? 2 * w->cap_t : 256;
         w->t = dsf_xrealloc(w->t, (size_t)w->cap_t * sizeof *w->t);

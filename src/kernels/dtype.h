@@ -32,5 +32,6 @@ enum ggml_type {
 #define DSF_TYPE_FP8B32 1024u
 #define DSF_TYPE_FP8R264 1025u
 #define DSF_NATIVE_VERSION 1u
+#define DSF_NATIVE_KEY "dsflash.native_version" /* u32: DSF_NATIVE_VERSION */
 
 #endif

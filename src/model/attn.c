@@ -283,9 +283,7 @@ void attn_forward(const fwd *f, int64_t il, const float *u, float *out) {
         const float *xp[64];
         float *yp[64];
         for (int64_t g = 0; g < og; g++) {
-            wg[g] = L->wo_a;
-            wg[g].n_out = olr;
-            wg[g].data = L->wo_a.data + (uint64_t)(g * olr) * L->wo_a.row_bytes;
+            wg[g] = wmat_rows(&L->wo_a, g * olr, olr);
             wp[g] = &wg[g], xp[g] = sc->o + g * gin, yp[g] = sc->ya + g * olr;
         }
         fwd_mm_multi(f, (int)og, wp, xp, yp);
@@ -294,9 +292,7 @@ void attn_forward(const fwd *f, int64_t il, const float *u, float *out) {
         split_job sj = {sc->o, sc->q, T, og, gin};
         dsf_parallel_for_guided(f->e->pool, T * og, 16, split_range, &sj);
         for (int64_t g = 0; g < og; g++) {
-            dsf_wmat wg = L->wo_a;
-            wg.n_out = olr;
-            wg.data = L->wo_a.data + (uint64_t)(g * olr) * L->wo_a.row_bytes;
+            dsf_wmat wg = wmat_rows(&L->wo_a, g * olr, olr);
             fwd_mm(f, &wg, sc->q + g * T * gin, T, sc->ya + g * olr, og * olr);
         }
     }

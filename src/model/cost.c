@@ -20,7 +20,9 @@
  * routed-expert tensor, one row of token_embd and one row per Engram column of
  * per_layer_token_embd. (indexer.attn_k is counted every token although ratio-2 layers apply
  * it every second token: < 0.01 %.) head_flops: the LM head's share of the FLOPs, which a
- * prefill spends on its last token only. */
+ * prefill spends on its last token only. Bytes are the file's (gguf.c's nbytes), so a native
+ * file (docs/FORMAT.md) counts at its sizes: FP8_B32 one byte per weight plus its grid,
+ * FP8_R264 264 bytes per 256-value Engram row. */
 int cost_token(const char *path, double *bytes, double *flops, double *head_flops, char *err) {
     gguf_file *f = gguf_open(path, err);
     if (!f) return -1;

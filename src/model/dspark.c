@@ -246,9 +246,7 @@ static void block_attn(const fwd *f, int64_t il, const float *u, float *out) {
     const int64_t og = sh->o_groups, olr = sh->o_lora, gin = H * dh / og;
     for (int64_t g = 0; g < og; g++) {
         for (int64_t t = 0; t < T; t++) memcpy(sc->q + t * gin, sc->o + t * H * dh + g * gin, (size_t)gin * sizeof(float));
-        dsf_wmat wg = L->wo_a;
-        wg.n_out = olr;
-        wg.data = L->wo_a.data + (uint64_t)(g * olr) * L->wo_a.row_bytes;
+        dsf_wmat wg = wmat_rows(&L->wo_a, g * olr, olr);
         fwd_mm(f, &wg, sc->q, T, sc->ya + g * olr, og * olr);
     }
     const float *yaq = fwd_act(f, sc->ya, T, og * olr, sc->yaq);

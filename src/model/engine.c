@@ -7,6 +7,7 @@
  * Invariant: after dsf_engine_open returns, e->shape and e->w are read-only. */
 #include "dsflash.h"
 #include "model/model.h"
+#include "model/plan.h"
 #include "model/residency.h"
 #include "model/snapshot.h"
 #include "model/engram_io.h"
@@ -127,36 +128,40 @@ int dsf_engine_n_ctx_train(const dsf_engine *e) { return (int)e->shape.n_ctx_tra
 
 /* The bytes each type takes (tensors, bytes, share of the file), then the types each tensor
  * class uses (model.h's tensor_class): what a quantized file's recipe put where. */
+enum { TYPE_SLOTS = GGML_TYPE_COUNT + 2 }; /* the ggml types, then dsflash's two native types */
+static int type_slot(uint32_t type) { return type < GGML_TYPE_COUNT ? (int)type : GGML_TYPE_COUNT + (int)(type - DSF_TYPE_FP8B32); }
+static uint32_t slot_type(int ty) { return ty < GGML_TYPE_COUNT ? (uint32_t)ty : DSF_TYPE_FP8B32 + (uint32_t)(ty - GGML_TYPE_COUNT); }
+
 static void describe_types(const gguf_file *g, void (*emit)(void *ud, const char *line), void *ud) {
-    uint64_t n[TC_COUNT + 1][GGML_TYPE_COUNT] = {{0}}, bytes[TC_COUNT + 1][GGML_TYPE_COUNT] = {{0}}; /* TC_COUNT: all */
+    uint64_t n[TC_COUNT + 1][TYPE_SLOTS] = {{0}}, bytes[TC_COUNT + 1][TYPE_SLOTS] = {{0}}; /* TC_COUNT: all */
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const gguf_tensor *t = &g->tensors[i];
-        const int c = (int)tensor_class_of(t->name);
-        n[c][t->type]++;
-        n[TC_COUNT][t->type]++;
-        bytes[c][t->type] += t->nbytes;
-        bytes[TC_COUNT][t->type] += t->nbytes;
+        const int c = (int)tensor_class_of(t->name), ty = type_slot(t->type); /* a bound file: known types only */
+        n[c][ty]++;
+        n[TC_COUNT][ty]++;
+        bytes[c][ty] += t->nbytes;
+        bytes[TC_COUNT][ty] += t->nbytes;
     }
     char line[1024];
 #define EMIT(...) (snprintf(line, sizeof line, __VA_ARGS__), emit(ud, line))
     EMIT("== bytes by type ==");
     EMIT("  %-8s %8s %16s %7s", "type", "tensors", "bytes", "share");
-    for (int ty = 0; ty < GGML_TYPE_COUNT; ty++)
+    for (int ty = 0; ty < TYPE_SLOTS; ty++)
         if (n[TC_COUNT][ty])
-            EMIT("  %-8s %8llu %16llu %6.2f%%", ggml_type_name((uint32_t)ty), (unsigned long long)n[TC_COUNT][ty],
+            EMIT("  %-8s %8llu %16llu %6.2f%%", ggml_type_name(slot_type(ty)), (unsigned long long)n[TC_COUNT][ty],
                  (unsigned long long)bytes[TC_COUNT][ty], 100.0 * (double)bytes[TC_COUNT][ty] / (double)g->size);
     EMIT("== types by tensor class ==");
     for (int c = 0; c < TC_COUNT; c++) {
         uint64_t nt = 0, nb = 0;
         int o = 0;
         char types[512] = "";
-        for (int ty = 0; ty < GGML_TYPE_COUNT; ty++) {
+        for (int ty = 0; ty < TYPE_SLOTS; ty++) {
             if (!n[c][ty]) continue;
             nt += n[c][ty];
             nb += bytes[c][ty];
             if (o >= 0 && (size_t)o < sizeof types)
                 o += snprintf(types + o, sizeof types - (size_t)o, "%s%s x%llu", o ? ", " : "",
-                              ggml_type_name((uint32_t)ty), (unsigned long long)n[c][ty]);
+                              ggml_type_name(slot_type(ty)), (unsigned long long)n[c][ty]);
         }
         if (nt)
             EMIT("  %-18s %5llu tensors %16llu bytes %6.2f%%  %s", tensor_class_names[c], (unsigned long long)nt,
@@ -172,6 +177,8 @@ void dsf_engine_describe(const dsf_engine *e, void (*emit)(void *ud, const char 
 #define EMIT(...) (snprintf(line, sizeof line, __VA_ARGS__), emit(ud, line))
     EMIT("file: %s (GGUF v%u, %llu keys, %llu tensors, %llu bytes)", e->name, g->version,
          (unsigned long long)g->n_kv, (unsigned long long)g->n_tensors, (unsigned long long)g->size);
+    model_native_t nat;
+    if (model_native(g, &nat, line) == 0) model_native_describe(&nat, emit, ud); /* the open checked it */
     EMIT("== metadata ==");
     for (uint64_t i = 0; i < g->n_kv; i++) {
         const gguf_kv *kv = &g->kv[i];

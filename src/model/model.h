@@ -155,6 +155,13 @@ int weights_bind(dsf_weights *w, const dsf_shape *s, const gguf_file *f, char *e
 void weights_free(dsf_weights *w, const dsf_shape *s);
 /* An expert's matrix inside a stacked expert tensor. */
 dsf_wmat wmat_expert(const dsf_wmat *stack, int64_t e);
+/* Rows [r0, r0 + n_out) of a matrix as a matrix (wo_a's groups); for DSF_TYPE_FP8B32, r0 must be
+ * a multiple of 32 (weights_bind checks it for wo_a): the view's scale grid starts at r0's block. */
+dsf_wmat wmat_rows(const dsf_wmat *m, int64_t r0, int64_t n_out);
+/* dsflash's native files (docs/FORMAT.md): *version receives the file's dsflash.native_version,
+ * 0 when it has none. -1 with err naming the key or the tensor when the key is not a u32, names
+ * another version than DSF_NATIVE_VERSION, or is missing while a tensor has a native type. */
+int weights_native_version(const gguf_file *f, uint32_t *version, char *err);
 
 /* The classes of deepseek41 tensors a quantization recipe treats alike (dsflash inspect's
  * summary), by name: the routed and shared experts, the other matrices of the layers (attention,

@@ -6,13 +6,51 @@
  * embedding and the Engram table, through the page cache), and the session state a context
  * takes (kvcache.c's arrays: per token, and fixed).
  * Must not: read tensor data (the file may be a header only) or allocate a session.
+ * Also: a native file's sizes (model_native), for inspect.
  * Invariant: kv_bytes[mode] is what kvcache.c's kv_init takes for the same shape, context,
  * chunk and row storage (tests/tiny/plan.c compares the two). */
 #include "model/plan.h"
 #include "model/session.h"
+#include "kernels/quant.h"
 #include "base/util.h"
 
+#include <stdio.h>
 #include <string.h>
+
+int model_native(const gguf_file *g, model_native_t *n, char *err) {
+    memset(n, 0, sizeof *n);
+    if (weights_native_version(g, &n->version, err) < 0) return -1;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const gguf_tensor *t = &g->tensors[i];
+        n->data += t->nbytes;
+        if (!dsf_type_native(t->type)) {
+            n->seed_data += t->nbytes;
+            continue;
+        }
+        const int k = t->type == DSF_TYPE_FP8R264;
+        n->n[k]++;
+        n->bytes[k] += t->nbytes;
+        n->seed_data += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]) * 2; /* BF16 */
+    }
+    return 0;
+}
+
+void model_native_describe(const model_native_t *n, void (*emit)(void *ud, const char *line), void *ud) {
+    if (!n->version) return;
+    char line[512];
+#define EMIT(...) (snprintf(line, sizeof line, __VA_ARGS__), emit(ud, line))
+    EMIT("== native file ==");
+    EMIT("  this is a dsflash native file (dsflash.native_version %u, docs/FORMAT.md): llama.cpp and other GGUF "
+         "readers cannot load it (they do not know its tensor types)", n->version);
+    EMIT("  FP8_B32  (e4m3 + 32x32 E8M0 grid) %6llu tensors %16llu bytes", (unsigned long long)n->n[0],
+         (unsigned long long)n->bytes[0]);
+    EMIT("  FP8_R264 (e4m3 + per-32 E8M0 rows) %5llu tensors %16llu bytes", (unsigned long long)n->n[1],
+         (unsigned long long)n->bytes[1]);
+    EMIT("  tensor data %llu bytes; the seed layout's (BF16 in their place) %llu bytes: %.1f%% of it",
+         (unsigned long long)n->data, (unsigned long long)n->seed_data,
+         n->seed_data ? 100.0 * (double)n->data / (double)n->seed_data : 100.0);
+#undef EMIT
+}
 
 int model_plan(const gguf_file *g, int64_t ctx, int64_t chunk, model_plan_t *p, char *err) {
     memset(p, 0, sizeof *p);

@@ -23,6 +23,20 @@ typedef struct {
     int64_t n_layer, n_ctx_train, window;
 } model_plan_t;
 
+/* dsflash's native types in a file (docs/FORMAT.md), from its header alone. */
+typedef struct {
+    uint32_t version;            /* dsflash.native_version, 0: not a native file */
+    uint64_t n[2], bytes[2];     /* tensors and bytes of FP8_B32 ([0]) and FP8_R264 ([1]) */
+    uint64_t data;               /* all tensor bytes */
+    uint64_t seed_data;          /* the same tensors in the seed layout (BF16 in place of the native types) */
+} model_native_t;
+
+/* Fills *n; -1 with err as weights_native_version (a bad or missing dsflash.native_version). */
+int model_native(const gguf_file *g, model_native_t *n, char *err);
+/* Prints the native lines of `dsflash inspect` (what the file is, who cannot read it, the sizes)
+ * through emit; nothing for a file without native types. */
+void model_native_describe(const model_native_t *n, void (*emit)(void *ud, const char *line), void *ud);
+
 /* The plan of the model whose header g holds (g may come from gguf_open_header: no tensor
  * data is read), for a session of ctx tokens prefilled in chunks of chunk tokens. 0, or -1
  * with err (a shape the loader refuses). */

@@ -8,7 +8,8 @@
  * same operations: kernels_mxfp4r_same_bits), or fail the open (a copy that cannot be made
  * leaves the weights in the file).
  * Invariant: a dsf_wmat points either into the file mapping or into one of the copies;
- * the file bytes a copy replaces are counted in e->copied_orig. */
+ * the file bytes a copy replaces are counted in e->copied_orig; an FP8_B32 matrix's copy holds
+ * its rows and its scale grid, contiguous as in the file, and its scales point into the copy. */
 #include "model/residency.h"
 #include "kernels/mxfp4r.h"
 #include "kernels/quant.h"
@@ -200,6 +201,11 @@ static int dense_mats(dsf_engine *e, dsf_wmat **m, int cap) {
     return n;
 }
 
+/* A dense matrix's bytes: its rows, and for FP8_B32 the scale grid that follows them. */
+static uint64_t mat_bytes(const dsf_wmat *w) {
+    return (uint64_t)w->n_out * w->row_bytes + dsf_type_extra_bytes(w->type, (uint64_t)w->n_in, (uint64_t)w->n_out);
+}
+
 typedef struct {
     const uint8_t *src;
     uint8_t *dst;
@@ -224,7 +230,7 @@ void residency_copy_dense(dsf_engine *e, const dsf_engine_params *p) {
     const int n = dense_mats(e, m, cap);
     uint64_t bytes = 0, orig = 0;
     for (int i = 0; i < n; i++) {
-        const uint64_t nb = (uint64_t)m[i]->n_out * m[i]->row_bytes;
+        const uint64_t nb = mat_bytes(m[i]);
         orig += nb;
         bytes += (nb + 63) / 64 * 64; /* each copy 64-byte aligned */
     }
@@ -240,10 +246,11 @@ void residency_copy_dense(dsf_engine *e, const dsf_engine_params *p) {
     const double t0 = dsf_now();
     uint8_t *at = map;
     for (int i = 0; i < n; i++) {
-        dense_job j = {m[i]->data, at, (uint64_t)m[i]->n_out * m[i]->row_bytes};
+        dense_job j = {m[i]->data, at, mat_bytes(m[i])};
         dsf_parallel_for(e->pool, (int64_t)((j.n + (1u << 21) - 1) >> 21), 1, dense_range, &j);
         release_file_range(j.src, j.n);
         m[i]->data = at;
+        if (m[i]->type == DSF_TYPE_FP8B32) m[i]->scales = at + (uint64_t)m[i]->n_out * m[i]->row_bytes; /* grid follows */
         at += (j.n + 63) / 64 * 64;
     }
     e->dense_map = map;

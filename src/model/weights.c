@@ -19,7 +19,13 @@
  *     24 rows, the size the converter's F32 file already has, and rows of hc * n_embd (20480
  *     on the real model) that are longer than the kernels' scalar twins take in a block type.
  * The row length of each tensor is a whole number of its type's blocks: gguf.c refuses any
- * other ne0 naming the tensor, and wo_a's re-viewed rows are checked here. */
+ * other ne0 naming the tensor, and wo_a's re-viewed rows are checked here.
+ * DSF_TYPE_FP8B32 (docs/FORMAT.md: e4m3 rows, then a 32x32 scale grid shared by 32 rows) is a
+ * matrix type, not a row type: only the 2-D matrices the kernels read through a dsf_wmat take
+ * it (scales = data + n_out * n_in; the hc mixes are widened to fp32 through it); the token
+ * embedding (read a row at a time by dequant_row), stacked experts and vectors refuse it, and so
+ * does a file that lacks
+ * dsflash.native_version (weights_native_version). */
 #include "model/model.h"
 #include "kernels/quant.h"
 #include "base/util.h"
@@ -65,6 +71,9 @@ static int check_shape(binder *b, const gguf_tensor *t, const int64_t *want, int
 }
 
 static int check_type(binder *b, const gguf_tensor *t) {
+    if (t->type == DSF_TYPE_FP8B32)
+        return dsf_seterr(b->err, "tensor '%s': type FP8_B32 is for 2-D dense matrices read by the matmul kernels, "
+                          "not for this tensor", t->name);
     if (!ggml_type_supported(t->type))
         return dsf_seterr(b->err, "tensor '%s': type %s (%u) is not supported by dsflash", t->name,
                           ggml_type_name(t->type), t->type);
@@ -78,19 +87,36 @@ static int bind_mat(binder *b, dsf_wmat *m, const char *name, int64_t n_in, int6
     const gguf_tensor *t = find(b, name, required);
     if (!t) return required ? -1 : 0;
     int64_t want[3] = {n_in, n_out, n_stack};
-    if (check_shape(b, t, want, n_stack > 1 ? 3 : 2) < 0 || check_type(b, t) < 0) return -1;
+    if (check_shape(b, t, want, n_stack > 1 ? 3 : 2) < 0) return -1;
+    bool fp8 = t->type == DSF_TYPE_FP8B32 && n_stack == 1 && strcmp(name, "token_embd.weight");
+    if (!fp8 && check_type(b, t) < 0) return -1;
     m->type = t->type;
     m->n_in = n_in;
     m->n_out = n_out;
     m->row_bytes = t->row_bytes;
     m->data = t->data;
+    if (fp8) m->scales = t->data + (uint64_t)n_out * (uint64_t)n_in; /* gguf.c counted the grid in nbytes */
     return 0;
 }
 
-/* n1 rows of n0 elements of a tensor's data as an fp32 copy owned by w (freed by weights_free). */
-static const float *widen(dsf_weights *w, uint32_t type, const uint8_t *data, uint64_t row_bytes, int64_t n0, int64_t n1) {
-    float *c = dsf_xmalloc((size_t)(n0 * n1) * sizeof(float));
-    for (int64_t r = 0; r < n1; r++) dequant_row(type, data + (uint64_t)r * row_bytes, c + r * n0, n0);
+/* wo_a in FP8_B32: its grid's 32-row blocks belong to the stored rows, so the re-view must keep
+ * them (2-D, rows of gin elements) and each group's o_lora rows must start a block. */
+static int check_wo_a_fp8(binder *b, const gguf_tensor *t, int64_t gin, int64_t rows, int64_t o_lora) {
+    if (t->n_dims != 2 || t->ne[0] != gin || t->ne[1] != rows)
+        return dsf_seterr(b->err, "tensor '%s': FP8_B32 must be stored 2-D as [%lld, %lld] (its scale grid covers "
+                          "those rows), got %u dims [%lld, %lld, ...]", t->name, (long long)gin, (long long)rows,
+                          t->n_dims, (long long)t->ne[0], (long long)t->ne[1]);
+    if (o_lora % 32)
+        return dsf_seterr(b->err, "tensor '%s': FP8_B32 needs o_lora (%lld) to be a multiple of 32 (its groups would "
+                          "split a 32-row scale block)", t->name, (long long)o_lora);
+    return 0;
+}
+
+/* A matrix's rows as an fp32 copy owned by w (freed by weights_free); through wmat_dequant_row,
+ * which reads an FP8_B32 grid as well as the row types. */
+static const float *widen(dsf_weights *w, const dsf_wmat *m) {
+    float *c = dsf_xmalloc((size_t)(m->n_in * m->n_out) * sizeof(float));
+    for (int64_t r = 0; r < m->n_out; r++) wmat_dequant_row(m, r, c + r * m->n_in);
     w->owned = dsf_xrealloc(w->owned, (size_t)(w->n_owned + 1) * sizeof(void *));
     w->owned[w->n_owned++] = c;
     return c;
@@ -106,7 +132,8 @@ static int bind_vec(binder *b, dsf_weights *w, fvec *v, const char *name, int64_
         *v = (const float *)(const void *)t->data;
         return 0;
     }
-    *v = widen(w, t->type, t->data, t->row_bytes, n0, n1);
+    const dsf_wmat m = {t->type, n0, n1, t->row_bytes, t->data, NULL};
+    *v = widen(w, &m);
     return 0;
 }
 
@@ -115,8 +142,38 @@ static int bind_vec(binder *b, dsf_weights *w, fvec *v, const char *name, int64_
 static int bind_mat_f32(binder *b, dsf_weights *w, dsf_wmat *m, const char *name, int64_t n_in, int64_t n_out) {
     if (bind_mat(b, m, name, n_in, n_out, 1, true) < 0) return -1;
     if (m->type == GGML_TYPE_F32) return 0;
-    const float *c = widen(w, m->type, m->data, m->row_bytes, n_in, n_out);
+    const float *c = widen(w, m);
     *m = (dsf_wmat){GGML_TYPE_F32, n_in, n_out, (uint64_t)n_in * sizeof(float), (const uint8_t *)c, NULL};
+    return 0;
+}
+
+dsf_wmat wmat_rows(const dsf_wmat *m, int64_t r0, int64_t n_out) {
+    dsf_wmat v = *m;
+    v.n_out = n_out;
+    v.data = m->data + (uint64_t)r0 * m->row_bytes;
+    if (m->type == DSF_TYPE_FP8B32) {
+        DSF_ASSERT(r0 % 32 == 0);
+        v.scales = m->scales + (uint64_t)(r0 / 32) * (uint64_t)((m->n_in + 31) / 32);
+    }
+    return v;
+}
+
+int weights_native_version(const gguf_file *f, uint32_t *version, char *err) {
+    *version = 0;
+    const gguf_kv *kv = gguf_find_kv(f, DSF_NATIVE_KEY);
+    if (kv) {
+        if (kv->type != GGUF_VT_UINT32)
+            return dsf_seterr(err, "key %s: expected a u32, got %s", DSF_NATIVE_KEY, gguf_vtype_name(kv->type));
+        if (kv->u != DSF_NATIVE_VERSION)
+            return dsf_seterr(err, "key %s = %llu: this dsflash reads native files of version %u only (docs/FORMAT.md)",
+                              DSF_NATIVE_KEY, (unsigned long long)kv->u, DSF_NATIVE_VERSION);
+        *version = (uint32_t)kv->u;
+        return 0;
+    }
+    for (uint64_t i = 0; i < f->n_tensors; i++)
+        if (dsf_type_native(f->tensors[i].type))
+            return dsf_seterr(err, "tensor '%s' has dsflash's native type %s, but the file has no %s key "
+                              "(docs/FORMAT.md)", f->tensors[i].name, ggml_type_name(f->tensors[i].type), DSF_NATIVE_KEY);
     return 0;
 }
 
@@ -162,6 +219,8 @@ void weights_free(dsf_weights *w, const dsf_shape *s) {
 
 int weights_bind(dsf_weights *w, const dsf_shape *s, const gguf_file *f, char *err) {
     memset(w, 0, sizeof *w);
+    uint32_t native;
+    if (weights_native_version(f, &native, err) < 0) return -1;
     binder bb = {f, dsf_xcalloc((size_t)f->n_tensors + 1, sizeof(bool)), err}, *b = &bb;
     const int64_t D = s->n_embd, H = s->n_head, dh = s->head_dim, hcd = s->hc * D;
     const int64_t mix = (2 + s->hc) * s->hc;
@@ -241,7 +300,8 @@ int weights_bind(dsf_weights *w, const dsf_shape *s, const gguf_file *f, char *e
             const gguf_tensor *t = find(b, N("blk.%d.attn_output_a.weight", i), true);
             const int64_t gin = H * dh / s->o_groups, rows = s->o_groups * s->o_lora;
             if (!t) goto fail;
-            if (check_type(b, t) < 0) goto fail;
+            if (t->type == DSF_TYPE_FP8B32 ? check_wo_a_fp8(b, t, gin, rows, s->o_lora) < 0 : check_type(b, t) < 0)
+                goto fail;
             /* TENSOR_ALLOW_RESHAPE (gguf-layout §3.2, §7.3): only the element count is
              * checked; the contiguous data is re-viewed as rows of gin elements. */
             int64_t nel = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
@@ -257,6 +317,7 @@ int weights_bind(dsf_weights *w, const dsf_shape *s, const gguf_file *f, char *e
             }
             L->wo_a = (dsf_wmat){t->type, gin, rows,
                                  (uint64_t)(gin / ggml_blck_size(t->type)) * ggml_type_size(t->type), t->data, NULL};
+            if (t->type == DSF_TYPE_FP8B32) L->wo_a.scales = t->data + (uint64_t)(gin * rows);
         }
         if (s->kv_src[il] == il) {
             if (bind_mat(b, &L->comp_wkv, N("blk.%d.attn_compressor_kv.weight", i), D, dh, 1, true) < 0 ||

@@ -2,8 +2,11 @@
  * with gguf_open_mem; when it is accepted, everything the reader promises is exercised:
  * each key and tensor is looked up by name, every typed getter runs on every key, and the
  * first and last rows of each tensor of a supported type are dequantized (this reads tensor
- * data, which must lie inside the input). ASan/UBSan turn any overread into a crash. */
+ * data, which must lie inside the input), an FP8_B32 matrix's through its scale grid (which
+ * must fit in the tensor's bytes). ASan/UBSan turn any overread into a crash. */
 #include "io/gguf.h"
+#include "kernels/dtype.h"
+#include "kernels/matmul.h"
 #include "kernels/quant.h"
 #include "base/util.h"
 
@@ -38,6 +41,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const gguf_tensor *t = &f->tensors[i];
         if (gguf_find_tensor(f, t->name) != t) abort();
         if (t->data < f->map + f->data_offset || t->data + t->nbytes > f->map + f->size) abort();
+        if (t->type == DSF_TYPE_FP8B32 && t->ne[0] <= (1 << 16)) { /* rows, then the grid (docs/FORMAT.md) */
+            const int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
+            if (t->nbytes != (uint64_t)(rows * t->ne[0]) + dsf_type_extra_bytes(t->type, (uint64_t)t->ne[0], (uint64_t)rows))
+                abort();
+            const dsf_wmat w = {t->type, t->ne[0], rows, (uint64_t)t->ne[0], t->data, t->data + rows * t->ne[0]};
+            float *row = malloc((size_t)t->ne[0] * sizeof *row);
+            wmat_dequant_row(&w, 0, row);
+            wmat_dequant_row(&w, rows - 1, row);
+            free(row);
+        }
         if (!ggml_type_supported(t->type) || t->ne[0] > (1 << 16)) continue;
         float *row = malloc((size_t)t->ne[0] * sizeof *row);
         dequant_row(t->type, t->data, row, t->ne[0]);

@@ -356,8 +356,9 @@ TEST(replay_gguf) {
     uint8_t *buf;
     size_t len;
     static const char *const seeds[] = {"tests/fuzz/seed-small.gguf",
-                                        "tests/fuzz/seed-quant.gguf"}; /* a [256][2] tensor of each fixture type */
-    for (int i = 0; i < 2; i++)
+                                        "tests/fuzz/seed-quant.gguf", /* a [256][2] tensor of each fixture type */
+                                        "tests/fuzz/seed-native.gguf"}; /* FP8_B32 {40, 33}, FP8_R264 {256, 2} */
+    for (int i = 0; i < 3; i++)
         if (dsf_read_file(seeds[i], &buf, &len, NULL) == 0) {
             fi_add(&s, buf, len);
             free(buf);

@@ -336,7 +336,7 @@ TEST(synth_quant_blocks_finite) {
 TEST(synth_type_fallback) {
     char err[DSF_ERR_LEN] = "", note[DSF_ERR_LEN] = "";
     const char *path = tm_path("synth-fallback");
-    const synth_write_opts o = {false, GGML_TYPE_Q4_K, GGML_TYPE_Q2_K, NULL, 0};
+    const synth_write_opts o = {.type = GGML_TYPE_Q4_K, .expert_type = GGML_TYPE_Q2_K};
     CHECKF(synth_write_ex("tiny", path, 3, &o, note, sizeof note, NULL, err) == 0, "%s", err);
     CHECKF(strstr(note, "fell back"), "note '%s'", note);
     gguf_file *f = gguf_open(path, err);

@@ -33,7 +33,7 @@ static const char *real_path(const char *stem) {
 /* Writes the real preset header-only with the given types; the file or NULL. */
 static gguf_file *open_real_ex(test_ctx *t, const char *stem, int type, int expert_type, const char *recipe) {
     char err[DSF_ERR_LEN] = "", note[DSF_ERR_LEN];
-    const synth_write_opts o = {true, type, expert_type, recipe, 0};
+    const synth_write_opts o = {.header_only = true, .type = type, .expert_type = expert_type, .recipe = recipe};
     const char *path = real_path(stem);
     if (synth_write_ex("real", path, 1, &o, note, sizeof note, NULL, err) < 0) {
         test_fail(t, __FILE__, __LINE__, "synth_write_ex: %s", err);

@@ -9,11 +9,14 @@ converter checks (architecture.md section 4.2.2). Output: OUT_DIR with config.js
 tokenizer files, model-00001-of-00002.safetensors (the small tensors),
 model-00002-of-00002.safetensors (the Engram tables) and model.safetensors.index.json.
 
-usage: make_synth_ckpt.py TINY41_HF_DIR OUT_DIR [--engram-vocab N]   (stdlib only)
+usage: make_synth_ckpt.py TINY41_HF_DIR OUT_DIR [--engram-vocab N] [--engram-dim D]   (stdlib only)
   --engram-vocab 5500000 (default) gives ~66M table rows: 2.2 GB of e4m3 + scales in the
   checkpoint, 4.2 GB of BF16 in the GGUF.
+  --engram-dim D (a multiple of 32; default tiny41's 32): engram_head_dim, with engram.wkv
+  [640, 6 * D] + its 32x32 scales made random to match; 256 (the release's) makes the native
+  output's table FP8_R264 rows (dsflash convert --outtype native, docs/FORMAT.md).
 
-Measure:  /usr/bin/time -v build/dsflash convert OUT_DIR out.gguf --threads 2
+Measure:  /usr/bin/time -v build/dsflash convert OUT_DIR out.gguf --threads 2 [--outtype native]
 (2026-11-29, 2-core dev VM: "Maximum resident set size" 29,792 kB, 40 s wall; the largest
 non-Engram tensor of this topology is 256 KiB, the bounded chunk buffers are <= 8 MiB of
 source + 32 MiB of output.)
@@ -88,6 +91,11 @@ def main():
         i = args.index("--engram-vocab")
         vocab = int(args[i + 1])
         del args[i:i + 2]
+    dim = None
+    if "--engram-dim" in args:
+        i = args.index("--engram-dim")
+        dim = int(args[i + 1])
+        del args[i:i + 2]
     if len(args) != 2:
         sys.exit(__doc__)
     src, dst = args
@@ -96,6 +104,8 @@ def main():
         shutil.copy(os.path.join(src, fn), os.path.join(dst, fn))
     cfg = json.load(open(os.path.join(src, "config.json")))
     tc = cfg["text_config"]
+    if dim:
+        tc["engram_head_dim"] = dim
     layers, d = tc["engram_layer_ids"], tc["engram_head_dim"]
     primes = engram_primes(len(layers), tc["engram_max_ngram_size"], tc["engram_n_heads"], vocab)
     rows = [sum(p) for p in primes]
@@ -107,7 +117,7 @@ def main():
     small = []
     with open(os.path.join(src, "model.safetensors"), "rb") as f:
         for name, e in hdr.items():
-            if name == "__metadata__" or ".engram.embed." in name:
+            if name == "__metadata__" or ".engram.embed." in name or (dim and ".engram.wkv." in name):
                 continue
             b, en = e["data_offsets"]
             f.seek(data0 + b)
@@ -116,6 +126,14 @@ def main():
     # e4m3 bytes without the NaN codes 0x7F/0xFF; E8M0 scales in [3, 246]
     e4m3 = bytes(b if (b & 0x7F) != 0x7F else b - 1 for b in range(256))
     e8m0 = bytes(3 + b % 244 for b in range(256))
+    if dim:  # engram.wkv [(hc+1) * hidden, ncol * d] and its 32x32 grid, random
+        ncol = (tc["engram_max_ngram_size"] - 1) * tc["engram_n_heads"]
+        out_rows = (tc["hc_mult"] + 1) * tc["hidden_size"]
+        for li in layers:
+            n, g = out_rows * ncol * d, (out_rows // 32) * (ncol * d // 32)
+            small.append((f"layers.{li}.engram.wkv.weight", "F8_E4M3", [out_rows, ncol * d], n, random_writer(n, e4m3)))
+            small.append((f"layers.{li}.engram.wkv.scale", "F8_E8M0", [out_rows // 32, ncol * d // 32], g,
+                          random_writer(g, bytes(112 + b % 8 for b in range(256)))))
     big = []
     for li, r in zip(layers, rows):
         big.append((f"layers.{li}.engram.embed.weight", "F8_E4M3", [r, d], r * d, random_writer(r * d, e4m3)))
