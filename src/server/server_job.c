@@ -34,8 +34,9 @@ void srv_job_unref(srv_server *s, job *j) {
     pthread_mutex_unlock(&s->mu);
     if (left) return;
     int status = atomic_load(&j->cancelled) || !j->status ? 499 : j->status;
+    srv_metrics_job(s, j); /* before the request's count (srv_log_job): a scrape that sees the
+                            * request counted sees its tokens too */
     srv_log_job(s, j->req_no, j->method, j->url, j, status, j->outcome ? j->outcome : "cancelled", j->t0);
-    srv_metrics_job(s, j);
     srv_req_free(&j->req);
     dsf_buf_free(&j->out);
     free(j->ids);
