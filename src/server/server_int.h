@@ -3,7 +3,7 @@
  * server_sched.c: the slots and the scheduler thread; server_conn.c: connection accounting,
  * read deadlines and the watcher thread; metrics.c: /metrics).
  * Must not: be included outside src/server/ (tools and tests use server.h); declare anything
- * that only one of the three files uses.
+ * that only one of its files uses.
  * Threads and locking: see the top of server.c; fields marked "srv->mu" are read and written
  * only under srv->mu, fields marked "scheduler thread only" only by the scheduler. */
 #ifndef DSF_SERVER_INT_H
