@@ -4,9 +4,13 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cmd.h"
 #include "frontend.h"
@@ -15,13 +19,14 @@
 static void usage(void) {
     printf("usage: dsflash serve -m MODEL.gguf [options]\n\n"
            "OpenAI-compatible HTTP server: POST /v1/chat/completions, POST /v1/completions,\n"
-           "POST /v1/responses, GET|DELETE /v1/responses/ID, GET /v1/models, GET /health, POST /tokenize, POST /detokenize.\n\n"
+           "POST /v1/responses, GET|DELETE /v1/responses/ID, GET /v1/models, GET /health, GET /metrics (Prometheus),\n"
+           "POST /tokenize, POST /detokenize.\n\n"
            "  -m, --model FILE     deepseek41 GGUF (required)\n"
            "  --host ADDR          IPv4 address to listen on (default 127.0.0.1)\n"
            "  --port N             port (default 8080; 0 = any free port)\n"
            "  --slots N            concurrent sequences, one session each (default 1)\n"
            "  --ctx N              tokens per slot (default: min(training context, 4096))\n"
-           "  --api-key KEY        require 'Authorization: Bearer KEY' (not on /health)\n"
+           "  --api-key KEY        require 'Authorization: Bearer KEY' (not on /health and /metrics)\n"
            "  --threads T          engine worker threads (default: all cores)\n"
            "  --no-repack          keep the routed experts in the file instead of repacking them in memory\n"
            "  --mmap               read the dense weights from the file mapping instead of copying them into memory\n"
@@ -31,6 +36,12 @@ static void usage(void) {
            "  --keepalive-ms MS    SSE ': keep-alive' comment period while waiting (default 5000)\n"
            "  --prefill-chunk N    prompt tokens per forward; other slots run between chunks (default 256)\n"
            "  --timeout S          close a connection idle for S seconds (default 600)\n"
+           "  --read-timeout S     close a connection whose request (headers and body) has not arrived S seconds\n"
+           "                       after it opened or its previous answer ended (default 30; not while answering)\n"
+           "  --max-conn N         open connections beyond which a request gets 503 + Retry-After (default 4096)\n"
+           "  --max-conn-per-ip N  open connections per client address; more are refused (default 256; 0 = no limit)\n"
+           "  --http-threads N     HTTP threads, each an epoll loop over its connections (default 4)\n"
+           "  --shutdown-grace S   on SIGTERM, let running requests finish for up to S seconds (default 30)\n"
            "  --store-mb N         memory for stored responses (/v1/responses \"store\", previous_response_id),\n"
            "                       least recently used dropped first (default 64; 0 = store nothing)\n"
            "  --numerics MODE      reference (default) or plain\n"
@@ -40,7 +51,9 @@ static void usage(void) {
            "%s%s"
            "\nDecoding slots share one batched forward per token (weights read once for all).\n"
            "One log line per request goes to stderr (DSF_LOG=0 silences it; DSF_LOG=2 adds one line\n"
-           "per decode forward with its batch size). SIGINT/SIGTERM stop.\n",
+           "per decode forward with its batch size).\n"
+           "SIGTERM or SIGINT: stop accepting, answer new requests 503, let running ones finish (--shutdown-grace),\n"
+           "flush, exit 0. A second SIGINT exits at once.\n",
            GEN_CLI_ENGRAM_HELP, GEN_CLI_DRAFT_HELP);
 }
 
@@ -54,6 +67,37 @@ static int parse_int(const char *name, const char *v, long long lo, long long hi
     }
     *out = x;
     return 0;
+}
+
+/* The graceful stop runs on its own thread so that the main thread can still take a second SIGINT. */
+typedef struct {
+    srv_server *s;
+    pthread_t th;
+    atomic_bool done;
+} stopper;
+
+static void *stop_main(void *arg) {
+    stopper *st = arg;
+    srv_drain(st->s);
+    srv_stop(st->s);
+    atomic_store(&st->done, true);
+    return NULL;
+}
+
+/* Each connection holds a descriptor: take the hard limit (say so: a low one caps --max-conn). */
+static void raise_nofile(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl)) return;
+    rlim_t was = rl.rlim_cur;
+    if (rl.rlim_cur != rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl)) return;
+    }
+    if (was != rl.rlim_cur)
+        fprintf(stderr, "dsflash serve: RLIMIT_NOFILE raised from %llu to its hard limit %llu\n",
+                (unsigned long long)was, (unsigned long long)rl.rlim_cur);
+    else
+        fprintf(stderr, "dsflash serve: RLIMIT_NOFILE %llu (its hard limit)\n", (unsigned long long)rl.rlim_cur);
 }
 
 static int cmd_serve(int argc, char **argv) {
@@ -118,6 +162,21 @@ static int cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--timeout")) {
             if (parse_int(a, v, 1, 86400, &x)) return 2;
             p.idle_timeout_s = (int)x;
+        } else if (!strcmp(a, "--read-timeout")) {
+            if (parse_int(a, v, 1, 86400, &x)) return 2;
+            p.read_timeout_s = (int)x;
+        } else if (!strcmp(a, "--max-conn")) {
+            if (parse_int(a, v, 1, 1 << 20, &x)) return 2;
+            p.max_conn = (int)x;
+        } else if (!strcmp(a, "--max-conn-per-ip")) {
+            if (parse_int(a, v, 0, 1 << 20, &x)) return 2;
+            p.max_conn_per_ip = (int)x;
+        } else if (!strcmp(a, "--http-threads")) {
+            if (parse_int(a, v, 1, 256, &x)) return 2;
+            p.http_threads = (int)x;
+        } else if (!strcmp(a, "--shutdown-grace")) {
+            if (parse_int(a, v, 0, 86400, &x)) return 2;
+            p.shutdown_grace_s = (int)x;
         } else if (!strcmp(a, "--store-mb")) {
             if (parse_int(a, v, 0, 1 << 20, &x)) return 2;
             p.store_mb = (int)x;
@@ -147,6 +206,7 @@ static int cmd_serve(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    raise_nofile();
     char err[DSF_ERR_LEN] = "";
     srv_server *s = srv_start(&p, err);
     if (!s) {
@@ -165,8 +225,22 @@ static int cmd_serve(int argc, char **argv) {
     }
     int sig = 0;
     sigwait(&set, &sig);
-    fprintf(stderr, "dsflash serve: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    srv_stop(s);
+    fprintf(stderr, "dsflash serve: %s: draining (up to %d s; SIGINT again exits at once)\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM", p.shutdown_grace_s);
+    stopper st = {.s = s};
+    if (pthread_create(&st.th, NULL, stop_main, &st)) {
+        srv_stop(s); /* no thread: stop without draining */
+        return 0;
+    }
+    while (!atomic_load(&st.done)) {
+        struct timespec ts = {0, 100 * 1000000L};
+        if (sigtimedwait(&set, NULL, &ts) == SIGINT) {
+            fprintf(stderr, "dsflash serve: SIGINT again: exiting now\n");
+            _exit(130);
+        }
+    }
+    pthread_join(st.th, NULL);
+    fprintf(stderr, "dsflash serve: stopped\n");
     return 0;
 }
 

@@ -3,9 +3,10 @@
  *
  * Files: server.c (this one: routing, authentication, body limits, /health, /v1/models,
  * /tokenize, a generation request's validation and queueing; start and stop);
- * server_job.c (a job on its connection's side: reference count, cancellation, the wait of a
- * non-streaming request, the SSE content reader); server_sched.c (the slots and the
- * scheduler thread); server_api.c (OpenAI JSON <-> srv_req, no sockets, no engine);
+ * server_job.c (a job on its connection's side: reference count, cancellation, suspending
+ * and resuming its connection, the SSE content reader); server_sched.c (the slots and the
+ * scheduler thread); server_conn.c (open connections, read deadlines, the watcher thread);
+ * metrics.c (GET /metrics); server_api.c (OpenAI JSON <-> srv_req, no sockets, no engine);
  * server_msg*.c (Anthropic Messages: /v1/messages, /v1/messages/count_tokens);
  * server_resp.c + responses.c + store.c (OpenAI Responses: its srv_api table, its pure JSON,
  * the stored responses); server_int.h (the internal types they share).
@@ -13,11 +14,23 @@
  * (srv_assign) and the vocabulary; hold srv->mu while it answers a connection.
  *
  * Threads:
- *   - libmicrohttpd runs one thread per connection. The connection thread reads the body,
+ *   - libmicrohttpd runs an epoll loop on each of a small pool of threads (--http-threads,
+ *     MHD_USE_EPOLL_INTERNAL_THREAD + MHD_OPTION_THREAD_POOL_SIZE), so an idle or slow
+ *     connection costs a socket and a few KB, not a thread. A pool thread reads the body,
  *     validates it (server_api.c), tokenizes, and either answers an error at once or queues a
- *     job; it then waits for the job (non-streaming) or streams its SSE bytes from the
- *     response's content reader (streaming), polling its socket so that a client that hangs
- *     up cancels the job.
+ *     job. No pool thread ever waits for a job: a connection with nothing to send is
+ *     suspended (MHD_ALLOW_SUSPEND_RESUME) and the scheduler resumes it when output or the end
+ *     arrives (srv_job_wake, server_job.c). Non-streaming: the access handler suspends the
+ *     connection and is called again after the resume, when it sends the reply. Streaming:
+ *     the SSE content reader returns the bytes it has, or suspends the connection and returns
+ *     0. (libmicrohttpd 0.9.75 documents 0 from a content reader as legal with internal
+ *     polling only together with MHD_suspend_connection, "to avoid busy waiting"; a reader
+ *     that returned 0 alone would spin.)
+ *   - one watcher thread (server_conn.c) every 50 ms at most: shuts down connections past
+ *     their read deadline (--read-timeout; libmicrohttpd's --timeout is an idle timeout that
+ *     a client sending a byte a second never reaches), cancels the jobs of suspended
+ *     connections whose client hung up (libmicrohttpd does not poll a suspended connection)
+ *     and resumes streams whose keep-alive comment is due.
  *   - one scheduler thread runs every forward. A slot owns one dsf_session + dsf_gen and is
  *     idle, prefilling or decoding. Each scheduler round (1) starts the jobs newly assigned to
  *     slots and ends the cancelled ones, (2) evaluates the pending token of every decoding
@@ -31,7 +44,22 @@
  * prefix with its prompt (ties: least recently used), so follow-up requests reuse the KV
  * state (generate.c rolls back exactly to the common prefix).
  *
- * Locking: srv->mu protects the queue, slot ownership, every job's output buffer and flags.
+ * Connections: --max-conn-per-ip is libmicrohttpd's per-address limit (it refuses more
+ * silently); beyond --max-conn open connections a request gets 503 with Retry-After and the
+ * connection is closed; libmicrohttpd's own hard limit sits above that (--max-conn + 64, so
+ * the 503 can be sent) and below RLIMIT_NOFILE. /health and /metrics need no --api-key (probes
+ * and scrapers carry none; they reveal counters, no content).
+ *
+ * Shutdown: srv_drain (SIGTERM) stops accepting (MHD_quiesce_daemon), answers new requests
+ * on open connections with 503, lets queued and running jobs finish for up to
+ * --shutdown-grace seconds and calls the prefix cache's flush hook; srv_stop then cancels
+ * what is left, resumes every suspended connection (stopping libmicrohttpd with one
+ * suspended is an API violation) and joins the threads.
+ *
+ * Locking: srv->mu protects the queue, slot ownership, every job's output buffer and flags,
+ * and the suspension of a job's connection (MHD_suspend/resume_connection are called under
+ * it; libmicrohttpd never calls back into dsflash while holding its own locks). srv->conn_mu
+ * protects the connection list and is never held with srv->mu.
  * No engine work happens under srv->mu. A job is freed when its reference count drops to 0
  * (the connection holds one reference, the queue/slot one). */
 #include <errno.h>
@@ -43,8 +71,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "server/server_int.h"
 #include "server/server_msg.h"
@@ -58,31 +88,42 @@ typedef struct {
     bool early; /* a response was queued before the body was read */
     double t0;
     int req_no;
+    job *j; /* a non-streaming job the suspended connection waits for */
 } conn_state;
 
 /* The one log line per request (DSF_LOG >= 1). */
 static void log_line(srv_server *s, int req_no, const char *method, const char *url, int slot_id, int n_prompt,
                      int n_cached, int n_gen, double tps, int status, const char *outcome, double t0) {
-    (void)s;
     dsf_log(1, "serve: req %d %s %s slot %d prompt %d cached %d gen %d %.1f tok/s %.3f s status %d %s", req_no, method,
             url, slot_id, n_prompt, n_cached, n_gen, tps, dsf_now() - t0, status, outcome ? outcome : "");
+    srv_metrics_request(s, url, status);
 }
 
-static enum MHD_Result send_json(struct MHD_Connection *c, int status, const char *body) {
+/* ctype: NULL for JSON. A 429 or 503 tells when to retry; close: the connection closes after. */
+static enum MHD_Result send_body(struct MHD_Connection *c, int status, const char *body, const char *ctype,
+                                 bool close) {
     struct MHD_Response *r =
         MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!r) return MHD_NO;
-    MHD_add_response_header(r, "Content-Type", "application/json");
+    MHD_add_response_header(r, "Content-Type", ctype ? ctype : "application/json");
+    if (status == 429 || status == 503) MHD_add_response_header(r, "Retry-After", "1");
+    if (close) MHD_add_response_header(r, "Connection", "close");
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     return ret;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *c, int status, const char *body) {
+    return send_body(c, status, body, NULL, false);
 }
 
 /* An error reply; api: the endpoint's wire format (its error shape), NULL for OpenAI's. */
 static enum MHD_Result send_api_error(srv_server *s, struct MHD_Connection *c, conn_state *cs, const char *method,
                                       const char *url, const srv_error *e, const srv_api *api) {
     char *body = api ? api->error_body(e) : srv_error_json(e);
-    enum MHD_Result r = send_json(c, e->status, body);
+    /* refused for the server's state (connection limit, shutdown): the connection closes */
+    bool close = e->code && (!strcmp(e->code, "too_many_connections") || !strcmp(e->code, "server_stopping"));
+    enum MHD_Result r = send_body(c, e->status, body, NULL, close);
     free(body);
     log_line(s, cs ? cs->req_no : 0, method, url, -1, 0, 0, 0, 0, e->status, e->message, cs ? cs->t0 : dsf_now());
     return r;
@@ -100,6 +141,16 @@ static enum MHD_Result send_error(srv_server *s, struct MHD_Connection *c, conn_
     return send_api_error(s, c, cs, method, url, e, path_api(url));
 }
 
+/* Non-streaming: the job is done (or cancelled); its reply, then the connection lets go. */
+static enum MHD_Result answer_job(srv_server *s, struct MHD_Connection *c, conn_state *cs) {
+    job *j = cs->j;
+    cs->j = NULL;
+    enum MHD_Result ret = MHD_NO; /* the client is gone: close the connection */
+    if (!atomic_load(&j->cancelled) && j->body) ret = send_json(c, j->status, j->body);
+    srv_job_release(s, j);
+    return ret;
+}
+
 static enum MHD_Result handle_generate(srv_server *s, struct MHD_Connection *c, conn_state *cs, srv_kind kind,
                                        const char *method, const char *url) {
     const srv_api *api = srv_api_of(kind);
@@ -115,9 +166,6 @@ static enum MHD_Result handle_generate(srv_server *s, struct MHD_Connection *c, 
             srv_req_free(&req);
             return send_api_error(s, c, cs, method, url, &e, api);
         }
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    int fd = ci ? ci->connect_fd : -1;
-
     pthread_mutex_lock(&s->mu);
     if (s->n_queued >= s->p.max_queue || s->stopping) {
         pthread_mutex_unlock(&s->mu);
@@ -127,7 +175,7 @@ static enum MHD_Result handle_generate(srv_server *s, struct MHD_Connection *c, 
                       "too many requests are waiting (%d); retry later", s->p.max_queue);
         return send_api_error(s, c, cs, method, url, &e, api);
     }
-    job *j = srv_job_new(s, &req, fd, cs->req_no);
+    job *j = srv_job_new(s, &req, c, cs->req_no, method, url);
     j->t0 = cs->t0;
     if (j->req.stream && api->stream_begin) api->stream_begin(s, j, &j->out);
     if (s->qtail) s->qtail->next = j;
@@ -137,21 +185,10 @@ static enum MHD_Result handle_generate(srv_server *s, struct MHD_Connection *c, 
     srv_assign(s);
     pthread_mutex_unlock(&s->mu);
 
-    if (j->req.stream) return srv_job_stream(s, c, j, cs->req_no, method, url);
-
-    /* Non-streaming: wait here (thread per connection), watching the socket. */
-    srv_job_wait(s, j, fd);
-    enum MHD_Result ret;
-    int status = j->status;
-    if (atomic_load(&j->cancelled) || !j->body) {
-        status = 499;
-        ret = MHD_NO; /* the client is gone: close the connection */
-    } else {
-        ret = send_json(c, j->status, j->body);
-    }
-    srv_log_job(s, cs->req_no, method, url, j, status, j->outcome ? j->outcome : "cancelled", cs->t0);
-    srv_job_unref(s, j);
-    return ret;
+    if (j->req.stream) return srv_job_stream(s, c, j);
+    cs->j = j;
+    if (srv_job_park(s, j)) return MHD_YES; /* called again when the job is done */
+    return answer_job(s, c, cs);
 }
 
 /* GET / DELETE /v1/responses/{id}: the store's answer (server_resp.c). */
@@ -281,6 +318,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         cs->t0 = dsf_now();
         cs->req_no = atomic_fetch_add(&s->next_req, 1) + 1;
         *con_cls = cs;
+        if (atomic_load(&s->n_conn) > s->p.max_conn) {
+            cs->early = true;
+            srv_metrics_conn_refused(s);
+            srv_fail(&e, 503, NULL, "too_many_connections", "the server has more than %d open connections; retry later",
+                     s->p.max_conn);
+            return send_error(s, c, cs, method, url, &e);
+        }
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl) {
             char *end = NULL;
@@ -294,6 +338,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         }
         return MHD_YES;
     }
+    if (cs->j) return answer_job(s, c, cs); /* resumed: the job is done */
     if (cs->early) {
         *upload_size = 0;
         return MHD_YES;
@@ -311,7 +356,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return send_error(s, c, cs, method, url, &e);
     }
     if (!cs->body.data) dsf_buf_append(&cs->body, "", 0);
+    srv_conn_received(s, c);
 
+    bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    if (path_is(url, "/metrics")) { /* open like /health, and answered while draining */
+        if (!get) goto not_allowed;
+        char *body = srv_metrics_text(s);
+        enum MHD_Result r = send_body(c, 200, body, "text/plain; version=0.0.4; charset=utf-8", false);
+        free(body);
+        log_line(s, cs->req_no, method, url, -1, 0, 0, 0, 0, 200, "ok", cs->t0);
+        return r;
+    }
+    if (atomic_load(&s->draining)) {
+        srv_fail(&e, 503, NULL, "server_stopping", "the server is shutting down");
+        return send_error(s, c, cs, method, url, &e);
+    }
     if (s->p.api_key && !path_is(url, "/health")) {
         /* OpenAI clients send a bearer key, Anthropic clients x-api-key: either one, anywhere */
         const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
@@ -325,7 +384,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return send_error(s, c, cs, method, url, &e);
         }
     }
-    bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     if (path_is(url, "/health") || path_is(url, "/v1/health")) {
         if (!get) goto not_allowed;
         unsigned long long fw = atomic_load(&s->st_forwards), tk = atomic_load(&s->st_tokens);
@@ -397,11 +455,12 @@ not_allowed:
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls;
-    (void)c;
     (void)toe;
+    srv_server *s = cls;
     conn_state *cs = *con_cls;
+    srv_conn_answered(s, c);
     if (!cs) return;
+    if (cs->j) srv_job_release(s, cs->j); /* closed before its answer */
     dsf_buf_free(&cs->body);
     free(cs);
     *con_cls = NULL;
@@ -419,6 +478,11 @@ void srv_params_default(srv_params *p) {
     p->keepalive_ms = 5000;
     p->prefill_chunk = 256;
     p->idle_timeout_s = 600;
+    p->read_timeout_s = 30;
+    p->max_conn = 4096;
+    p->max_conn_per_ip = 256;
+    p->http_threads = 4;
+    p->shutdown_grace_s = 30;
     p->store_mb = 64;
     p->numerics = DSF_NUMERICS_REFERENCE;
 }
@@ -435,12 +499,28 @@ static void free_server(srv_server *s) {
     free(s->b_logits);
     free(s->slots);
     srv_store_free(s->store);
+    srv_metrics_free(s->metrics);
     dsf_tokenizer_free(s->tok);
     dsf_engine_close(s->e);
     free(s->model_name);
     pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->conn_mu);
     pthread_cond_destroy(&s->sched_cv);
     free(s);
+}
+
+/* libmicrohttpd's own connection limit: above --max-conn so that the 503 can be answered,
+ * below the open-file limit (model files, pipes and epoll descriptors need some too). */
+static unsigned mhd_conn_limit(int max_conn) {
+    unsigned want = (unsigned)max_conn + 64;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < (rlim_t)want + 64) {
+        unsigned have = rl.rlim_cur > 128 ? (unsigned)rl.rlim_cur - 64 : 64;
+        dsf_log(1, "serve: RLIMIT_NOFILE is %llu: at most %u connections instead of %u", (unsigned long long)rl.rlim_cur,
+                have, want);
+        return have;
+    }
+    return want;
 }
 
 srv_server *srv_start(const srv_params *p, char *err) {
@@ -449,6 +529,15 @@ srv_server *srv_start(const srv_params *p, char *err) {
     if (p->port < 0 || p->port > 65535) return dsf_seterr(err, "--port must be within 0..65535, got %d", p->port), NULL;
     if (p->store_mb < 0 || p->store_mb > (1 << 20))
         return dsf_seterr(err, "--store-mb must be within 0..%d, got %d", 1 << 20, p->store_mb), NULL;
+    if (p->max_conn < 1 || p->max_conn > (1 << 20))
+        return dsf_seterr(err, "--max-conn must be within 1..%d, got %d", 1 << 20, p->max_conn), NULL;
+    if (p->max_conn_per_ip < 0 || p->max_conn_per_ip > (1 << 20))
+        return dsf_seterr(err, "--max-conn-per-ip must be within 0..%d, got %d", 1 << 20, p->max_conn_per_ip), NULL;
+    if (p->http_threads < 1 || p->http_threads > 256)
+        return dsf_seterr(err, "--http-threads must be within 1..256, got %d", p->http_threads), NULL;
+    if (p->read_timeout_s < 1 || p->shutdown_grace_s < 0)
+        return dsf_seterr(err, "--read-timeout must be >= 1 and --shutdown-grace >= 0 (got %d, %d)", p->read_timeout_s,
+                          p->shutdown_grace_s), NULL;
     srv_server *s = dsf_xcalloc(1, sizeof *s);
     s->p = *p;
     if (s->p.max_body == 0) s->p.max_body = 8u << 20;
@@ -458,7 +547,9 @@ srv_server *srv_start(const srv_params *p, char *err) {
     /* libmicrohttpd closes a connection idle for the timeout: keep-alives must come sooner */
     if (s->p.keepalive_ms > s->p.idle_timeout_s * 500) s->p.keepalive_ms = s->p.idle_timeout_s * 500;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->conn_mu, NULL);
     pthread_cond_init(&s->sched_cv, NULL);
+    s->metrics = srv_metrics_new();
     s->created = (long long)time(NULL);
     s->store = srv_store_new((size_t)p->store_mb << 20);
     if (p->model_name) {
@@ -518,12 +609,15 @@ srv_server *srv_start(const srv_params *p, char *err) {
         dsf_seterr(err, "--host must be an IPv4 address, got '%s'", host);
         goto fail;
     }
-    s->d = MHD_start_daemon(MHD_USE_AUTO | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-                                MHD_USE_ERROR_LOG,
+    unsigned hard = mhd_conn_limit(s->p.max_conn);
+    s->d = MHD_start_daemon(MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
                             (uint16_t)p->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
-                            (unsigned int)s->p.idle_timeout_s, MHD_OPTION_CONNECTION_LIMIT, (unsigned int)1024,
-                            MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1, MHD_OPTION_END);
+                            MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)s->p.http_threads,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, srv_conn_notify, s,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)s->p.idle_timeout_s,
+                            MHD_OPTION_CONNECTION_LIMIT, hard, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                            (unsigned int)s->p.max_conn_per_ip, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1,
+                            MHD_OPTION_END);
     if (!s->d) {
         dsf_seterr(err, "cannot listen on %s:%d (%s)", host, p->port, strerror(errno));
         goto fail;
@@ -536,8 +630,23 @@ srv_server *srv_start(const srv_params *p, char *err) {
         goto fail;
     }
     s->sched_running = true;
+    perr = dsf_thread_start(&s->watch, srv_conn_watch_main, s);
+    if (perr) {
+        dsf_seterr(err, "cannot start the connection watcher thread (%s)", strerror(perr));
+        goto fail;
+    }
+    s->watch_running = true;
+    dsf_log(1, "serve: %d HTTP threads (epoll), up to %d connections (%d per address), read timeout %d s", s->p.http_threads,
+            s->p.max_conn, s->p.max_conn_per_ip, s->p.read_timeout_s);
     return s;
 fail:
+    if (s->sched_running) {
+        pthread_mutex_lock(&s->mu);
+        s->stopping = true;
+        pthread_cond_broadcast(&s->sched_cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->sched, NULL);
+    }
     if (s->d) MHD_stop_daemon(s->d);
     free_server(s);
     return NULL;
@@ -545,15 +654,41 @@ fail:
 
 int srv_port(const srv_server *s) { return s ? s->port : -1; }
 
+void srv_drain(srv_server *s) {
+    if (!s || atomic_exchange(&s->draining, true)) return;
+    MHD_socket lfd = MHD_quiesce_daemon(s->d); /* new connections are refused from now on */
+    if (lfd != MHD_INVALID_SOCKET) close(lfd);
+    double t0 = dsf_now();
+    int left = 0;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        left = s->n_queued;
+        for (int i = 0; i < s->n_slots; i++) left += s->slots[i].j != NULL;
+        pthread_mutex_unlock(&s->mu);
+        if (!left || dsf_now() - t0 >= s->p.shutdown_grace_s) break;
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    dsf_log(1, "serve: drained in %.1f s, %d request%s still running", dsf_now() - t0, left, left == 1 ? "" : "s");
+    if (s->cache_flush) s->cache_flush(s);
+}
+
 void srv_stop(srv_server *s) {
     if (!s) return;
     pthread_mutex_lock(&s->mu);
     s->stopping = true;
+    srv_job_cancel_queued(s);
     pthread_cond_broadcast(&s->sched_cv);
     pthread_mutex_unlock(&s->mu);
-    /* The scheduler ends every running job as cancelled and exits; connection threads see
-     * `stopping`, cancel their queued jobs and finish. */
-    MHD_stop_daemon(s->d);
+    /* The scheduler ends every running job as cancelled (which resumes its connection) and
+     * exits; no job is left to suspend a connection on. */
     if (s->sched_running) pthread_join(s->sched, NULL);
+    atomic_store(&s->watch_stop, true);
+    if (s->watch_running) pthread_join(s->watch, NULL);
+    pthread_mutex_lock(&s->mu);
+    int suspended = s->n_suspended;
+    pthread_mutex_unlock(&s->mu);
+    DSF_ASSERT(suspended == 0); /* every job is done, so every connection was resumed */
+    MHD_stop_daemon(s->d);
     free_server(s);
 }

@@ -4,8 +4,9 @@
  *   - server_api.c: pure request/response mapping, no sockets and no engine: an OpenAI
  *     request body -> a validated srv_req (prompt tokens, sampling, output options), and
  *     generated output -> OpenAI response JSON / SSE chunks. Unit-tested without a model.
- *   - server.c, server_job.c, server_sched.c (internal header server_int.h): the HTTP glue
- *     (libmicrohttpd, one thread per connection), the slots (one dsf_session each) and the
+ *   - server.c, server_job.c, server_sched.c, server_conn.c, metrics.c (internal header
+ *     server_int.h): the HTTP glue (libmicrohttpd: epoll and a small thread pool; a connection
+ *     waiting for a job is suspended, never a blocked thread), the slots (one dsf_session each) and the
  *     scheduler thread that runs every forward. Threads and locking: the top of server.c.
  *     Each endpoint's wire format is a srv_api table (server_int.h; server_oai.c for
  *     OpenAI's chat and completions), which they call without knowing the API.
@@ -46,6 +47,11 @@ typedef struct {
     int keepalive_ms;       /* SSE keep-alive comment period while nothing is sent; default 5000 */
     int prefill_chunk;      /* tokens per prefill forward (interleaves slots); default 256 */
     int idle_timeout_s;     /* an idle connection is closed after this; default 600 */
+    int read_timeout_s;     /* a request's headers and body must arrive within this; default 30 */
+    int max_conn;           /* open connections beyond which a request gets 503; default 4096 */
+    int max_conn_per_ip;    /* open connections per client address (more are refused); default 256; 0: no limit */
+    int http_threads;       /* libmicrohttpd's thread pool; default 4 */
+    int shutdown_grace_s;   /* srv_drain waits this long for running requests; default 30 */
     int store_mb;           /* stored responses (/v1/responses "store"), LRU by bytes; default 64; 0: none */
     dsf_numerics numerics;
     spec_opts spec;         /* --draft ...: speculative decoding per slot (spec.draft NULL: off) */
@@ -58,6 +64,10 @@ typedef struct srv_server srv_server;
 /* Loads the model, opens the slots and starts listening. NULL with err on failure. */
 srv_server *srv_start(const srv_params *p, char *err);
 int srv_port(const srv_server *s);
+/* Graceful shutdown, first half: stops accepting connections, answers new requests on open
+ * ones with 503, lets queued and running requests finish for up to shutdown_grace_s seconds,
+ * then flushes the prefix cache. srv_stop follows. */
+void srv_drain(srv_server *s);
 /* Stops listening, cancels every request, joins the threads and frees everything. */
 void srv_stop(srv_server *s);
 

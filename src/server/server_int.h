@@ -1,8 +1,9 @@
-/* server_int.h: the server's internal types and the functions its three files share
+/* server_int.h: the server's internal types and the functions its files share
  * (server.c: HTTP and lifetime; server_job.c: a job on its connection's side;
- * server_sched.c: the slots and the scheduler thread).
+ * server_sched.c: the slots and the scheduler thread; server_conn.c: connection accounting,
+ * read deadlines and the watcher thread; metrics.c: /metrics).
  * Must not: be included outside src/server/ (tools and tests use server.h); declare anything
- * that only one of the three files uses.
+ * that only one of its files uses.
  * Threads and locking: see the top of server.c; fields marked "srv->mu" are read and written
  * only under srv->mu, fields marked "scheduler thread only" only by the scheduler. */
 #ifndef DSF_SERVER_INT_H
@@ -27,11 +28,18 @@ struct job {
     uint64_t rng;
     int fd;              /* the client's socket, polled for hang-up */
     double t0;
+    /* the connection waiting for this job (srv->mu; NULL once it let go); while `suspended`
+     * libmicrohttpd does not poll it: srv_job_wake resumes it when output or the end arrives */
+    struct MHD_Connection *conn;
+    bool suspended;      /* srv->mu */
+    double last_send;    /* srv->mu, streaming: when bytes last went out (keep-alive comments) */
+    char method[8];      /* the request, for the log line written when the job is freed */
+    char url[48];
+    int req_no;
     atomic_int cancelled;
     bool done;           /* srv->mu: the slot (or the queue) let go; out is complete */
     int slot_id;
     job *next;           /* queue link */
-    pthread_cond_t cv;   /* signalled (with srv->mu) when out grows or done is set */
     /* streaming: SSE bytes produced by the slot, consumed by the content reader */
     dsf_buf out;
     size_t out_pos;
@@ -51,6 +59,7 @@ struct job {
     long long batch_sum; /* scheduler: sum of the batch sizes of this job's decode forwards */
     int batch_n, batch_max;
     double tps;
+    double prefill_s, decode_s; /* scheduler: the generation's wall times (/metrics) */
     const char *outcome;
     spec_stats sp;       /* scheduler: speculative decoding of this job (--draft) */
 };
@@ -80,6 +89,16 @@ struct slot {
     spec_seq *sq;        /* --draft: the slot's speculative state (attached to g), else NULL */
     bool in_batch_spec;  /* this round: sq is set and the slot's token joined the batch */
 };
+
+/* The prefix cache's counters for /metrics (the cache fills them through srv->cache_stats). */
+typedef struct {
+    unsigned long long hits, misses;  /* lookups that restored a prefix / found none */
+    unsigned long long hit_tokens;    /* prompt tokens restored from the cache */
+    unsigned long long evictions;     /* entries dropped to stay within the byte bound */
+    unsigned long long bytes, entries; /* held now */
+} srv_cache_stats;
+
+typedef struct srv_conn srv_conn;
 
 /* Most decode steps in one forward (the logits buffer holds this many rows). */
 #define SRV_MAX_BATCH 32
@@ -117,6 +136,19 @@ struct srv_server {
      * accepted tokens, over completed jobs */
     atomic_ullong st_sp_rounds, st_sp_drafted, st_sp_verified, st_sp_accepted;
     srv_store *store;         /* stored responses (/v1/responses), thread-safe itself */
+    /* connections (server_conn.c): every open one, with its read deadline */
+    pthread_mutex_t conn_mu;
+    srv_conn *conns;          /* conn_mu */
+    atomic_int n_conn;
+    int n_suspended;          /* srv->mu: connections suspended on a job */
+    atomic_bool draining;     /* srv_drain: new requests get 503 */
+    pthread_t watch;
+    bool watch_running;
+    atomic_bool watch_stop;
+    struct srv_metrics *metrics; /* metrics.c */
+    /* the prefix cache's hooks (NULL: none): its counters, and its flush at shutdown */
+    void (*cache_stats)(srv_server *s, srv_cache_stats *out);
+    void (*cache_flush)(srv_server *s);
 };
 
 /* ==== one API's wire format ================================================================
@@ -163,19 +195,58 @@ const char *srv_job_call_id(job *j, int index);
 /* ==== jobs (server_job.c, connection threads) ============================================ */
 
 /* A new job for req (taken over: *req is zeroed) with two references, the connection's and
- * the queue's; not yet queued. fd: the client's socket or -1. */
-job *srv_job_new(srv_server *s, srv_req *req, int fd, int req_no);
-/* Drops one reference (takes srv->mu); the last one frees the job. */
+ * the queue's; not yet queued. c: the connection that waits for it (its socket is polled for
+ * hang-up). The request's log line is written when the job is freed. */
+job *srv_job_new(srv_server *s, srv_req *req, struct MHD_Connection *c, int req_no, const char *method,
+                 const char *url);
+/* Drops one reference (takes srv->mu); the last one logs the request and frees the job. */
 void srv_job_unref(srv_server *s, job *j);
 /* Answers c with the job's SSE stream; the response owns the connection's reference. */
-enum MHD_Result srv_job_stream(srv_server *s, struct MHD_Connection *c, job *j, int req_no, const char *method,
-                               const char *url);
-/* Non-streaming: waits until the job is done, cancelling it when the peer hangs up or the
- * server stops. fd: the client's socket or -1. */
-void srv_job_wait(srv_server *s, job *j, int fd);
+enum MHD_Result srv_job_stream(srv_server *s, struct MHD_Connection *c, job *j);
+/* Non-streaming, from the access handler: true when the job is not done yet and the
+ * connection was suspended (the handler is called again once srv_job_wake resumes it);
+ * false when the answer can be sent now. */
+bool srv_job_park(srv_server *s, job *j);
+/* The connection lets go of the job (its answer was sent or it closed): a job that is not
+ * done is cancelled; drops the connection's reference. */
+void srv_job_release(srv_server *s, job *j);
+/* Under srv->mu, scheduler side: output or the end arrived; resumes a suspended connection. */
+void srv_job_wake(srv_server *s, job *j);
+/* Under srv->mu, the watcher thread: cancels the waiting jobs whose client hung up and
+ * resumes streams whose keep-alive comment is due. */
+void srv_job_watch(srv_server *s, double now);
+/* Under srv->mu, srv_stop: ends every queued job as cancelled and wakes its connection. */
+void srv_job_cancel_queued(srv_server *s);
 /* The log line of a generation request, with its decode batch sizes (mean and largest). */
 void srv_log_job(srv_server *s, int req_no, const char *method, const char *url, const job *j, int status,
                  const char *outcome, double t0);
+
+/* ==== connections (server_conn.c) ======================================================== */
+
+/* libmicrohttpd's MHD_OPTION_NOTIFY_CONNECTION callback (cls: the server): counts the
+ * connection and starts its read deadline. */
+void srv_conn_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                     enum MHD_ConnectionNotificationCode code);
+/* The request on c has arrived whole: no read deadline until its answer is complete. */
+void srv_conn_received(srv_server *s, struct MHD_Connection *c);
+/* The answer on c is complete: the next request must arrive within --read-timeout. */
+void srv_conn_answered(srv_server *s, struct MHD_Connection *c);
+/* The watcher thread: read deadlines, hang-ups and keep-alives of waiting jobs (arg: the server). */
+void *srv_conn_watch_main(void *arg);
+
+/* ==== metrics (metrics.c) ================================================================ */
+
+struct srv_metrics *srv_metrics_new(void);
+void srv_metrics_free(struct srv_metrics *m);
+/* One answered request (any thread). */
+void srv_metrics_request(srv_server *s, const char *url, int status);
+/* One finished generation job (any thread). */
+void srv_metrics_job(srv_server *s, const job *j);
+/* One connection refused with 503 at --max-conn / closed at its read deadline. */
+void srv_metrics_conn_refused(srv_server *s);
+void srv_metrics_read_timeout(srv_server *s);
+/* The Prometheus text exposition (format 0.0.4), malloc'ed. */
+char *srv_metrics_text(srv_server *s);
 
 /* ==== the scheduler (server_sched.c) ===================================================== */
 

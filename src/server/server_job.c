@@ -1,12 +1,18 @@
-/* server_job.c: a generation job on its connection's side (connection threads).
+/* server_job.c: a generation job on its connection's side (libmicrohttpd's pool threads and
+ * the watcher thread).
  *
  * Owns: a job's creation and reference count, its cancellation from the connection (a queued
  * job leaves the queue at once; a running one is noticed by the scheduler at its next token),
- * the wait of a non-streaming request and the SSE content reader of a streaming one, which
- * drains the bytes the scheduler appends to j->out and sends keep-alive comments meanwhile;
- * and the request's log line.
- * Must not: call the engine or touch a slot (server_sched.c does); hold srv->mu while it
- * polls the socket or sleeps (it waits on j->cv, which releases srv->mu).
+ * the suspension of the connection while the job has nothing for it and its resumption
+ * (srv_job_wake, called by the scheduler when output or the end arrives; srv_job_watch,
+ * called by the watcher thread for hang-ups and keep-alive comments), the SSE content reader
+ * of a streaming request, and the request's log line (written when the job is freed, by
+ * whichever side lets go last).
+ * Must not: call the engine or touch a slot (server_sched.c does); block a pool thread: a
+ * connection with nothing to send is suspended (MHD_suspend_connection), never waited on.
+ * Invariant: j->suspended (srv->mu) is true exactly between MHD_suspend_connection and
+ * MHD_resume_connection on j->conn, both called under srv->mu, so a resume always follows
+ * its suspend and a connection is never suspended twice; s->n_suspended counts them.
  * Threads and locking: see the top of server.c. */
 #include <errno.h>
 #include <poll.h>
@@ -20,8 +26,6 @@
 
 #include "server/server_int.h"
 
-#define WAIT_SLICE_MS 50 /* how often waiting connection threads check their socket */
-
 /* ==== a job's lifetime ==================================================================== */
 
 void srv_job_unref(srv_server *s, job *j) {
@@ -29,13 +33,16 @@ void srv_job_unref(srv_server *s, job *j) {
     int left = --j->refs;
     pthread_mutex_unlock(&s->mu);
     if (left) return;
+    int status = atomic_load(&j->cancelled) || !j->status ? 499 : j->status;
+    srv_metrics_job(s, j); /* before the request's count (srv_log_job): a scrape that sees the
+                            * request counted sees its tokens too */
+    srv_log_job(s, j->req_no, j->method, j->url, j, status, j->outcome ? j->outcome : "cancelled", j->t0);
     srv_req_free(&j->req);
     dsf_buf_free(&j->out);
     free(j->ids);
     free(j->lp);
     free(j->body);
     free(j->api_state);
-    pthread_cond_destroy(&j->cv);
     free(j);
 }
 
@@ -45,17 +52,22 @@ static void rand_alnum(char *out, int n, uint64_t *rng) {
     out[n] = 0;
 }
 
-job *srv_job_new(srv_server *s, srv_req *req, int fd, int req_no) {
+job *srv_job_new(srv_server *s, srv_req *req, struct MHD_Connection *c, int req_no, const char *method,
+                 const char *url) {
     job *j = dsf_xcalloc(1, sizeof *j);
     j->req = *req;
     memset(req, 0, sizeof *req);
     j->refs = 2;
-    j->fd = fd;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    j->fd = ci ? ci->connect_fd : -1;
+    j->conn = c;
     j->slot_id = -1;
-    j->t0 = dsf_now();
+    j->t0 = j->last_send = dsf_now();
+    j->req_no = req_no;
+    snprintf(j->method, sizeof j->method, "%s", method);
+    snprintf(j->url, sizeof j->url, "%s", url);
     j->rng = dsf_rng_init((uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)j ^
                           ((uint64_t)req_no << 32) ^ (uint64_t)(dsf_now() * 1e9));
-    pthread_cond_init(&j->cv, NULL);
     char rid[32];
     rand_alnum(rid, 24, &j->rng);
     snprintf(j->meta.id, sizeof j->meta.id, "%s%s", srv_api_of(j->req.kind)->id_prefix, rid);
@@ -63,8 +75,6 @@ job *srv_job_new(srv_server *s, srv_req *req, int fd, int req_no) {
     j->meta.created = (long long)time(NULL);
     return j;
 }
-
-/* ==== waiting and streaming (connection threads) ========================================= */
 
 /* The log line of a generation request, with its decode batch sizes (mean and largest). */
 void srv_log_job(srv_server *s, int req_no, const char *method, const char *url, const job *j, int status,
@@ -77,6 +87,49 @@ void srv_log_job(srv_server *s, int req_no, const char *method, const char *url,
             req_no, method, url, j->slot_id, j->req.n_prompt, j->n_cached, j->n_gen, j->tps,
             j->batch_n ? (double)j->batch_sum / j->batch_n : 0.0, j->batch_max, sp, dsf_now() - t0, status,
             outcome ? outcome : "");
+    srv_metrics_request(s, url, status);
+}
+
+/* ==== suspension and wake-ups ============================================================== */
+
+/* Under srv->mu: the connection has nothing to do until srv_job_wake. */
+static void job_suspend(srv_server *s, job *j) {
+    j->suspended = true;
+    s->n_suspended++;
+    MHD_suspend_connection(j->conn);
+}
+
+void srv_job_wake(srv_server *s, job *j) {
+    if (!j->suspended) return;
+    j->suspended = false;
+    s->n_suspended--;
+    MHD_resume_connection(j->conn);
+}
+
+/* Under srv->mu: cancels a job from its connection's side; a queued job leaves the queue at
+ * once (the connection still holds its own reference). */
+static void job_cancel_locked(srv_server *s, job *j) {
+    atomic_store(&j->cancelled, 1);
+    if (j->done || j->slot_id >= 0) return;
+    for (job **pp = &s->qhead; *pp; pp = &(*pp)->next)
+        if (*pp == j) {
+            *pp = j->next;
+            s->n_queued--;
+            break;
+        }
+    s->qtail = NULL;
+    for (job *q = s->qhead; q; q = q->next) s->qtail = q;
+    j->done = true;
+    j->outcome = "cancelled";
+    j->refs--; /* the queue's reference */
+}
+
+void srv_job_cancel_queued(srv_server *s) {
+    while (s->qhead) {
+        job *j = s->qhead;
+        job_cancel_locked(s, j);
+        srv_job_wake(s, j);
+    }
 }
 
 /* True when the peer has closed its end of the socket. */
@@ -93,125 +146,98 @@ static bool peer_gone(int fd) {
     return false;
 }
 
-static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-    pthread_cond_timedwait(cv, mu, &ts);
+/* Under srv->mu: one waiting job (queued or on a slot, not done). */
+static void watch_job(srv_server *s, job *j, double now) {
+    if (!j->suspended) return;
+    if (peer_gone(j->fd)) { /* libmicrohttpd does not poll a suspended connection */
+        job_cancel_locked(s, j);
+        srv_job_wake(s, j);
+    } else if (j->req.stream && now - j->last_send >= s->p.keepalive_ms / 1000.0) {
+        srv_job_wake(s, j); /* the content reader writes the keep-alive comment */
+    }
 }
 
-/* Cancels a job from its connection: a queued job leaves the queue at once. */
-static void job_cancel(srv_server *s, job *j) {
-    atomic_store(&j->cancelled, 1);
-    pthread_mutex_lock(&s->mu);
-    if (!j->done && j->slot_id < 0) {
-        for (job **pp = &s->qhead; *pp; pp = &(*pp)->next)
-            if (*pp == j) {
-                *pp = j->next;
-                s->n_queued--;
-                break;
-            }
-        s->qtail = NULL;
-        for (job *q = s->qhead; q; q = q->next) s->qtail = q;
-        j->done = true;
-        j->outcome = "cancelled";
-        j->refs--; /* the queue's reference (the connection still holds its own) */
+void srv_job_watch(srv_server *s, double now) {
+    for (job *j = s->qhead, *next; j; j = next) {
+        next = j->next; /* watch_job may unlink j */
+        watch_job(s, j, now);
     }
-    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < s->n_slots; i++)
+        if (s->slots[i].j && !s->slots[i].j->done) watch_job(s, s->slots[i].j, now);
 }
+
+void srv_job_release(srv_server *s, job *j) {
+    pthread_mutex_lock(&s->mu);
+    j->conn = NULL;
+    if (!j->done) job_cancel_locked(s, j); /* a running job: the slot notices at its next token */
+    pthread_mutex_unlock(&s->mu);
+    srv_job_unref(s, j);
+}
+
+/* ==== non-streaming ======================================================================== */
+
+bool srv_job_park(srv_server *s, job *j) {
+    pthread_mutex_lock(&s->mu);
+    bool park = !j->done;
+    if (park) job_suspend(s, j);
+    pthread_mutex_unlock(&s->mu);
+    return park;
+}
+
+/* ==== streaming: the SSE content reader ==================================================== */
 
 typedef struct {
     srv_server *s;
     job *j;
-    double last_send;
-    bool logged;
-    char method[8];
-    char url[40];
-    int req_no;
 } stream_ctx;
 
-static void stream_log(stream_ctx *sc) {
-    if (sc->logged) return;
-    sc->logged = true;
-    job *j = sc->j;
-    srv_log_job(sc->s, sc->req_no, sc->method, sc->url, j,
-                atomic_load(&j->cancelled) ? 499 : j->status ? j->status : 200, j->outcome ? j->outcome : "cancelled",
-                j->t0);
-}
-
+/* Returns the bytes the scheduler appended to j->out, a keep-alive comment when one is due,
+ * the end, or 0 after suspending the connection (libmicrohttpd 0.9.75: returning 0 without
+ * suspending would make its internal loop call again at once, a busy wait). */
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     stream_ctx *sc = cls;
     srv_server *s = sc->s;
     job *j = sc->j;
+    static const char ka[] = ": keep-alive\n\n";
+    ssize_t ret = 0;
     pthread_mutex_lock(&s->mu);
-    for (;;) {
-        if (j->out_pos < j->out.len) {
-            size_t n = j->out.len - j->out_pos;
-            if (n > max) n = max;
-            memcpy(buf, j->out.data + j->out_pos, n);
-            j->out_pos += n;
-            pthread_mutex_unlock(&s->mu);
-            sc->last_send = dsf_now();
-            return (ssize_t)n;
-        }
-        if (j->done) {
-            pthread_mutex_unlock(&s->mu);
-            stream_log(sc);
-            return MHD_CONTENT_READER_END_OF_STREAM;
-        }
-        if (atomic_load(&j->cancelled)) break;
-        pthread_mutex_unlock(&s->mu);
-        if (peer_gone(j->fd) || s->stopping) {
-            job_cancel(s, j);
-            pthread_mutex_lock(&s->mu);
-            break;
-        }
+    double now = dsf_now();
+    if (j->out_pos < j->out.len) {
+        size_t n = j->out.len - j->out_pos;
+        if (n > max) n = max;
+        memcpy(buf, j->out.data + j->out_pos, n);
+        j->out_pos += n;
+        j->last_send = now;
+        ret = (ssize_t)n;
+    } else if (j->done) {
+        ret = MHD_CONTENT_READER_END_OF_STREAM;
+    } else if (atomic_load(&j->cancelled)) {
+        ret = MHD_CONTENT_READER_END_WITH_ERROR;
+    } else if (now - j->last_send >= s->p.keepalive_ms / 1000.0 && max >= sizeof ka - 1) {
         /* spec: keep-alive comments while the prompt waits or is prefilled */
-        if (dsf_now() - sc->last_send >= s->p.keepalive_ms / 1000.0) {
-            static const char ka[] = ": keep-alive\n\n";
-            if (max < sizeof ka - 1) return 0;
-            memcpy(buf, ka, sizeof ka - 1);
-            sc->last_send = dsf_now();
-            return (ssize_t)(sizeof ka - 1);
-        }
-        pthread_mutex_lock(&s->mu);
-        int ms = s->p.keepalive_ms < WAIT_SLICE_MS ? s->p.keepalive_ms : WAIT_SLICE_MS;
-        timed_wait(&j->cv, &s->mu, ms > 0 ? ms : 1);
+        memcpy(buf, ka, sizeof ka - 1);
+        j->last_send = now;
+        ret = (ssize_t)(sizeof ka - 1);
+    } else {
+        job_suspend(s, j);
     }
     pthread_mutex_unlock(&s->mu);
-    return MHD_CONTENT_READER_END_WITH_ERROR;
+    return ret;
 }
 
 static void stream_free(void *cls) {
     stream_ctx *sc = cls;
-    job *j = sc->j;
-    pthread_mutex_lock(&sc->s->mu);
-    bool done = j->done;
-    pthread_mutex_unlock(&sc->s->mu);
-    if (!done) job_cancel(sc->s, j);
-    /* The slot notices the cancel at its next token; wait so that the log line is final. */
-    pthread_mutex_lock(&sc->s->mu);
-    while (!j->done) timed_wait(&j->cv, &sc->s->mu, WAIT_SLICE_MS);
-    pthread_mutex_unlock(&sc->s->mu);
-    stream_log(sc);
-    srv_job_unref(sc->s, j);
+    srv_job_release(sc->s, sc->j);
     free(sc);
 }
 
 /* The streaming answer: stream_reader drains j->out; the response owns the connection's
  * reference to j (stream_free drops it). */
-enum MHD_Result srv_job_stream(srv_server *s, struct MHD_Connection *c, job *j, int req_no, const char *method,
-                               const char *url) {
+enum MHD_Result srv_job_stream(srv_server *s, struct MHD_Connection *c, job *j) {
     stream_ctx *sc = dsf_xcalloc(1, sizeof *sc);
     sc->s = s;
     sc->j = j;
-    sc->last_send = dsf_now();
-    sc->req_no = req_no;
-    snprintf(sc->method, sizeof sc->method, "%s", method);
-    snprintf(sc->url, sizeof sc->url, "%s", url);
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, sc, stream_free);
     if (!r) {
         stream_free(sc);
@@ -222,19 +248,4 @@ enum MHD_Result srv_job_stream(srv_server *s, struct MHD_Connection *c, job *j, 
     enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
     return ret;
-}
-
-/* Non-streaming: the connection thread waits here (thread per connection), watching the socket. */
-void srv_job_wait(srv_server *s, job *j, int fd) {
-    pthread_mutex_lock(&s->mu);
-    while (!j->done) {
-        if (!atomic_load(&j->cancelled)) {
-            pthread_mutex_unlock(&s->mu);
-            if (peer_gone(fd) || s->stopping) job_cancel(s, j);
-            pthread_mutex_lock(&s->mu);
-            if (j->done) break;
-        }
-        timed_wait(&j->cv, &s->mu, WAIT_SLICE_MS);
-    }
-    pthread_mutex_unlock(&s->mu);
 }

@@ -25,7 +25,7 @@
 static void job_emit(srv_server *s, job *j, const dsf_buf *b) {
     pthread_mutex_lock(&s->mu);
     dsf_buf_append(&j->out, b->data, b->len);
-    pthread_cond_broadcast(&j->cv);
+    srv_job_wake(s, j); /* resumes its suspended connection */
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -104,7 +104,7 @@ static void slot_release(slot *sl) {
     sl->j = NULL;
     sl->last_used = dsf_now();
     j->done = true;
-    pthread_cond_broadcast(&j->cv);
+    srv_job_wake(s, j); /* resumes its suspended connection */
     srv_assign(s);
     pthread_mutex_unlock(&s->mu);
     srv_job_unref(s, j);
@@ -125,6 +125,7 @@ static void job_complete(slot *sl, int rc, dsf_gen_result *res, bool cancelled, 
         atomic_fetch_add(&s->st_sp_accepted, (unsigned long long)j->sp.accepted);
     }
     j->tps = res->decode_tps;
+    j->prefill_s = res->prefill_s, j->decode_s = res->decode_s;
     srv_usage u = {.prompt_tokens = j->req.n_prompt, .completion_tokens = res->n_completion,
                    .cached_tokens = res->n_cached};
     const srv_api *api = srv_api_of(j->req.kind);

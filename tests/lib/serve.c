@@ -62,10 +62,12 @@ int test_server_start(test_server *s, const char *model, const char *extra, char
     return -1;
 }
 
-int test_server_stop(test_server *s) {
+int test_server_stop(test_server *s) { return test_server_signal(s, SIGTERM, 30); }
+
+int test_server_signal(test_server *s, int sig, int wait_s) {
     if (s->pid <= 0) return -1;
-    kill(s->pid, SIGTERM);
-    for (int i = 0; i < 300; i++) {
+    kill(s->pid, sig);
+    for (int i = 0; i < wait_s * 10; i++) {
         int st;
         if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
             s->pid = 0;

@@ -17,6 +17,17 @@ typedef struct {
 int test_server_start(test_server *s, const char *model, const char *extra, char *msg, size_t cap);
 /* SIGTERM, then waits; the exit status (0 = clean), or -1 if it had to be killed. */
 int test_server_stop(test_server *s);
+/* Sends sig, then waits up to wait_s seconds: the exit status (128 + N after signal N), or
+ * -1 if it had to be killed. */
+int test_server_signal(test_server *s, int sig, int wait_s);
+
+/* Starts a server into the new variable s (test_server_start), or fails the test. */
+#define START(s, model, extra)                                                           \
+    test_server s;                                                                       \
+    do {                                                                                 \
+        char why_[256];                                                                  \
+        CHECKF(test_server_start(&s, model, extra, why_, sizeof why_) == 0, "%s", why_); \
+    } while (0)
 void test_sleep_ms(int ms);
 
 #endif
