@@ -53,6 +53,14 @@ static uint64_t data_id(dsf_engine *e) {
 #define SNAP_Q8K 0x100u
 static uint32_t snap_mode(const dsf_engine *e) { return (uint32_t)e->numerics | (e->act_q8k ? SNAP_Q8K : 0u); }
 
+uint64_t dsf_engine_state_id(dsf_engine *e) {
+    uint64_t h = fnv1a(FNV_INIT, &e->model_id, sizeof e->model_id);
+    uint64_t d = data_id(e), m = snap_mode(e);
+    h = fnv1a(h, &d, sizeof d);
+    h = fnv1a(h, &m, sizeof m);
+    return h ? h : 1;
+}
+
 typedef struct {
     char magic[8];
     uint32_t version, numerics;
