@@ -137,7 +137,7 @@ typedef struct {
     uint64_t ident;
     int n_tokens;
     uint64_t bytes;     /* file size */
-    uint64_t last_use;  /* c->clock when last written or loaded */
+    uint64_t last_use;  /* c->clock when last put or loaded */
 } pc_entry;
 
 typedef struct pc_job {
@@ -145,6 +145,7 @@ typedef struct pc_job {
     int n_tokens;
     uint8_t *data;
     size_t len;
+    uint64_t last_use;  /* c->clock at the put: recency counts from the use, not the write */
     struct pc_job *next;
 } pc_job;
 
@@ -158,7 +159,7 @@ struct pcache {
     int n, cap;
     uint64_t bytes, clock;   /* mu */
     pc_job *qhead, *qtail;   /* mu: the writer's queue */
-    pcache_key writing;      /* mu: the key the writer is writing (valid while busy) */
+    pc_job *writing;         /* mu: the entry the writer is writing (valid while busy) */
     bool busy, stop;         /* mu */
     pcache_stats st;         /* mu (entries, bytes, queued_bytes filled in by pcache_get_stats) */
     pthread_t writer;
@@ -229,6 +230,13 @@ void pcache_discard(pcache *c, pcache_key key, const char *reason) {
     if (c) discard(c, key, reason);
 }
 
+/* Sets the entry file's modification time to now: the LRU order of the next open. */
+static void touch(const pcache *c, pcache_key k) {
+    char path[4096];
+    entry_path(c, k, PC_EXT, path, sizeof path);
+    utimensat(AT_FDCWD, path, NULL, 0);
+}
+
 /* ==== the writer thread ==================================================================== */
 
 static int write_all(int fd, const uint8_t *p, size_t n) {
@@ -287,7 +295,7 @@ static void *writer_main(void *arg) {
         pc_job *j = c->qhead;
         c->qhead = j->next;
         if (!c->qhead) c->qtail = NULL;
-        c->writing = j->key;
+        c->writing = j;
         c->busy = true;
         pthread_mutex_unlock(&c->mu);
 
@@ -301,7 +309,7 @@ static void *writer_main(void *arg) {
             c->st.dropped++;
         } else {
             pc_entry x = {.key = j->key, .ident = c->ident, .n_tokens = j->n_tokens,
-                          .bytes = j->len + PCACHE_HDR_BYTES, .last_use = ++c->clock};
+                          .bytes = j->len + PCACHE_HDR_BYTES, .last_use = j->last_use};
             add(c, &x);
             c->st.stores++;
             c->st.bytes_written += x.bytes;
@@ -322,8 +330,14 @@ void pcache_put(pcache *c, pcache_key key, int n_tokens, uint8_t *data, size_t l
         return;
     }
     pthread_mutex_lock(&c->mu);
-    bool dup = find(c, key) >= 0 || (c->busy && key_eq(c->writing, key));
-    for (pc_job *q = c->qhead; q && !dup; q = q->next) dup = key_eq(q->key, key);
+    /* the prefix is used again: stored or on its way, it becomes the most recent */
+    int have = find(c, key);
+    pc_job *same = c->busy && key_eq(c->writing->key, key) ? c->writing : NULL;
+    for (pc_job *q = c->qhead; q && !same; q = q->next)
+        if (key_eq(q->key, key)) same = q;
+    bool dup = have >= 0 || same;
+    if (have >= 0) c->e[have].last_use = ++c->clock;
+    if (same) same->last_use = ++c->clock;
     const char *why = dup ? NULL
                       : (uint64_t)len + PCACHE_HDR_BYTES > c->max_bytes ? "larger than the budget"
                       : c->st.queued_bytes + len > PC_QUEUE_MAX          ? "the write queue is full"
@@ -334,10 +348,11 @@ void pcache_put(pcache *c, pcache_key key, int n_tokens, uint8_t *data, size_t l
         pthread_mutex_unlock(&c->mu);
         if (why) dsf_log(1, "pcache: entry of %d tokens (%zu bytes) not stored: %s", n_tokens, len, why);
         free(data);
+        if (have >= 0) touch(c, key);
         return;
     }
     pc_job *j = dsf_xcalloc(1, sizeof *j);
-    *j = (pc_job){.key = key, .n_tokens = n_tokens, .data = data, .len = len};
+    *j = (pc_job){.key = key, .n_tokens = n_tokens, .data = data, .len = len, .last_use = ++c->clock};
     if (c->qtail) c->qtail->next = j;
     else c->qhead = j;
     c->qtail = j;
@@ -421,8 +436,8 @@ static int read_entry(pcache *c, pcache_key key, int n_tokens, uint8_t **data, s
             else rc = 0;
         }
     }
-    if (rc == 0) futimens(fd, NULL); /* the LRU order survives a restart */
     close(fd);
+    if (rc == 0) touch(c, key); /* the LRU order survives a restart */
     if (rc) free(buf);
     else *data = buf, *len = (size_t)h.payload_len;
     return rc;

@@ -107,7 +107,7 @@ static bool restore(srv_server *s, slot *sl, const job *j, pcache_key key, int n
         dsf_session_rollback(sl->s, 0, err);
         return false;
     }
-    dsf_log(2, "serve: prefix cache: restored %d tokens (%zu bytes) in %.3f s", n, len, dsf_now() - t0);
+    dsf_log(1, "serve: prefix cache: restored %d tokens (%zu bytes) from disk in %.3f s", n, len, dsf_now() - t0);
     return true;
 }
 
@@ -129,11 +129,16 @@ int srv_pc_start_job(srv_server *s, slot *sl, job *j) {
         }
     int have = shared_prefix(sl, j);
     if (!s->pc || P < 2) return have;
-    pcache_key key;
-    uint64_t bytes = 0;
-    int n = pcache_lookup(s->pc, j->req.prompt, P - 1, &key, &bytes);
-    if (n <= have || !restore_wins(s, bytes, n - have)) return have;
-    return restore(s, sl, j, key, n) ? n : shared_prefix(sl, j);
+    /* a bad entry is discarded by the failed restore: the next lookup finds the next longest */
+    for (int tries = 0; tries < 3; tries++) {
+        pcache_key key;
+        uint64_t bytes = 0;
+        int n = pcache_lookup(s->pc, j->req.prompt, P - 1, &key, &bytes);
+        if (n <= have || !restore_wins(s, bytes, n - have)) break;
+        if (restore(s, sl, j, key, n)) return n;
+        have = shared_prefix(sl, j);
+    }
+    return have;
 }
 
 int srv_pc_boundary(const srv_server *s, const job *j, int after) {

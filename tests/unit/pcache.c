@@ -14,19 +14,8 @@
 
 #include "server/pcache.h"
 #include "base/util.h"
+#include "helpers.h"
 #include "test.h"
-
-/* A fresh directory under the test tmpdir. */
-static const char *fresh_dir(const char *name) {
-    static char path[8][512];
-    static int k;
-    char *p = path[k++ % 8];
-    snprintf(p, 512, "%s/pcache-%s", test_tmpdir(), name);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", p);
-    test_run(cmd, NULL, 0);
-    return p;
-}
 
 /* A payload of len bytes derived from seed (malloc'ed: pcache_put takes it). */
 static uint8_t *payload(size_t len, unsigned seed) {
@@ -112,7 +101,7 @@ TEST(pcache_header) {
  * foreign one), its bytes come back intact, and a reopened cache (a restart) indexes the same
  * entries from the files. */
 TEST(pcache_roundtrip) {
-    const char *dir = fresh_dir("rt");
+    const char *dir = test_tmpfile("pcache-rt");
     char err[DSF_ERR_LEN];
     pcache *c = pcache_open(dir, 1 << 20, IDENT, err);
     CHECKF(c, "%s", err);
@@ -161,7 +150,7 @@ TEST(pcache_roundtrip) {
  * check catch them, the file is deleted, and the counters say so. Also: a temp file left by
  * a crash is removed at open. */
 TEST(pcache_corrupt) {
-    const char *dir = fresh_dir("bad");
+    const char *dir = test_tmpfile("pcache-bad");
     char err[DSF_ERR_LEN], path[1024];
     pcache *c = pcache_open(dir, 1 << 20, IDENT, err);
     CHECKF(c, "%s", err);
@@ -213,7 +202,7 @@ TEST(pcache_corrupt) {
  * used entry goes first (a load makes an entry recent), an entry larger than the budget is
  * not stored, and the order survives a reopen (file times). */
 TEST(pcache_lru) {
-    const char *dir = fresh_dir("lru");
+    const char *dir = test_tmpfile("pcache-lru");
     char err[DSF_ERR_LEN];
     const uint64_t budget = 3 * (1000 + PCACHE_HDR_BYTES);
     pcache *c = pcache_open(dir, budget, IDENT, err);
@@ -258,7 +247,7 @@ TEST(pcache_lru) {
 /* Guards against two processes sharing a directory (their indexes would disagree), and bad
  * directories. */
 TEST(pcache_open_errors) {
-    const char *dir = fresh_dir("lock");
+    const char *dir = test_tmpfile("pcache-lock");
     char err[DSF_ERR_LEN];
     pcache *c = pcache_open(dir, 1 << 20, IDENT, err);
     CHECKF(c, "%s", err);
