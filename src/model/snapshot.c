@@ -1,5 +1,6 @@
 /* snapshot.c: versioned session snapshots (dsflash.h: dsf_session_save/restore) and the two
- * ids that tie a snapshot to its model (the header hash and the sampled weight bytes).
+ * ids that tie a snapshot to its model (the header hash and the sampled weight bytes), also
+ * offered combined with the numerics mode as dsf_engine_state_id (the prefix cache's key).
  *
  * Owns: the snapshot format (a header, the token history, the window rows the next token can
  * see, the KV sources' compressed rows, index keys and pending compressor token, an FNV-1a

@@ -107,7 +107,7 @@ static bool restore(srv_server *s, slot *sl, const job *j, pcache_key key, int n
         dsf_session_rollback(sl->s, 0, err);
         return false;
     }
-    dsf_log(1, "serve: prefix cache: restored %d tokens (%zu bytes) from disk in %.3f s", n, len, dsf_now() - t0);
+    dsf_log(1, "serve: prefix cache: restored %d tokens (%zu bytes) from disk in %.6f s", n, len, dsf_now() - t0);
     return true;
 }
 
