@@ -409,7 +409,11 @@ static int read_entry(pcache *c, pcache_key key, int n_tokens, uint8_t **data, s
     char path[4096];
     entry_path(c, key, PC_EXT, path, sizeof path);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return dsf_seterr(err, "cannot open %s (%s)", path, strerror(errno)), errno == ENOENT ? 1 : -1;
+    if (fd < 0) {
+        int gone = errno == ENOENT;
+        dsf_seterr(err, "cannot open %s (%s)", path, strerror(errno));
+        return gone ? 1 : -1;
+    }
     struct stat sb;
     uint8_t hb[PCACHE_HDR_BYTES];
     pcache_hdr h;
