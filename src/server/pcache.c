@@ -542,7 +542,7 @@ static int scan_dir(pcache *c, char *err) {
         nf++;
     }
     closedir(d);
-    qsort(found, (size_t)nf, sizeof *found, by_mtime);
+    if (nf) qsort(found, (size_t)nf, sizeof *found, by_mtime); /* found is NULL when DIR holds no entry */
     for (int i = 0; i < nf; i++) {
         found[i].e.last_use = ++c->clock;
         add(c, &found[i].e);
