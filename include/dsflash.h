@@ -113,6 +113,11 @@ const int32_t *dsf_session_tokens(const dsf_session *s);
  * and shape; restore refuses a state from another model, shape or numerics mode. */
 int dsf_session_save(const dsf_session *s, uint8_t **out, size_t *len, char *err);
 int dsf_session_restore(dsf_session *s, const uint8_t *data, size_t len, char *err);
+/* The identity of what a session's state depends on: the model file (its header and sampled
+ * weight bytes, as a snapshot records them) and the numerics mode (with act_q8k). Engines with
+ * equal ids accept each other's snapshots; a cache keyed by it never serves another model's
+ * state. Never 0. The first call samples the weights (a few pages per tensor). */
+uint64_t dsf_engine_state_id(dsf_engine *e);
 
 /* ==== tokenizer ======================================================================== */
 

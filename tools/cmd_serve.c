@@ -44,6 +44,12 @@ static void usage(void) {
            "  --shutdown-grace S   on SIGTERM, let running requests finish for up to S seconds (default 30)\n"
            "  --store-mb N         memory for stored responses (/v1/responses \"store\", previous_response_id),\n"
            "                       least recently used dropped first (default 64; 0 = store nothing)\n"
+           "  --cache-dir DIR      disk prefix cache: session snapshots at the end of the system/tools preamble,\n"
+           "                       every --cache-every tokens and one token before each prompt's end; a later\n"
+           "                       request (also after a restart) restores the longest one when that is\n"
+           "                       cheaper than prefilling it (measured rates)\n"
+           "  --cache-max-gb N     the cache's size on disk, least recently used deleted first (default 16)\n"
+           "  --cache-every N      also store every N tokens of a long prefill (default 4096; 0 = off)\n"
            "  --numerics MODE      reference (default) or plain\n"
            "  --act-q8k            quantize the activations of K / IQ weights to Q8_K as ggml does (faster\n"
            "                       there; changes the results: opt-in)\n"
@@ -121,6 +127,15 @@ static int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--api-key")) p.api_key = v;
         else if (!strcmp(a, "--alias")) p.model_name = v;
         else if (!strcmp(a, "--port-file")) port_file = v;
+        else if (!strcmp(a, "--cache-dir")) p.cache_dir = v;
+        else if (!strcmp(a, "--cache-max-gb")) {
+            char *end = NULL;
+            p.cache_max_gb = v ? strtod(v, &end) : 0;
+            if (!v || end == v || *end || !(p.cache_max_gb > 0) || p.cache_max_gb > 1e6) {
+                fprintf(stderr, "dsflash serve: --cache-max-gb needs a number of GB within (0, 1e6], got '%s'\n", v ? v : "");
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--no-repack")) {
             p.repack = -1;
             takes = 0;
@@ -180,6 +195,9 @@ static int cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--store-mb")) {
             if (parse_int(a, v, 0, 1 << 20, &x)) return 2;
             p.store_mb = (int)x;
+        } else if (!strcmp(a, "--cache-every")) {
+            if (parse_int(a, v, 0, INT_MAX, &x)) return 2;
+            p.cache_every = (int)x;
         } else if (!strcmp(a, "--prefill-chunk")) {
             if (parse_int(a, v, 1, 1 << 20, &x)) return 2;
             p.prefill_chunk = (int)x;

@@ -1,5 +1,6 @@
 /* snapshot.c: versioned session snapshots (dsflash.h: dsf_session_save/restore) and the two
- * ids that tie a snapshot to its model (the header hash and the sampled weight bytes).
+ * ids that tie a snapshot to its model (the header hash and the sampled weight bytes), also
+ * offered combined with the numerics mode as dsf_engine_state_id (the prefix cache's key).
  *
  * Owns: the snapshot format (a header, the token history, the window rows the next token can
  * see, the KV sources' compressed rows, index keys and pending compressor token, an FNV-1a
@@ -56,6 +57,14 @@ static uint64_t data_id(dsf_engine *e) {
  * exact modes keep the values 0 and 1 they always had. */
 #define SNAP_Q8K 0x100u
 static uint32_t snap_mode(const dsf_engine *e) { return (uint32_t)e->numerics | (e->act_q8k ? SNAP_Q8K : 0u); }
+
+uint64_t dsf_engine_state_id(dsf_engine *e) {
+    uint64_t h = fnv1a(FNV_INIT, &e->model_id, sizeof e->model_id);
+    uint64_t d = data_id(e), m = snap_mode(e);
+    h = fnv1a(h, &d, sizeof d);
+    h = fnv1a(h, &m, sizeof m);
+    return h ? h : 1;
+}
 
 typedef struct {
     char magic[8];

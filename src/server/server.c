@@ -484,10 +484,13 @@ void srv_params_default(srv_params *p) {
     p->http_threads = 4;
     p->shutdown_grace_s = 30;
     p->store_mb = 64;
+    p->cache_max_gb = 16;
+    p->cache_every = 4096;
     p->numerics = DSF_NUMERICS_REFERENCE;
 }
 
 static void free_server(srv_server *s) {
+    srv_pc_close(s); /* the scheduler has stopped: write what is queued */
     for (int i = 0; s->slots && i < s->n_slots; i++) {
         dsf_gen_free(s->slots[i].g);
         spec_seq_free(s->slots[i].sq);
@@ -572,6 +575,7 @@ srv_server *srv_start(const srv_params *p, char *err) {
     if (!s->e) goto fail;
     s->tok = dsf_tokenizer_load(p->model_path, err);
     if (!s->tok) goto fail;
+    if (srv_pc_open(s, err)) goto fail;
     int train = dsf_engine_n_ctx_train(s->e);
     s->n_ctx = p->n_ctx > 0 ? p->n_ctx : (train > 0 && train < 4096 ? train : 4096);
     s->n_slots = p->n_slots;

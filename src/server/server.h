@@ -55,6 +55,9 @@ typedef struct {
     int store_mb;           /* stored responses (/v1/responses "store"), LRU by bytes; default 64; 0: none */
     dsf_numerics numerics;
     spec_opts spec;         /* --draft ...: speculative decoding per slot (spec.draft NULL: off) */
+    const char *cache_dir;  /* --cache-dir: the disk prefix cache (NULL: off) */
+    double cache_max_gb;    /* --cache-max-gb: its budget, LRU by bytes; default 16 */
+    int cache_every;        /* --cache-every: also store every N tokens of a long prefill (0: off); default 4096 */
 } srv_params;
 
 void srv_params_default(srv_params *p);

@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "server/pcache.h"
 #include "server/server.h"
 #include "server/store.h"
 
@@ -62,6 +63,7 @@ struct job {
     double prefill_s, decode_s; /* scheduler: the generation's wall times (/metrics) */
     const char *outcome;
     spec_stats sp;       /* scheduler: speculative decoding of this job (--draft) */
+    int n_preamble;      /* scheduler: tokens before the prompt's first User/Assistant token */
 };
 
 /* The generation callbacks' context (one per slot, for the job it runs). */
@@ -88,6 +90,8 @@ struct slot {
     int32_t next_tok;    /* SL_DECODE: the token the next round evaluates */
     spec_seq *sq;        /* --draft: the slot's speculative state (attached to g), else NULL */
     bool in_batch_spec;  /* this round: sq is set and the slot's token joined the batch */
+    int pf_end;          /* SL_PREFILL: where this prefill segment ends (a cache boundary or the prompt's end) */
+    int pf_left;         /* SL_PREFILL: tokens of the segment not yet evaluated */
 };
 
 /* The prefix cache's counters for /metrics (the cache fills them through srv->cache_stats). */
@@ -149,6 +153,14 @@ struct srv_server {
     /* the prefix cache's hooks (NULL: none): its counters, and its flush at shutdown */
     void (*cache_stats)(srv_server *s, srv_cache_stats *out);
     void (*cache_flush)(srv_server *s);
+    /* the disk prefix cache (--cache-dir; NULL: off), thread-safe itself; the rest: scheduler
+     * thread only */
+    pcache *pc;
+    uint64_t pc_ident;        /* dsf_engine_state_id, the keys' seed */
+    int32_t pc_user, pc_assistant; /* the turn tokens that end the preamble (-1: none) */
+    double pc_prefill_tps;    /* measured prefill tokens/s (0: not yet) */
+    double pc_restore_bps;    /* measured restore bytes/s (0: not yet) */
+    atomic_ullong pc_hit_tokens; /* prompt tokens restored from the disk (/metrics) */
 };
 
 /* ==== one API's wire format ================================================================
@@ -254,5 +266,25 @@ char *srv_metrics_text(srv_server *s);
 void srv_assign(srv_server *s);
 /* The scheduler thread (arg: the srv_server). */
 void *srv_sched_main(void *arg);
+
+/* ==== the disk prefix cache (server_pcache.c) ============================================ */
+
+/* srv_start, after the engine and tokenizer: opens --cache-dir (nothing without it). */
+int srv_pc_open(srv_server *s, char *err);
+/* free_server: writes what is queued and closes the cache. */
+void srv_pc_close(srv_server *s);
+/* The cache's counters (all zeros without --cache-dir), for /metrics; any thread. */
+void srv_pcache_stats(srv_server *s, pcache_stats *out);
+/* Scheduler, a job starting on sl: finds the preamble, and restores the longest cached prefix
+ * from disk into the slot's session when that beats prefilling past what the slot holds.
+ * Returns the prompt tokens the session then holds (at most n_prompt - 1), RAM or disk. */
+int srv_pc_start_job(srv_server *s, slot *sl, job *j);
+/* Scheduler: the end of the prefill segment after position `after` (the next boundary to
+ * store, or n_prompt; always n_prompt without a cache). */
+int srv_pc_boundary(const srv_server *s, const job *j, int after);
+/* Scheduler: saves the slot's session (n tokens of j's prompt) into the cache (queued). */
+void srv_pc_store(srv_server *s, slot *sl, const job *j, int n);
+/* Scheduler: one prefill measurement (tokens evaluated in secs). */
+void srv_pc_prefill_rate(srv_server *s, int tokens, double secs);
 
 #endif

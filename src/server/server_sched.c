@@ -116,7 +116,6 @@ static void job_complete(slot *sl, int rc, dsf_gen_result *res, bool cancelled, 
     srv_server *s = sl->srv;
     job *j = sl->cur;
     j->n_prompt = j->req.n_prompt;
-    j->n_cached = res->n_cached;
     if (sl->sq) {
         j->sp = *spec_seq_stats(sl->sq);
         atomic_fetch_add(&s->st_sp_rounds, (unsigned long long)j->sp.rounds);
@@ -127,7 +126,7 @@ static void job_complete(slot *sl, int rc, dsf_gen_result *res, bool cancelled, 
     j->tps = res->decode_tps;
     j->prefill_s = res->prefill_s, j->decode_s = res->decode_s;
     srv_usage u = {.prompt_tokens = j->req.n_prompt, .completion_tokens = res->n_completion,
-                   .cached_tokens = res->n_cached};
+                   .cached_tokens = j->n_cached};
     const srv_api *api = srv_api_of(j->req.kind);
     if (cancelled) {
         j->outcome = "cancelled";
@@ -154,7 +153,7 @@ static void job_complete(slot *sl, int rc, dsf_gen_result *res, bool cancelled, 
 static void job_abort_prefill(slot *sl, const char *err) {
     dsf_gen_result res;
     memset(&res, 0, sizeof res);
-    res.n_cached = dsf_gen_n_cached(sl->g);
+    res.n_cached = sl->cur->n_cached;
     bool cancelled = atomic_load(&sl->cur->cancelled) || sl->srv->stopping;
     job_complete(sl, -1, &res, cancelled, err);
 }
@@ -203,7 +202,13 @@ static void job_start(slot *sl, job *j) {
     gp->on_token = cb_token;
     gp->cancel = cb_cancel;
     gp->ud = &sl->ctx;
-    if (dsf_gen_prefill_begin(sl->g, j->req.prompt, j->req.n_prompt, s->p.prefill_chunk, err) < 0) {
+    /* the prefix reused from the slot's session, or restored from the disk cache; the prefill
+     * then runs in segments that end at the cache's boundaries (server_pcache.c) */
+    int have = srv_pc_start_job(s, sl, j);
+    sl->pf_end = srv_pc_boundary(s, j, have);
+    sl->pf_left = dsf_gen_prefill_begin(sl->g, j->req.prompt, sl->pf_end, s->p.prefill_chunk, err);
+    j->n_cached = dsf_gen_n_cached(sl->g); /* known now: a stream's first event may report it */
+    if (sl->pf_left < 0) {
         job_abort_prefill(sl, err);
         return;
     }
@@ -212,14 +217,25 @@ static void job_start(slot *sl, job *j) {
 
 /* One prefill chunk; when the prompt is complete, the generation starts with its first token. */
 static void slot_prefill_step(slot *sl) {
+    srv_server *s = sl->srv;
+    job *j = sl->cur;
     char err[DSF_ERR_LEN] = "";
+    double t0 = dsf_now();
     int left = dsf_gen_prefill_step(sl->g, err);
     if (left < 0) {
         job_abort_prefill(sl, err);
         return;
     }
+    srv_pc_prefill_rate(s, sl->pf_left - left, dsf_now() - t0);
+    sl->pf_left = left;
     if (left > 0) return;
-    sl->cur->n_cached = dsf_gen_n_cached(sl->g); /* known now: a stream's first event may report it */
+    if (sl->pf_end < j->req.n_prompt) { /* a cache boundary: store it, prefill the next segment */
+        srv_pc_store(s, sl, j, sl->pf_end);
+        sl->pf_end = srv_pc_boundary(s, j, sl->pf_end);
+        sl->pf_left = dsf_gen_prefill_begin(sl->g, j->req.prompt, sl->pf_end, s->p.prefill_chunk, err);
+        if (sl->pf_left < 0) job_abort_prefill(sl, err);
+        return;
+    }
     if (dsf_gen_begin(sl->g, &sl->gp, err) < 0) {
         job_abort_prefill(sl, err);
         return;

@@ -24,6 +24,7 @@
 #include "fuzz_imatrix.c"
 #include "fuzz_messages.c"
 #include "fuzz_model.c"
+#include "fuzz_pcache.c"
 #include "fuzz_dspark.c"
 #include "fuzz_safetensors.c"
 #include "fuzz_sampler.c"
@@ -305,6 +306,24 @@ TEST(replay_responses) {
     static const char t1[] = "\x00{\"input\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_output_tokens\": 4}";
     fi_add(&s, t1, sizeof t1 - 1);
     int total, acc = fi_run("responses", &s, 1500, fz_responses_one, &total);
+    FI_CHECK_MIX(acc, total);
+}
+
+/* Valid entries (header + payload) with each flag combination, and a short file. */
+TEST(replay_pcache) {
+    fi_seeds s = {0};
+    fi_add_dir(&s, "fuzz_pcache");
+    for (int k = 0; k < 4; k++) {
+        uint8_t e[1 + PCACHE_HDR_BYTES + 40];
+        for (int i = 0; i < 40; i++) e[1 + PCACHE_HDR_BYTES + i] = (uint8_t)(i * 37 + k);
+        pcache_hdr h = {.version = 1, .n_tokens = 5u + (unsigned)k, .key = {7, 9}, .ident = 3, .payload_len = 40,
+                        .payload_sum = pcache_sum(e + 1 + PCACHE_HDR_BYTES, 40)};
+        pcache_hdr_write(&h, e + 1);
+        e[0] = (uint8_t)k;
+        fi_add(&s, e, sizeof e);
+    }
+    fi_add(&s, "\3DSFPCE1", 9);
+    int total, acc = fi_run("pcache", &s, 2000, fz_pcache_one, &total);
     FI_CHECK_MIX(acc, total);
 }
 
