@@ -218,6 +218,7 @@ TEST(pcache_lru) {
     CHECK(pcache_load(c, k, 1, &d, &len, err) == 0); /* entry 1 is now the most recent */
     free(d);
     for (int n = 4; n <= 7; n++) {
+        usleep(20 * 1000); /* file times are kept at the kernel's tick: entries written within one tie */
         put(c, IDENT, TOKS, n, 1000, (unsigned)n);
         pcache_flush(c);
         pcache_get_stats(c, &st);
