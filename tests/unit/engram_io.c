@@ -123,7 +123,8 @@ TEST(engram_io_short_read_fails) {
         for (int i = 0; i < 16; i++) rows[i] = i < 8 ? i * 50 : 590 + i; /* 598..605: 600 is half there */
         engram_io_start(io, r, 0, 16);
         CHECK(engram_io_wait(io, r, 0, err) < 0);
-        CHECKF(strstr(err, "short read") && strstr(err, "row 600") && strstr(err, "truncated"), "%s", err);
+        /* row 600 (half there) or a later one: with readers, whichever fails first is reported */
+        CHECKF(strstr(err, "short read") && strstr(err, "row 60") && strstr(err, "truncated"), "%s", err);
         /* the forward's caller learns it once */
         char e2[DSF_ERR_LEN] = "";
         CHECK(engram_req_take_error(r, e2) < 0 && !strcmp(e2, err));
