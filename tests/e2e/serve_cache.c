@@ -52,16 +52,8 @@ static json_t *post(int port, const char *path, const char *body, int *status) {
     return json_load_file(out, JSON_ALLOW_NUL, &e);
 }
 
-static const json_t *jget(const json_t *o, const char *path) {
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", path);
-    const json_t *v = o;
-    for (char *tok = strtok(buf, "."); tok && v; tok = strtok(NULL, "."))
-        v = json_is_array(v) ? json_array_get(v, (size_t)atoi(tok)) : json_object_get(v, tok);
-    return v;
-}
 static long long jint(const json_t *o, const char *path) {
-    const json_t *v = jget(o, path);
+    const json_t *v = json_at(o, path);
     return json_is_integer(v) ? json_integer_value(v) : -1;
 }
 
@@ -109,7 +101,7 @@ static int ask(int port, int api, result *r) {
     if (api == API_CHAT) {
         r->prompt = jint(v, "usage.prompt_tokens");
         r->cached = jint(v, "usage.prompt_tokens_details.cached_tokens");
-        r->logprobs = json_incref((json_t *)jget(v, "choices.0.logprobs"));
+        r->logprobs = json_incref((json_t *)json_at(v, "choices.0.logprobs"));
     } else if (api == API_MSG) {
         r->cached = jint(v, "usage.cache_read_input_tokens");
         r->prompt = jint(v, "usage.input_tokens") + r->cached; /* input_tokens excludes the cache reads */

@@ -34,12 +34,7 @@
 /* ==== helpers ============================================================================== */
 
 static const char *jstr(const json_t *o, const char *path) {
-    /* dotted path with numeric array indices: "choices.0.message.content" */
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", path);
-    const json_t *v = o;
-    for (char *tok = strtok(buf, "."); tok && v; tok = strtok(NULL, "."))
-        v = json_is_array(v) ? json_array_get(v, (size_t)atoi(tok)) : json_object_get(v, tok);
+    const json_t *v = json_at(o, path);
     return json_is_string(v) ? json_string_value(v) : NULL;
 }
 

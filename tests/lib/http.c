@@ -180,6 +180,15 @@ json_t *body_json(const response *r) {
     return json_loadb((const char *)r->body.data, r->body.len, JSON_ALLOW_NUL, &e); /* generated text may hold U+0000 */
 }
 
+const json_t *json_at(const json_t *o, const char *path) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", path);
+    const json_t *v = o;
+    for (char *tok = strtok(buf, "."); tok && v; tok = strtok(NULL, "."))
+        v = json_is_array(v) ? json_array_get(v, (size_t)atoi(tok)) : json_object_get(v, tok);
+    return v;
+}
+
 /* ==== SSE, as the OpenAI SDK decodes it =================================================== */
 
 void sse_decode(const char *s, size_t n, sse *out) {

@@ -40,6 +40,8 @@ void response_free(response *r);
 int http(int port, const char *method, const char *path, const char *body, const char *key, response *r);
 /* The body as JSON (NULL if it is not). */
 json_t *body_json(const response *r);
+/* The value at a dotted path with numeric array indices ("choices.0.message.content"), NULL if none. */
+const json_t *json_at(const json_t *o, const char *path);
 
 typedef struct {
     json_t *events;  /* array of the parsed data objects, in order, up to [DONE] */
