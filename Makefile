@@ -7,7 +7,7 @@ WARN    := -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes -Wmi
 CSTD    := -std=c11 -D_GNU_SOURCE -ffp-contract=off
 CFLAGS  ?= $(OPT)
 ALLCFLAGS = $(CSTD) $(WARN) $(CFLAGS) -Iinclude -Isrc -pthread -MMD -MP $(EXTRA_CFLAGS)
-LIBS    := -lpcre2-8 -ljansson -lutf8proc -lmicrohttpd -lm -lpthread
+LIBS    := -lpcre2-8 -ljansson -lutf8proc -lmicrohttpd -lpng -ljpeg -lm -lpthread
 LDFLAGS ?=
 
 # ISA-specific kernels: each file is compiled with only its own flags (STYLE.md "SIMD").

@@ -119,6 +119,105 @@ int dsf_session_restore(dsf_session *s, const uint8_t *data, size_t len, char *e
  * state. Never 0. The first call samples the weights (a few pages per tensor). */
 uint64_t dsf_engine_state_id(dsf_engine *e);
 
+/* ==== images (deepseek41v; spec vision.md) ============================================== */
+
+/* Token types of an expanded prompt (vision.md §5). Every span position carries the image
+ * token's id; only the type tells them apart. */
+#define DSF_TOKEN_TEXT (-1)
+#define DSF_TOKEN_IMAGE_START 0
+#define DSF_TOKEN_IMAGE 1
+#define DSF_TOKEN_IMAGE_NEWLINE 2
+#define DSF_TOKEN_IMAGE_END 3
+
+/* The per-position extras of an expanded prompt of n tokens (passed with the token ids). */
+typedef struct {
+    const int8_t *types;  /* [n] DSF_TOKEN_*; NULL: every position is text */
+    /* One row of dsf_engine_n_embd floats per position with types[i] >= 0, packed in the
+     * order of those positions: the embedding that replaces the token's (vision.md §5). */
+    const float *embd;
+    /* [n] or NULL (all 0): what each position's content is, for prefix reuse: 0 for text;
+     * for a span position a non-zero hash of the image (its bytes and token cap) and the
+     * position's index in the span. Two prompts share a prefix only where ids AND keys agree. */
+    const uint64_t *keys;
+} dsf_media;
+
+/* Width of the residual stream (the image block's row width). */
+int dsf_engine_n_embd(const dsf_engine *e);
+/* Whether the model can take image spans (its layers carry ffn.gate.bias_vl). */
+bool dsf_engine_has_vision(const dsf_engine *e);
+
+/* dsf_session_eval with per-position types and embeddings (m may be NULL: all text). Span
+ * positions use their row of m->embd instead of the token embedding, route with bias_vl, are
+ * DEAD in the Engram history and get Engram gate 0 (vision.md §5-§7). Fails (state unchanged)
+ * when the model has no vision bias and a type is >= 0, on a type outside -1..3. */
+int dsf_session_eval_media(dsf_session *s, const int32_t *tokens, const dsf_media *m, int n, float *logits,
+                           bool all_rows, char *err);
+/* The content keys of the session's n_past positions (0 for text; see dsf_media.keys). */
+const uint64_t *dsf_session_keys(const dsf_session *s);
+
+/* A loaded projector (mmproj GGUF, clip / deepseek41v; gguf-layout.md §5). */
+typedef struct dsf_vision dsf_vision;
+
+typedef struct {
+    /* Tower arithmetic: DSF_NUMERICS_PLAIN = fp32 (the tight goldens); DSF_NUMERICS_REFERENCE =
+     * bf16 activations as the official code runs it (vision.md §11). */
+    dsf_numerics numerics;
+    int n_threads;      /* <= 0: all online cores */
+    int max_tokens;     /* default token cap per image (vision.md §2.2 M); 0 = 1024 */
+    long max_pixels;    /* decoded pixel cap, checked before decoding; 0 = the default (50 Mpixel) */
+} dsf_vision_params;
+
+void dsf_vision_params_default(dsf_vision_params *p);
+dsf_vision *dsf_vision_open(const char *mmproj_path, const dsf_vision_params *p, char *err);
+void dsf_vision_close(dsf_vision *v);
+/* The block's row width (the text model's hidden size: clip.vision.projection_dim). */
+int dsf_vision_n_embd(const dsf_vision *v);
+
+/* What the preprocessing planned for one image (vision.md §2.2-§2.3). */
+typedef struct {
+    int width, height;                       /* decoded size */
+    int best_w, best_h;                      /* padded canvas */
+    int n_vit_w, n_vit_h, n_llm_w, n_llm_h;  /* ViT patch grid, aligner grid */
+    int n_tokens;                            /* span length: n_llm_h * (n_llm_w + 1) + 2 */
+    int resized_w, resized_h, off_x, off_y;  /* the resize target and where it is pasted */
+} dsf_image_plan;
+
+/* One encoded image: its span's rows in span order (START, per LLM row its aligner rows then
+ * NEWLINE, END), as the text model receives them. Free with dsf_image_free. */
+typedef struct {
+    dsf_image_plan plan;
+    int n_embd;
+    float *block;   /* [plan.n_tokens][n_embd] */
+    uint64_t key;   /* non-zero hash of the image bytes and the token cap */
+} dsf_image;
+
+/* Decodes PNG or JPEG bytes (RGB; alpha dropped, not composited; EXIF orientation not applied),
+ * plans, resizes (Pillow-exact bicubic), pads, normalises, runs the tower and the aligner.
+ * max_tokens <= 0: the projector's default. A corrupt, truncated, unsupported or oversized
+ * image, or one whose resize target is empty, gets -1 and a message naming the problem. */
+int dsf_vision_encode(dsf_vision *v, const uint8_t *bytes, size_t len, int max_tokens, dsf_image *out,
+                      char *err);
+void dsf_image_free(dsf_image *im);
+
+/* A prompt with its image placeholders expanded: tokens, types, the span rows and the keys
+ * (the arrays dsf_media points at). Free with dsf_mm_prompt_free. */
+typedef struct {
+    int32_t *tokens;
+    int8_t *types;
+    float *embd;
+    uint64_t *keys;
+    int n;
+    int n_embd;
+} dsf_mm_prompt;
+
+/* Replaces the i-th image_token_id of prompt[0..n) with images[i]'s span (vision.md §5). The
+ * number of placeholders must equal n_images ("Found N image tokens but got M images"). */
+int dsf_mm_expand(const int32_t *prompt, int n, int32_t image_token_id, const dsf_image *images, int n_images,
+                  dsf_mm_prompt *out, char *err);
+void dsf_mm_prompt_free(dsf_mm_prompt *p);
+/* The dsf_media view of an expanded prompt. */
+dsf_media dsf_mm_media(const dsf_mm_prompt *p);
+
 /* ==== tokenizer ======================================================================== */
 
 /* Byte-level BPE tokenizer read from a GGUF's tokenizer.ggml.* keys (model "gpt2", pre
@@ -443,6 +542,9 @@ void dsf_gen_free(dsf_gen *g);
  * returns -1 with err; the session then holds some prefix of the prompt. */
 int dsf_gen_prefill(dsf_gen *g, const int32_t *prompt, int n, int chunk, dsf_gen_progress_cb progress,
                     void *ud, char *err);
+/* dsf_gen_prefill with image spans (see dsf_gen_prefill_begin_media). */
+int dsf_gen_prefill_media(dsf_gen *g, const int32_t *prompt, const dsf_media *m, int n, int chunk,
+                          dsf_gen_progress_cb progress, void *ud, char *err);
 /* Tokens reused by the last prefill (0 before any). */
 int dsf_gen_n_cached(const dsf_gen *g);
 
@@ -477,6 +579,12 @@ int dsf_gen_run(dsf_gen *g, const int32_t *prompt, int n, const dsf_gen_params *
  * number of tokens left to evaluate (>= 1), or -1 with err. prompt must stay valid until the
  * prefill completes. */
 int dsf_gen_prefill_begin(dsf_gen *g, const int32_t *prompt, int n, int chunk, char *err);
+/* dsf_gen_prefill_begin for a prompt with image spans (m: per-position extras, as in
+ * dsf_session_eval_media; NULL = text). Prefix reuse compares ids and keys; a chunk never ends
+ * inside a span (it is extended to the span's end). m's arrays must stay valid until the
+ * prefill completes. */
+int dsf_gen_prefill_begin_media(dsf_gen *g, const int32_t *prompt, const dsf_media *m, int n, int chunk,
+                                char *err);
 /* Evaluates the next chunk; returns the tokens still left (0: complete, the logits after the
  * last prompt token are kept for dsf_gen_begin) or -1 with err (the prefill is abandoned).
  * Abandon a prefill at any point by simply not stepping it further. */
