@@ -12,7 +12,7 @@
 #include "io/gguf.h"
 
 /* The projector's shape and the values of its keys. */
-typedef struct {
+typedef struct mmproj_meta_s {
     const char *name;      /* general.name */
     uint32_t n_layer;      /* clip.vision.block_count (vision_config.num_hidden_layers, > 0) */
     uint32_t n_embd;       /* clip.vision.embedding_length: the tower width D */

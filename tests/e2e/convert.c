@@ -7,6 +7,7 @@
  * tests/tiny/convert.c. */
 #include "io/gguf.h"
 #include "kernels/quant.h"
+#include "helpers.h"
 #include "test.h"
 #include "base/util.h"
 
@@ -22,52 +23,6 @@
 static bool file_exists(const char *p) {
     struct stat st;
     return stat(p, &st) == 0;
-}
-
-static uint32_t vt_size(uint32_t t) {
-    switch (t) {
-    case GGUF_VT_UINT8: case GGUF_VT_INT8: case GGUF_VT_BOOL: return 1;
-    case GGUF_VT_UINT16: case GGUF_VT_INT16: return 2;
-    case GGUF_VT_UINT32: case GGUF_VT_INT32: case GGUF_VT_FLOAT32: return 4;
-    default: return 8;
-    }
-}
-
-/* Compares every KV and tensor of a against b (and the counts, so the sets are equal), and with
- * ordered their order. Returns 0 or writes the first difference into msg. */
-static int gguf_same(const gguf_file *a, const gguf_file *b, bool ordered, char *msg, size_t cap) {
-    if (a->n_kv != b->n_kv) return snprintf(msg, cap, "KV count %llu vs %llu", (unsigned long long)a->n_kv, (unsigned long long)b->n_kv), -1;
-    if (a->n_tensors != b->n_tensors)
-        return snprintf(msg, cap, "tensor count %llu vs %llu", (unsigned long long)a->n_tensors, (unsigned long long)b->n_tensors), -1;
-    for (uint64_t i = 0; i < a->n_kv; i++) {
-        const gguf_kv *x = &a->kv[i], *y = gguf_find_kv(b, x->key);
-        if (!y) return snprintf(msg, cap, "key %s missing", x->key), -1;
-        if (ordered && y != &b->kv[i]) return snprintf(msg, cap, "key %s: at position %llu, not %llu", x->key,
-                                             (unsigned long long)(y - b->kv), (unsigned long long)i), -1;
-        if (x->type != y->type) return snprintf(msg, cap, "key %s: type %u vs %u", x->key, x->type, y->type), -1;
-        bool same = true;
-        if (x->type == GGUF_VT_STRING) same = x->str.len == y->str.len && !memcmp(x->str.ptr, y->str.ptr, x->str.len);
-        else if (x->type == GGUF_VT_ARRAY) {
-            same = x->arr_type == y->arr_type && x->arr_n == y->arr_n;
-            if (same && x->arr_type == GGUF_VT_STRING) {
-                for (uint64_t j = 0; j < x->arr_n && same; j++)
-                    same = x->strs[j].len == y->strs[j].len && !memcmp(x->strs[j].ptr, y->strs[j].ptr, x->strs[j].len);
-            } else if (same) same = !memcmp(x->arr_data, y->arr_data, x->arr_n * vt_size(x->arr_type));
-        } else same = x->u == y->u && x->i == y->i && (x->f == y->f || (x->f != x->f && y->f != y->f));
-        if (!same) return snprintf(msg, cap, "key %s: values differ", x->key), -1;
-    }
-    for (uint64_t i = 0; i < a->n_tensors; i++) {
-        const gguf_tensor *x = &a->tensors[i], *y = gguf_find_tensor(b, x->name);
-        if (!y) return snprintf(msg, cap, "tensor %s missing", x->name), -1;
-        if (ordered && y != &b->tensors[i]) return snprintf(msg, cap, "tensor %s: at position %llu, not %llu", x->name,
-                                                  (unsigned long long)(y - b->tensors), (unsigned long long)i), -1;
-        if (x->type != y->type || x->n_dims != y->n_dims) return snprintf(msg, cap, "tensor %s: type/dims differ", x->name), -1;
-        for (int d = 0; d < GGUF_MAX_DIMS; d++)
-            if (x->ne[d] != y->ne[d]) return snprintf(msg, cap, "tensor %s: ne[%d] %lld vs %lld", x->name, d, (long long)x->ne[d], (long long)y->ne[d]), -1;
-        if (x->nbytes != y->nbytes || memcmp(x->data, y->data, x->nbytes))
-            return snprintf(msg, cap, "tensor %s: data differs", x->name), -1;
-    }
-    return 0;
 }
 
 static void check_convert_matches_from(test_ctx *t, const char *hfrel, const char *ref, const char *tag,
@@ -86,7 +41,7 @@ static void check_convert_matches_from(test_ctx *t, const char *hfrel, const cha
     gguf_file *b = gguf_open(out, err);
     CHECKF(b, "%s", err);
     char msg[512] = "";
-    int same = gguf_same(a, b, true, msg, sizeof msg);
+    int same = test_gguf_same(a, b, TG_ORDER | TG_DATA, NULL, msg, sizeof msg);
     gguf_close(a);
     gguf_close(b);
     CHECKF(same == 0, "%s vs converted: %s", ref, msg);
@@ -423,7 +378,7 @@ TEST(convert_sharded_matches) {
     CHECKF(x && y, "%s", err);
     char msg[512] = "";
     /* the tensor order follows the checkpoint's, which the sharding changes (gguf-layout.md §3.4) */
-    int same = gguf_same(x, y, false, msg, sizeof msg);
+    int same = test_gguf_same(x, y, TG_DATA, NULL, msg, sizeof msg);
     gguf_close(x);
     gguf_close(y);
     CHECKF(same == 0, "sharded: %s", msg);
