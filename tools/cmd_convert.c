@@ -1,5 +1,6 @@
 /* cmd_convert.c: `dsflash convert`, the Hugging Face checkpoint -> deepseek41 GGUF
- * converter (src/convert/), and `--vocab-only`.
+ * converter (src/convert/), `--dspark` (the draft), `--mmproj` (the vision projector) and
+ * `--vocab-only`.
  *
  * The output is written to OUT.tmp and renamed to OUT only on success: on any error, and on
  * SIGINT/SIGTERM, the .tmp file is removed, so no file ever appears under the target name
@@ -18,6 +19,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: dsflash convert HF_DIR OUT.gguf [--outtype bf16|f32|native] [--threads T] [--name NAME]\n"
             "       dsflash convert --dspark HF_DIR OUT.gguf [--outtype bf16|f32|native] [--threads T] [--name NAME]\n"
+            "       dsflash convert --mmproj HF_DIR OUT.gguf [--outtype bf16|f32] [--name NAME]\n"
             "       dsflash convert --vocab-only TOKENIZER_DIR OUT.gguf\n\n"
             "Converts a DeepSeek-V4.1-Flash Hugging Face checkpoint (config.json, tokenizer.json,\n"
             "tokenizer_config.json, model.safetensors or model.safetensors.index.json + shards) into a\n"
@@ -33,6 +35,10 @@ static void usage(FILE *f) {
             "  --vocab-only   write only the tokenizer metadata of TOKENIZER_DIR\n"
             "  --dspark       write the DSpark speculative draft (mtp.* stages) as a dflash GGUF instead\n"
             "                 (default name: the model's name + '-dspark')\n"
+            "  --mmproj       write the vision projector (vision_config, vision.*, aligner.*, image_start/\n"
+            "                 end/newline) as a clip / deepseek41v mmproj GGUF instead, for --mmproj of\n"
+            "                 logits, run, chat and serve: 2-D weights BF16 (F32 with --outtype f32), the\n"
+            "                 patch embedding and the vectors F32 (default name: the model's name)\n"
             "The file is written as OUT.gguf.tmp and renamed when complete.\n");
 }
 
@@ -42,13 +48,14 @@ static int cmd_convert(int argc, char **argv) {
         return 0;
     }
     convert_opts o = {.f32 = false, .threads = 1};
-    bool vocab_only = false;
+    bool vocab_only = false, mmproj = false;
     const char *pos[2] = {NULL, NULL};
     int npos = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--vocab-only")) vocab_only = true;
         else if (!strcmp(a, "--dspark")) o.dspark = true;
+        else if (!strcmp(a, "--mmproj")) mmproj = true;
         else if (!strcmp(a, "--outtype") && i + 1 < argc) {
             const char *t = argv[++i];
             o.f32 = !strcmp(t, "f32");
@@ -79,6 +86,10 @@ static int cmd_convert(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
+    if (mmproj && (o.dspark || o.native || vocab_only)) {
+        fprintf(stderr, "dsflash convert: --mmproj takes neither --dspark, --vocab-only nor --outtype native\n");
+        return 2;
+    }
     const char *tmp = outfile_begin(pos[1]);
     if (!tmp) {
         fprintf(stderr, "dsflash convert: output path too long\n");
@@ -86,7 +97,9 @@ static int cmd_convert(int argc, char **argv) {
     }
     o.progress = isatty(STDERR_FILENO);
     char err[DSF_ERR_LEN] = "";
-    int rc = vocab_only ? convert_vocab_only(pos[0], tmp, err) : convert_checkpoint(pos[0], tmp, &o, err);
+    int rc = vocab_only ? convert_vocab_only(pos[0], tmp, err)
+             : mmproj   ? convert_mmproj(pos[0], tmp, &o, err)
+                        : convert_checkpoint(pos[0], tmp, &o, err);
     if (outfile_end(rc, err)) {
         fprintf(stderr, "dsflash convert: %s\n", err[0] ? err : "failed");
         return 1;

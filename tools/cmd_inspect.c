@@ -1,9 +1,11 @@
 /* cmd_inspect.c: `dsflash inspect MODEL.gguf`: metadata, layer roles and tensors; with --plan,
- * the memory the model needs, from its header alone. */
+ * the memory the model needs, from its header alone. On a vision projector (clip / deepseek41v,
+ * gguf-layout.md §5) it says so and prints the tower's shape from the keys and the tensors. */
 #include "cmd.h"
 #include "dsflash.h"
 #include "model/plan.h"
 #include "io/gguf.h"
+#include "kernels/quant.h"
 #include "base/util.h"
 
 #include <math.h>
@@ -20,6 +22,8 @@ static const char *USAGE =
     "  share of the file) and the dtypes each tensor class uses (routed and shared experts, dense\n"
     "  projections, hc mixes, router, LM head, token embedding, Engram table, small vectors).\n"
     "  Reads no tensor data (but the small vectors of a file that does not store them as F32).\n"
+    "  A vision projector (convert --mmproj, synth --mmproj-preset: clip / deepseek41v) is said to be one,\n"
+    "  with the tower's and the aligner's shape, its bytes by type and its tensors.\n"
     "  A dsflash native file (convert --outtype native, quantize ... native; docs/FORMAT.md) is said\n"
     "  to be one, with its FP8_B32 / FP8_R264 sizes and its size against the seed layout's.\n"
     "  --plan     from the header alone (a header-only file will do): the bytes of each tensor class,\n"
@@ -102,6 +106,75 @@ static int plan(const char *path, double ram_gib, long long ctx) {
     return need <= ram_gib ? 0 : 3;
 }
 
+/* A clip file: a deepseek41v projector's shape from its keys (gguf-layout.md §5.1), its bytes by
+ * type and its tensors; another projector type is refused. The tower's loader validates the rest. */
+static int inspect_projector(const gguf_file *g, const char *path) {
+    char err[DSF_ERR_LEN], *ptype = NULL;
+    if (gguf_get_str(g, "clip.projector_type", &ptype, err)) {
+        fprintf(stderr, "dsflash inspect: %s: a clip file without a projector type: %s\n", path, err);
+        return 1;
+    }
+    if (strcmp(ptype, "deepseek41v")) {
+        fprintf(stderr, "dsflash inspect: %s: a clip projector of type '%s'; dsflash runs only 'deepseek41v'\n", path,
+                ptype);
+        free(ptype);
+        return 1;
+    }
+    free(ptype);
+    static const char *const keys[] = {"block_count", "embedding_length", "attention.head_count", "feed_forward_length",
+                                       "patch_size", "projector.scale_factor", "projection_dim", "image_min_pixels"};
+    uint32_t v[8];
+    float eps = 0;
+    for (int i = 0; i < 8; i++) {
+        char key[96];
+        snprintf(key, sizeof key, "clip.vision.%s", keys[i]);
+        if (gguf_get_u32(g, key, &v[i], err) || (i == 2 && !v[i])) {
+            fprintf(stderr, "dsflash inspect: %s: %s\n", path, i == 2 && !v[i] ? "clip.vision.attention.head_count is 0" : err);
+            return 1;
+        }
+    }
+    if (gguf_get_f32(g, "clip.vision.attention.layer_norm_epsilon", &eps, err)) {
+        fprintf(stderr, "dsflash inspect: %s: %s\n", path, err);
+        return 1;
+    }
+    printf("file: %s (GGUF v%u, %llu keys, %llu tensors, %llu bytes)\n", path, g->version, (unsigned long long)g->n_kv,
+           (unsigned long long)g->n_tensors, (unsigned long long)g->size);
+    printf("a deepseek41v vision projector (clip mmproj): give it to logits, run, chat or serve with --mmproj,\n"
+           "beside a deepseek41 model of hidden size %u\n", v[6]);
+    printf("== shape ==\n  tower: %u blocks, width %u, %u heads x %u, SwiGLU %u, patch %u x %u, RMSNorm eps %g\n", v[0],
+           v[1], v[2], v[1] / v[2], v[3], v[4], v[4], (double)eps);
+    printf("  aligner: %u x %u merge, %llu -> %u -> %u; image_min_pixels %u\n", v[5], v[5],
+           (unsigned long long)v[1] * v[5] * v[5], v[6], v[6], v[7]);
+    uint64_t count[GGML_TYPE_COUNT] = {0}, bytes[GGML_TYPE_COUNT] = {0};
+    printf("== tensors ==\n");
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const gguf_tensor *t = &g->tensors[i];
+        printf("  %-32s %-5s", t->name, ggml_type_name(t->type));
+        for (uint32_t d = 0; d < t->n_dims; d++) printf("%s%lld", d ? " x " : " ", (long long)t->ne[d]);
+        printf("  (%llu bytes)\n", (unsigned long long)t->nbytes);
+        if (t->type < GGML_TYPE_COUNT) count[t->type]++, bytes[t->type] += t->nbytes;
+    }
+    printf("== bytes by type ==\n");
+    for (int ty = 0; ty < GGML_TYPE_COUNT; ty++)
+        if (count[ty])
+            printf("  %-5s %4llu tensors %12llu bytes\n", ggml_type_name((uint32_t)ty), (unsigned long long)count[ty],
+                   (unsigned long long)bytes[ty]);
+    return 0;
+}
+
+/* 1 and a projector's description when path is a clip file, 0 (nothing printed) when it is not,
+ * -1 when the header cannot be read (dsf_engine_open reports it). */
+static int try_projector(const char *path, int *rc) {
+    char err[DSF_ERR_LEN], *arch = NULL;
+    gguf_file *g = gguf_open_header(path, err);
+    if (!g) return -1;
+    int is_clip = gguf_get_str(g, "general.architecture", &arch, err) == 0 && !strcmp(arch, "clip");
+    free(arch);
+    if (is_clip) *rc = inspect_projector(g, path);
+    gguf_close(g);
+    return is_clip;
+}
+
 static int cmd_inspect(int argc, char **argv) {
     if (dsf_cmd_wants_help(argc, argv)) {
         fputs(USAGE, stdout);
@@ -125,6 +198,8 @@ static int cmd_inspect(int argc, char **argv) {
         fputs(USAGE, stderr);
         return 2;
     }
+    int rc = 0;
+    if (try_projector(argv[1], &rc) == 1) return rc;
     char err[DSF_ERR_LEN];
     dsf_engine_params p;
     dsf_engine_params_default(&p);

@@ -1,6 +1,7 @@
 /* cmd_synth.c: `dsflash synth --preset tiny|bench|bench-moe|real OUT.gguf [--seed S] [--header-only]
  * [--dspark DRAFT.gguf] [--type T] [--expert-type T] [--recipe R] [--fp8-exact | --native]`: writes a random-weight deepseek41 GGUF in the exact layout
- * (src/convert/synth.c), or its header alone. */
+ * (src/convert/synth.c), or its header alone; `dsflash synth --mmproj-preset tinyvl|release OUT.gguf` a
+ * random-weight deepseek41v projector instead (src/convert/synth_mmproj.c). */
 #include "cmd.h"
 #include "convert/synth.h"
 #include "base/util.h"
@@ -17,6 +18,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage: dsflash synth --preset tiny|bench|bench-moe|real OUT.gguf [--seed S] [--header-only]\n"
                "                     [--dspark DRAFT.gguf] [--type TYPE] [--expert-type TYPE] [--recipe R]\n"
                "                     [--engram-rows N] [--fp8-exact | --native]\n"
+               "       dsflash synth --mmproj-preset tinyvl|release OUT.gguf [--seed S] [--header-only] [--type BF16|F32]\n"
                "\n"
                "Writes a random-weight deepseek41 GGUF in the exact layout of a converted V4.1-Flash.\n"
                "  tiny    tiny41's topology (hidden 128, 8 layers, every layer role) with a usable\n"
@@ -48,7 +50,12 @@ static void usage(FILE *f) {
                "                    block), still BF16: `dsflash quantize OUT X native` then works on the file\n"
                "  --native          a dsflash native file (docs/FORMAT.md) of the --fp8-exact model of the same seed,\n"
                "                    as `dsflash quantize` would write it (FP8_B32, FP8_R264), byte for byte: the two\n"
-               "                    files hold the same values, for `bench` comparisons\n");
+               "                    files hold the same values, for `bench` comparisons\n"
+               "  --mmproj-preset P a random-weight vision projector (clip / deepseek41v mmproj, the layout of\n"
+               "                    `convert --mmproj`) instead of a model: tinyvl is testdata/tinyvl's tower (2 blocks,\n"
+               "                    width 64) for --preset tiny (projection 128); release is the released tower (32\n"
+               "                    blocks, width 1024, 16 heads, SwiGLU 2816, patch 14, merge 3; ~970 MB) for --preset\n"
+               "                    bench, bench-moe or real (projection 5120). 2-D weights BF16, or F32 with --type F32\n");
 }
 
 /* A ggml type by name (case-insensitive), -1 if none has a block size. */
@@ -58,17 +65,41 @@ static int type_by_name(const char *s) {
     return -1;
 }
 
+/* --mmproj-preset: the projector alone; the options that shape a model do not apply to it. */
+static int synth_projector(const char *name, const char *preset, const char *out, uint64_t seed,
+                           const synth_write_opts *o, const char *dspark) {
+    if (preset || dspark || o->recipe || o->native || o->fp8_exact || o->engram_rows || o->expert_type != SYNTH_TYPE_KEEP) {
+        fprintf(stderr, "dsflash synth: --mmproj-preset takes only --seed, --header-only and --type BF16|F32\n");
+        return 2;
+    }
+    if (!out) {
+        fprintf(stderr, "dsflash synth: need an output file (try --help)\n");
+        return 2;
+    }
+    char err[DSF_ERR_LEN] = "";
+    double t0 = dsf_now();
+    if (synth_write_mmproj(name, out, seed, o, err) < 0) {
+        fprintf(stderr, "dsflash synth: %s\n", err);
+        return 1;
+    }
+    dsf_log(1, "dsflash synth: wrote %s (projector preset %s, seed %llu%s) in %.1f s", out, name,
+            (unsigned long long)seed, o->header_only ? ", header only" : "", dsf_now() - t0);
+    return 0;
+}
+
 static int cmd_synth(int argc, char **argv) {
     if (dsf_cmd_wants_help(argc, argv)) {
         usage(stdout);
         return 0;
     }
-    const char *preset = NULL, *out = NULL, *dspark = NULL;
+    const char *preset = NULL, *out = NULL, *dspark = NULL, *mmproj = NULL;
     uint64_t seed = 1;
     synth_write_opts o = {.type = SYNTH_TYPE_KEEP, .expert_type = SYNTH_TYPE_KEEP};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--preset") && i + 1 < argc) {
             preset = argv[++i];
+        } else if (!strcmp(argv[i], "--mmproj-preset") && i + 1 < argc) {
+            mmproj = argv[++i];
         } else if (!strcmp(argv[i], "--dspark") && i + 1 < argc) {
             dspark = argv[++i];
         } else if (!strcmp(argv[i], "--recipe") && i + 1 < argc) {
@@ -115,6 +146,7 @@ static int cmd_synth(int argc, char **argv) {
             return 2;
         }
     }
+    if (mmproj) return synth_projector(mmproj, preset, out, seed, &o, dspark);
     if (o.expert_type == SYNTH_TYPE_KEEP) o.expert_type = o.type; /* --type alone: everything, like llama-quantize */
     if (!preset || !out) {
         fprintf(stderr, "dsflash synth: need --preset NAME and an output file (try --help)\n");

@@ -47,8 +47,7 @@ static json_t *cget(const cfg *c, const char *k) {
     return v ? v : json_object_get(c->root, k);
 }
 
-static int req_int(const cfg *c, const char *k, int64_t lo, int64_t hi, int64_t *out, char *err) {
-    json_t *v = cget(c, k);
+int convert_json_int(json_t *v, const char *k, int64_t lo, int64_t hi, int64_t *out, char *err) {
     if (!v) return dsf_seterr(err, "config.json: '%s' is missing", k);
     if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) && fabs(json_real_value(v)) < 9e15)
         *out = (int64_t)json_real_value(v);
@@ -58,6 +57,10 @@ static int req_int(const cfg *c, const char *k, int64_t lo, int64_t hi, int64_t 
         return dsf_seterr(err, "config.json: '%s' = %lld is outside [%lld, %lld]", k, (long long)*out,
                           (long long)lo, (long long)hi);
     return 0;
+}
+
+static int req_int(const cfg *c, const char *k, int64_t lo, int64_t hi, int64_t *out, char *err) {
+    return convert_json_int(cget(c, k), k, lo, hi, out, err);
 }
 
 static int opt_int(const cfg *c, const char *k, int64_t lo, int64_t hi, int64_t def, int64_t *out, char *err) {
@@ -340,7 +343,7 @@ static int write_rope_scaling(gguf_writer *w, const cfg *c, char *err) {
     return 0;
 }
 
-static void default_name(const char *hf_dir, char *out, size_t cap) {
+void convert_default_name(const char *hf_dir, char *out, size_t cap) {
     /* gguf.Metadata falls back to the model directory's name; a folder called "hf" (as in
      * the test sets, NAME/hf) is a container, so its parent names the model. */
     char tmp[4096];
@@ -369,7 +372,7 @@ static void default_name(const char *hf_dir, char *out, size_t cap) {
 static int write_metadata(gguf_writer *w, const cfg *c, const char *hf_dir, const convert_opts *o, char *err) {
     char name[512];
     if (o->name) snprintf(name, sizeof name, "%s", o->name);
-    else default_name(hf_dir, name, sizeof name);
+    else convert_default_name(hf_dir, name, sizeof name);
     if (gguf_writer_kv_str(w, "general.architecture", ARCH, err) ||
         gguf_writer_kv_str(w, "general.type", "model", err) ||
         gguf_writer_kv_str(w, "general.name", name, err))
@@ -474,7 +477,7 @@ static int write_metadata_dspark(gguf_writer *w, const cfg *c, const char *hf_di
     char name[512];
     if (o->name) snprintf(name, sizeof name, "%s", o->name);
     else {
-        default_name(hf_dir, name, sizeof name - 8);
+        convert_default_name(hf_dir, name, sizeof name - 8);
         strcat(name, "-dspark");
     }
     int64_t ctx, it;

@@ -54,6 +54,12 @@ typedef struct {
  * and config before writing anything. Returns 0 / -1 with err. */
 int convert_checkpoint(const char *hf_dir, const char *out_path, const convert_opts *o, char *err);
 
+/* Converts hf_dir's vision tower, aligner and image delimiters (vision_config, vision.*, aligner.*,
+ * image_start/end/newline) into the deepseek41v projector GGUF at out_path (gguf-layout.md §5;
+ * convert_mmproj.c): 2-D weights BF16, or F32 with o->f32; o->name, o->threads and o->progress as
+ * above (default name: the model's). Refuses o->native and o->dspark. 0 / -1 with err. */
+int convert_mmproj(const char *hf_dir, const char *out_path, const convert_opts *o, char *err);
+
 /* Writes a GGUF holding only general.architecture and the tokenizer metadata of dir. */
 int convert_vocab_only(const char *dir, const char *out_path, char *err);
 

@@ -40,6 +40,14 @@ typedef struct {
     int64_t ds_n_targets;
 } cfg;
 
+/* ---- config helpers (convert.c), also used by convert_mmproj.c ---- */
+
+/* *out = the JSON integer v (an integral real is accepted), which must lie in [lo, hi]; k names
+ * it in the error ("config.json: 'k' is missing / not an integer / outside [lo, hi]"). */
+int convert_json_int(json_t *v, const char *k, int64_t lo, int64_t hi, int64_t *out, char *err);
+/* general.name when --name is not given: the directory's name, or its parent's for .../hf. */
+void convert_default_name(const char *hf_dir, char *out, size_t cap);
+
 /* The output tensors: names, GGUF types and shapes, each bound to its checkpoint sources and
  * sorted into the output order (the checkpoint's). */
 typedef struct tensor_plan tensor_plan;
@@ -50,6 +58,18 @@ typedef struct tensor_plan tensor_plan;
  * needs 32x32 blocks, and the Engram table as DSF_TYPE_FP8R264 rows when its width is a
  * multiple of 256, else BF16). NULL with err on a bad checkpoint. c and ck must outlive the plan. */
 tensor_plan *tensor_plan_build(const cfg *c, const st_checkpoint *ck, bool f32, bool native, char *err);
+
+/* The plan's building blocks, for another file's layout (convert_mmproj.c): an empty plan
+ * (f32/native as above); one output tensor of `type` (F32 or BF16), n_dims/ne in GGUF order, from
+ * rows [row0, row0 + rows) of the float (BF16/F16/F32) checkpoint tensor ckname, whose torch shape
+ * must be [d0] (d1 < 0) or [d0, d1] (rows 0: all of them; the element counts must agree); whether
+ * checkpoint tensor i feeds the plan; and the output order (checkpoint order, the tensors of one
+ * source in the order added), to call once after the last add. */
+tensor_plan *tensor_plan_new(const cfg *c, const st_checkpoint *ck, bool f32, bool native);
+int tensor_plan_add_rows(tensor_plan *p, const char *ckname, int64_t d0, int64_t d1, int64_t row0, int64_t rows,
+                         const char *gname, uint32_t type, uint32_t n_dims, const int64_t *ne, char *err);
+bool tensor_plan_uses(const tensor_plan *p, int i);
+void tensor_plan_order(tensor_plan *p);
 
 /* Declares every planned tensor to w, in output order; *total receives their data bytes.
  * 0 / -1 with err. */

@@ -37,6 +37,7 @@ typedef struct {
     int proj;                /* K_MXFP4: 1, 2, 3 */
     int order;               /* position of w in the checkpoint, for the output order */
     int seq;                 /* position in the plan (tie-break) */
+    uint64_t el0, nel;       /* K_COPY: elements [el0, el0 + nel) of w (nel 0: all) */
     uint64_t nbytes;
 } otensor;
 
@@ -441,11 +442,11 @@ static int write_copy(stream *s, const st_checkpoint *ck, const otensor *o, char
     const st_tensor *t = o->w;
     uint32_t es = st_dtype_size(t->dtype);
     bool f32 = o->type == GGML_TYPE_F32, same = (f32 && t->dtype == ST_F32) || (!f32 && t->dtype == ST_BF16);
-    uint64_t step = CHUNK_BYTES / 4;
-    for (uint64_t i0 = 0; i0 < t->nelem; i0 += step) {
-        uint64_t n = t->nelem - i0 < step ? t->nelem - i0 : step;
+    uint64_t step = CHUNK_BYTES / 4, nel = o->nel ? o->nel : t->nelem;
+    for (uint64_t i0 = 0; i0 < nel; i0 += step) {
+        uint64_t n = nel - i0 < step ? nel - i0 : step;
         uint8_t *src = grow(&s->src, &s->src_cap, n * es);
-        if (st_read(ck, t, i0 * es, n * es, src, err)) return -1;
+        if (st_read(ck, t, (o->el0 + i0) * es, n * es, src, err)) return -1;
         if (same) {
             if (out(s, src, n * es, err)) return -1;
             continue;
@@ -633,19 +634,57 @@ static int write_engram(stream *s, const st_checkpoint *ck, const plan *p, const
 
 /* ================================================================ the plan's interface */
 
-tensor_plan *tensor_plan_build(const cfg *c, const st_checkpoint *ck, bool f32, bool native, char *err) {
+tensor_plan *tensor_plan_new(const cfg *c, const st_checkpoint *ck, bool f32, bool native) {
     plan *p = dsf_xcalloc(1, sizeof *p);
     p->c = c;
     p->ck = ck;
     p->f32 = f32;
     p->native = native;
     p->used = dsf_xcalloc((size_t)st_count(ck) + 1, sizeof *p->used);
+    return p;
+}
+
+int tensor_plan_add_rows(tensor_plan *p, const char *ckname, int64_t d0, int64_t d1, int64_t row0, int64_t rows,
+                         const char *gname, uint32_t type, uint32_t n_dims, const int64_t *ne, char *err) {
+    const st_tensor *t = need(p, ckname, d0, d1, err);
+    if (!t) return -1;
+    if (!is_float(t->dtype))
+        return dsf_seterr(err, "checkpoint: tensor '%s': dtype %s, expected BF16, F16 or F32", ckname,
+                          st_dtype_name(t->dtype));
+    const int64_t row_el = d1 < 0 ? 1 : d1;
+    if (rows <= 0) row0 = 0, rows = d0;
+    otensor *o = plan_add(p, gname);
+    o->kind = K_COPY;
+    o->type = type;
+    o->w = t;
+    o->order = ck_index(p, t);
+    o->n_dims = n_dims;
+    int64_t n = 1;
+    for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++) {
+        o->ne[d] = d < n_dims ? ne[d] : 1;
+        n *= o->ne[d];
+    }
+    DSF_ASSERT((type == GGML_TYPE_F32 || type == GGML_TYPE_BF16) && row0 >= 0 && row0 + rows <= d0 && n == rows * row_el);
+    o->el0 = (uint64_t)(row0 * row_el);
+    o->nel = (uint64_t)n;
+    o->nbytes = tensor_bytes(o->type, o->ne, o->n_dims);
+    return 0;
+}
+
+bool tensor_plan_uses(const tensor_plan *p, int i) { return i >= 0 && i < st_count(p->ck) && p->used[i]; }
+
+void tensor_plan_order(tensor_plan *p) {
+    for (int i = 0; i < p->n; i++) p->t[i].seq = i;
+    qsort(p->t, (size_t)p->n, sizeof *p->t, cmp_order);
+}
+
+tensor_plan *tensor_plan_build(const cfg *c, const st_checkpoint *ck, bool f32, bool native, char *err) {
+    plan *p = tensor_plan_new(c, ck, f32, native);
     if (c->dspark ? build_plan_dspark(p, err) : build_plan(p, err)) {
         tensor_plan_free(p);
         return NULL;
     }
-    for (int i = 0; i < p->n; i++) p->t[i].seq = i;
-    qsort(p->t, (size_t)p->n, sizeof *p->t, cmp_order);
+    tensor_plan_order(p);
     return p;
 }
 

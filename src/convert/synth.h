@@ -117,6 +117,22 @@ int synth_write_ex(const char *preset, const char *path, uint64_t seed, const sy
  * seed); the main model of the same seed and this draft open together (dspark_open). */
 int synth_write_dspark(const char *preset, const char *path, uint64_t seed, const synth_write_opts *o, char *err);
 
+/* ---- the vision projector (synth_mmproj.c) ---- */
+
+/* Writes a random-weight deepseek41v projector (clip / mmproj, gguf-layout.md §5), in the layout
+ * `convert --mmproj` writes (convert/mmproj_layout.h). Presets: "tinyvl", testdata/tinyvl's tower
+ * (2 blocks, width 64, 4 heads, SwiGLU 176, patch 14, merge 3, min_pixels 12544) projecting to the
+ * "tiny" preset's 128; "release", the released tower (32 blocks, width 1024, 16 heads, 2816, patch
+ * 14, merge 3, min_pixels 295936) projecting to the 5120 of "bench", "bench-moe" and "real". From o
+ * (NULL: the defaults) only .header_only and .type (SYNTH_TYPE_KEEP or GGML_TYPE_BF16: BF16 2-D
+ * weights; GGML_TYPE_F32: F32, as `convert --mmproj --outtype f32`) apply. A pure function of its
+ * arguments. 0, or -1 with err. */
+int synth_write_mmproj(const char *preset, const char *path, uint64_t seed, const synth_write_opts *o, char *err);
+
+/* The same for any shape m (m->name, mean/std and f32 included; m must outlive the call). */
+struct mmproj_meta_s;
+int synth_mmproj_write(const struct mmproj_meta_s *m, const char *path, uint64_t seed, bool header_only, char *err);
+
 /* ---- the model before it is written ---- */
 
 typedef struct synth_model synth_model;

@@ -7,6 +7,7 @@
  * tests/tiny/convert.c. */
 #include "io/gguf.h"
 #include "kernels/quant.h"
+#include "helpers.h"
 #include "test.h"
 #include "base/util.h"
 
@@ -22,48 +23,6 @@
 static bool file_exists(const char *p) {
     struct stat st;
     return stat(p, &st) == 0;
-}
-
-static uint32_t vt_size(uint32_t t) {
-    switch (t) {
-    case GGUF_VT_UINT8: case GGUF_VT_INT8: case GGUF_VT_BOOL: return 1;
-    case GGUF_VT_UINT16: case GGUF_VT_INT16: return 2;
-    case GGUF_VT_UINT32: case GGUF_VT_INT32: case GGUF_VT_FLOAT32: return 4;
-    default: return 8;
-    }
-}
-
-/* Compares every KV and tensor of a against b (and the counts, so the sets are equal).
- * Returns 0 or writes the first difference into msg. */
-static int gguf_same(const gguf_file *a, const gguf_file *b, char *msg, size_t cap) {
-    if (a->n_kv != b->n_kv) return snprintf(msg, cap, "KV count %llu vs %llu", (unsigned long long)a->n_kv, (unsigned long long)b->n_kv), -1;
-    if (a->n_tensors != b->n_tensors)
-        return snprintf(msg, cap, "tensor count %llu vs %llu", (unsigned long long)a->n_tensors, (unsigned long long)b->n_tensors), -1;
-    for (uint64_t i = 0; i < a->n_kv; i++) {
-        const gguf_kv *x = &a->kv[i], *y = gguf_find_kv(b, x->key);
-        if (!y) return snprintf(msg, cap, "key %s missing", x->key), -1;
-        if (x->type != y->type) return snprintf(msg, cap, "key %s: type %u vs %u", x->key, x->type, y->type), -1;
-        bool same = true;
-        if (x->type == GGUF_VT_STRING) same = x->str.len == y->str.len && !memcmp(x->str.ptr, y->str.ptr, x->str.len);
-        else if (x->type == GGUF_VT_ARRAY) {
-            same = x->arr_type == y->arr_type && x->arr_n == y->arr_n;
-            if (same && x->arr_type == GGUF_VT_STRING) {
-                for (uint64_t j = 0; j < x->arr_n && same; j++)
-                    same = x->strs[j].len == y->strs[j].len && !memcmp(x->strs[j].ptr, y->strs[j].ptr, x->strs[j].len);
-            } else if (same) same = !memcmp(x->arr_data, y->arr_data, x->arr_n * vt_size(x->arr_type));
-        } else same = x->u == y->u && x->i == y->i && (x->f == y->f || (x->f != x->f && y->f != y->f));
-        if (!same) return snprintf(msg, cap, "key %s: values differ", x->key), -1;
-    }
-    for (uint64_t i = 0; i < a->n_tensors; i++) {
-        const gguf_tensor *x = &a->tensors[i], *y = gguf_find_tensor(b, x->name);
-        if (!y) return snprintf(msg, cap, "tensor %s missing", x->name), -1;
-        if (x->type != y->type || x->n_dims != y->n_dims) return snprintf(msg, cap, "tensor %s: type/dims differ", x->name), -1;
-        for (int d = 0; d < GGUF_MAX_DIMS; d++)
-            if (x->ne[d] != y->ne[d]) return snprintf(msg, cap, "tensor %s: ne[%d] %lld vs %lld", x->name, d, (long long)x->ne[d], (long long)y->ne[d]), -1;
-        if (x->nbytes != y->nbytes || memcmp(x->data, y->data, x->nbytes))
-            return snprintf(msg, cap, "tensor %s: data differs", x->name), -1;
-    }
-    return 0;
 }
 
 static void check_convert_matches_from(test_ctx *t, const char *hfrel, const char *ref, const char *tag,
@@ -82,7 +41,7 @@ static void check_convert_matches_from(test_ctx *t, const char *hfrel, const cha
     gguf_file *b = gguf_open(out, err);
     CHECKF(b, "%s", err);
     char msg[512] = "";
-    int same = gguf_same(a, b, msg, sizeof msg);
+    int same = test_gguf_same(a, b, TG_ORDER | TG_DATA, NULL, msg, sizeof msg);
     gguf_close(a);
     gguf_close(b);
     CHECKF(same == 0, "%s vs converted: %s", ref, msg);
@@ -117,6 +76,26 @@ TEST(convert_tinyds_dspark_matches) {
 TEST(convert_tinyds_dspark_f32_matches) {
     NEED_SHARED(ref, "testdata/tinyds/tinyds-dspark-f32.gguf");
     check_convert_matches_from(t, "testdata/tinyds/hf", ref, "dspark32", "--dspark --outtype f32 --threads 2");
+}
+
+/* ================================================================ acceptance: tinyvl (issue 38) */
+
+/* Guards against files that differ from the shipped ones in any key, key order, value type, value,
+ * tensor name, order, dtype, shape or data byte: the main model (blk.N.exp_probs_b_vl.bias from
+ * ffn.gate.bias_vl, gguf-layout.md §3.2, and the checkpoint's vision tensors left out; the shipped
+ * general.name "tinyvl" is what the default name gives for tinyvl/hf), and the projector
+ * (gguf-layout.md §5: the w1 split, the patch-embedding reshape and its F32 type, 1-D F32,
+ * general.file_type 32 or 0) with the default outtype and with --outtype f32. */
+TEST(convert_tinyvl_matches) {
+    static const struct { const char *ref, *tag, *extra; } c[] = {
+        {"testdata/tinyvl/tinyvl.gguf", "vl", ""},
+        {"testdata/tinyvl/mmproj-tinyvl.gguf", "mmproj", "--mmproj"},
+        {"testdata/tinyvl/mmproj-tinyvl-f32.gguf", "mmproj32", "--mmproj --outtype f32 --threads 2"},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        NEED_SHARED(ref, c[i].ref);
+        check_convert_matches_from(t, "testdata/tinyvl/hf", ref, c[i].tag, c[i].extra);
+    }
 }
 
 /* ================================================================ malformed checkpoints */
@@ -398,7 +377,8 @@ TEST(convert_sharded_matches) {
     gguf_file *x = gguf_open(ref, err), *y = x ? gguf_open(out, err) : NULL;
     CHECKF(x && y, "%s", err);
     char msg[512] = "";
-    int same = gguf_same(x, y, msg, sizeof msg);
+    /* the tensor order follows the checkpoint's, which the sharding changes (gguf-layout.md §3.4) */
+    int same = test_gguf_same(x, y, TG_DATA, NULL, msg, sizeof msg);
     gguf_close(x);
     gguf_close(y);
     CHECKF(same == 0, "sharded: %s", msg);
@@ -462,6 +442,70 @@ TEST(convert_bad_dspark) {
     expect_refused_opt(t, "--dspark", make_variant_from(hf, "ds_noblock", NULL, d_no_block), "dspark_block_size");
     expect_refused_opt(t, "--dspark", make_variant_from(hf, "ds_target", NULL, d_target_oob), "dspark_target_layer_ids");
     expect_refused_opt(t, "--dspark", make_variant_from(hf, "ds_ratio", NULL, d_stage_ratio), "compress_ratios[9] = 2");
+}
+
+static void v_no_w1(st_image *im) { json_object_del(im->hdr, "vision.blocks.1.mlp.w1.weight"); }
+static void v_w1_shape(st_image *im) {
+    json_object_set_new(ent(im, "vision.blocks.0.mlp.w1.weight"), "shape", json_pack("[i, i]", 176, 128));
+}
+static void v_split_q(st_image *im) { add_extra(im, "vision.blocks.0.attn.wq.weight"); }
+static void v_pad(st_image *im) { add_extra(im, "image_pad"); }
+static void v_fp8(st_image *im) { /* [128, 128] as F8_E4M3: the first half of its BF16 bytes */
+    json_object_set_new(ent(im, "aligner.w2.weight"), "dtype", json_string("F8_E4M3"));
+    uint64_t b0 = data_begin(im, "aligner.w2.weight");
+    json_object_set_new(ent(im, "aligner.w2.weight"), "data_offsets", json_pack("[I, I]", (json_int_t)b0, (json_int_t)b0 + 16384));
+}
+/* vision_config mutations (they get the top-level object: make_variant_from's cfg_mut gets text_config) */
+static json_t *vcfg(json_t *c) { return json_object_get(c, "vision_config"); }
+static void vc_none(json_t *c) { json_object_del(c, "vision_config"); }
+static void vc_zero(json_t *c) { json_object_set_new(vcfg(c), "num_hidden_layers", json_integer(0)); }
+static void vc_cap(json_t *c) { json_object_set_new(vcfg(c), "max_image_tokens", json_integer(2048)); }
+static void vc_ratio(json_t *c) { json_object_set_new(vcfg(c), "max_wh_ratio", json_real(2.0)); }
+static void vc_theta(json_t *c) { json_object_set_new(vcfg(c), "rope_theta", json_real(5000.0)); }
+static void vc_heads(json_t *c) { json_object_set_new(vcfg(c), "num_attention_heads", json_integer(5)); }
+static void vc_no_patch(json_t *c) { json_object_del(vcfg(c), "patch_size"); }
+
+/* tinyvl/hf as NAME with the checkpoint mutation sm and the top-level config mutation vm. */
+static const char *vl_variant(const char *name, st_mut sm, cfg_mut vm) {
+    const char *dir = make_variant_from("testdata/tinyvl/hf", name, sm, NULL);
+    if (!dir || !vm) return dir;
+    char p[1024];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    json_t *cfg = json_load_file(p, 0, NULL);
+    if (!cfg) return NULL;
+    vm(cfg);
+    json_dump_file(cfg, p, 0);
+    json_decref(cfg);
+    return dir;
+}
+
+/* Guards against a projector conversion that accepts a checkpoint or config the deepseek41v
+ * layout cannot hold (gguf-layout.md §5, §6.3: no tower, max_image_tokens != 1024, a
+ * max_wh_ratio, rope_theta != 10000; a missing, misshapen, unknown or non-float tower tensor),
+ * crashes on it, or leaves a file behind; and against --mmproj combined with what it cannot do. */
+TEST(convert_bad_mmproj) {
+    if (!test_shared("testdata/tinyvl/hf")) SKIP("needs ../shared/testdata/tinyvl/hf (absent)");
+    expect_refused_opt(t, "--mmproj", vl_variant("vl_now1", v_no_w1, NULL),
+                       "missing tensor 'vision.blocks.1.mlp.w1.weight'");
+    expect_refused_opt(t, "--mmproj", vl_variant("vl_w1", v_w1_shape, NULL),
+                       "'vision.blocks.0.mlp.w1.weight': expected shape [352, 64], got [176, 128]");
+    expect_refused_opt(t, "--mmproj", vl_variant("vl_splitq", v_split_q, NULL),
+                       "unexpected tensor 'vision.blocks.0.attn.wq.weight'");
+    expect_refused_opt(t, "--mmproj", vl_variant("vl_pad", v_pad, NULL), "unexpected tensor 'image_pad'");
+    expect_refused_opt(t, "--mmproj", vl_variant("vl_fp8", v_fp8, NULL),
+                       "'aligner.w2.weight': dtype F8_E4M3, expected BF16, F16 or F32");
+    expect_refused_opt(t, "--mmproj", vl_variant("vl_none", NULL, vc_none), "no vision_config");
+    expect_refused_opt(t, "--mmproj", vl_variant("vl_zero", NULL, vc_zero), "num_hidden_layers must be > 0");
+    expect_refused_opt(t, "--mmproj", vl_variant("vl_cap", NULL, vc_cap), "max_image_tokens is 2048");
+    expect_refused_opt(t, "--mmproj", vl_variant("vl_ratio", NULL, vc_ratio), "max_wh_ratio must be null");
+    expect_refused_opt(t, "--mmproj", vl_variant("vl_theta", NULL, vc_theta), "rope_theta must be 10000");
+    expect_refused_opt(t, "--mmproj", vl_variant("vl_heads", NULL, vc_heads), "not num_attention_heads (5)");
+    expect_refused_opt(t, "--mmproj", vl_variant("vl_patch", NULL, vc_no_patch),
+                       "'vision_config.patch_size' is missing");
+    char cmd[2048], log[4096];
+    snprintf(cmd, sizeof cmd, "%s convert --mmproj %s %s/n.gguf --outtype native 2>&1", test_bin(), test_shared("testdata/tinyvl/hf"),
+             test_tmpdir());
+    CHECKF(test_run(cmd, log, sizeof log) == 2 && strstr(log, "--mmproj"), "native: %s", log);
 }
 
 TEST(convert_cli_usage) {

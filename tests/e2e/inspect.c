@@ -49,3 +49,48 @@ TEST(inspect_plan_cli) {
     snprintf(cmd, sizeof cmd, "%s inspect --plan %s --ctx x 2>&1", test_bin(), model);
     CHECK(test_run(cmd, out, sizeof out) == 2);
 }
+
+/* A copy of src at dst with the first occurrence of `from` (n bytes, after the bytes `after` when
+ * not NULL) replaced by `to`. 0, or -1 if src cannot be read or holds no such bytes. */
+static int patched_copy(const char *src, const char *dst, const char *after, const void *from, const void *to, size_t n) {
+    long size = 0;
+    unsigned char *b = test_slurp(src, &size);
+    unsigned char *a = b && after ? memmem(b, (size_t)size, after, strlen(after)) : b;
+    unsigned char *p = a ? memmem(a, (size_t)(size - (a - b)), from, n) : NULL;
+    FILE *f = p ? fopen(dst, "wb") : NULL;
+    if (f) {
+        memcpy(p, to, n);
+        fwrite(b, 1, (size_t)size, f);
+        fclose(f);
+    }
+    free(b);
+    return f ? 0 : -1;
+}
+
+/* Guards against inspect refusing, crashing on or misdescribing a vision projector: it must say
+ * that the file is a deepseek41v projector and print the tower's shape (testdata/tinyvl's
+ * README: 2 blocks, width 64, 4 heads of 16, SwiGLU 176, patch 14, merge 3, aligner 576 -> 128 ->
+ * 128, min_pixels 12544) and its tensors; and against another clip projector type, or a head
+ * count of 0 (a division), being taken for one: a one-line error and exit 1. */
+TEST(inspect_mmproj) {
+    NEED_SHARED(mm, "testdata/tinyvl/mmproj-tinyvl.gguf");
+    char cmd[1200];
+    static char out[1 << 16];
+    snprintf(cmd, sizeof cmd, "%s inspect %s 2>&1", test_bin(), mm);
+    CHECKF(test_run(cmd, out, sizeof out) == 0, "%s", out);
+    static const char *const want[] = {"deepseek41v vision projector", "2 blocks, width 64, 4 heads x 16, SwiGLU 176, patch 14",
+                                       "3 x 3 merge, 576 -> 128 -> 128; image_min_pixels 12544",
+                                       "v.blk.1.ffn_up.weight            BF16  64 x 176",
+                                       "v.patch_embd.weight              F32   14 x 14 x 3 x 64"};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) CHECKF(strstr(out, want[i]), "no '%s' in:\n%s", want[i], out);
+    const char *other = test_tmpfile("llava.gguf"), *heads0 = test_tmpfile("heads0.gguf");
+    const uint32_t four[2] = {GGUF_VT_UINT32, 4}, zero[2] = {GGUF_VT_UINT32, 0}; /* the key's type, then its value */
+    CHECK(patched_copy(mm, other, NULL, "deepseek41v", "deepseek4xx", 11) == 0);
+    CHECK(patched_copy(mm, heads0, "clip.vision.attention.head_count", four, zero, 8) == 0);
+    static const char *const bad[] = {"a clip projector of type 'deepseek4xx'", "head_count is 0"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "%s inspect %s 2>&1", test_bin(), i ? heads0 : other);
+        int rc = test_run(cmd, out, sizeof out);
+        CHECKF(rc == 1 && strstr(out, bad[i]) && strchr(out, '\n') == out + strlen(out) - 1, "rc %d: %s", rc, out);
+    }
+}

@@ -1,6 +1,8 @@
 /* synth.c: `dsflash synth`, the command, and the synth module's refusals.
  * Guards against: an unknown preset or a bad output path that does not fail cleanly (one
- * "dsflash synth:" line, non-zero exit), and a bench preset that outgrows 24 GiB. */
+ * "dsflash synth:" line, non-zero exit), a bench preset that outgrows 24 GiB, and synthetic
+ * projectors (--mmproj-preset) off the converter's layout or the release's shape. */
+#include "helpers.h"
 #include "test.h"
 #include "dsflash.h"
 #include "convert/synth.h"
@@ -122,4 +124,83 @@ TEST(synth_dspark_draft_greedy_identity) {
     g = gguf_open(d, err);
     CHECKF(g && gguf_get_u32(g, "general.file_type", &blk, err) == 0 && blk == 15, "%s", err);
     gguf_close(g);
+}
+
+/* Guards against a synthetic projector whose layout is not the converter's (gguf-layout.md §5):
+ * the tinyvl preset must have every key of the shipped mmproj-tinyvl.gguf (-f32.gguf with --type
+ * F32) in order, with its type and value (general.name excepted), and every tensor's name, order,
+ * dtype and shape; its weights must be its own (random, seeded: the same seed gives the same file,
+ * another seed another one). */
+TEST(synth_mmproj_tinyvl_layout) {
+    static const struct { const char *ref, *opt; } c[] = {{"testdata/tinyvl/mmproj-tinyvl.gguf", ""},
+                                                         {"testdata/tinyvl/mmproj-tinyvl-f32.gguf", "--type F32"}};
+    char cmd[2048], log[2048], msg[512] = "", err[DSF_ERR_LEN];
+    for (size_t i = 0; i < 2; i++) {
+        NEED_SHARED(ref, c[i].ref);
+        const char *p1 = test_tmpfile("mm1.gguf"), *p2 = test_tmpfile("mm2.gguf"), *p3 = test_tmpfile("mm3.gguf");
+        snprintf(cmd, sizeof cmd, "%s synth --mmproj-preset tinyvl %s %s 2>&1 && %s synth --mmproj-preset tinyvl %s %s "
+                 "2>&1 && %s synth --mmproj-preset tinyvl %s --seed 2 %s 2>&1",
+                 test_bin(), p1, c[i].opt, test_bin(), p2, c[i].opt, test_bin(), p3, c[i].opt);
+        CHECKF(test_run(cmd, log, sizeof log) == 0, "%s", log);
+        gguf_file *r = gguf_open(ref, err), *a = gguf_open(p1, err), *b = gguf_open(p2, err), *d = gguf_open(p3, err);
+        CHECKF(r && a && b && d, "%s", err);
+        int layout = test_gguf_same(r, a, TG_ORDER, "general.name", msg, sizeof msg);
+        int same_seed = test_gguf_same(a, b, TG_ORDER | TG_DATA, NULL, msg + 256, 256);
+        int other_seed = test_gguf_same(a, d, TG_DATA, NULL, log, sizeof log);
+        int own = test_gguf_same(r, a, TG_DATA, "general.name", log, sizeof log);
+        gguf_close(r), gguf_close(a), gguf_close(b), gguf_close(d);
+        CHECKF(layout == 0, "%s: %s", c[i].ref, msg);
+        CHECKF(same_seed == 0, "same seed, other bytes: %s", msg + 256);
+        CHECK(other_seed != 0 && own != 0);
+    }
+}
+
+/* Guards against a release projector preset that does not pair with `synth --preset bench` (its
+ * clip.vision.projection_dim must be bench's deepseek41.embedding_length) or does not have the
+ * released tower's shape (vision.md §1: 32 blocks, width 1024, 16 heads, SwiGLU 2816, patch 14,
+ * merge 3, min_pixels 295936; 9 x 32 + 10 = 298 tensors). Its bytes: the checkpoint's 970,536,960
+ * BF16 bytes (vision.md §10) plus 2 more per element of the tensors the GGUF keeps F32: the patch
+ * embedding (1024 x 588) and every vector (32 x (1024 + 3072 + 1024 + 1024) + 1024 + 1024 +
+ * 2 x 5120 + 3 x 5120 = 224,256 values). */
+TEST(synth_mmproj_release_pairs_with_bench) {
+    const char *pm = test_tmpfile("mm-rel.gguf"), *pb = test_tmpfile("bench-hdr.gguf");
+    char cmd[2048], log[2048], err[DSF_ERR_LEN];
+    snprintf(cmd, sizeof cmd, "%s synth --mmproj-preset release %s --header-only 2>&1 && %s synth --preset bench %s "
+             "--header-only 2>&1", test_bin(), pm, test_bin(), pb);
+    CHECKF(test_run(cmd, log, sizeof log) == 0, "%s", log);
+    gguf_file *m = gguf_open_header(pm, err), *b = m ? gguf_open_header(pb, err) : NULL;
+    CHECKF(m && b, "%s", err);
+    static const struct { const char *k; uint64_t v; } want[] = {
+        {"clip.vision.block_count", 32}, {"clip.vision.embedding_length", 1024},
+        {"clip.vision.attention.head_count", 16}, {"clip.vision.feed_forward_length", 2816},
+        {"clip.vision.patch_size", 14}, {"clip.vision.projector.scale_factor", 3},
+        {"clip.vision.image_min_pixels", 295936}, {"general.file_type", 32}};
+    bool ok = true;
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        const gguf_kv *kv = gguf_find_kv(m, want[i].k);
+        if (!kv || kv->u != want[i].v) ok = false, fprintf(stderr, "%s: not %llu\n", want[i].k, (unsigned long long)want[i].v);
+    }
+    const gguf_kv *pd = gguf_find_kv(m, "clip.vision.projection_dim"), *ne = gguf_find_kv(b, "deepseek41.embedding_length");
+    uint64_t bytes = 0;
+    for (uint64_t i = 0; i < m->n_tensors; i++) bytes += m->tensors[i].nbytes;
+    const uint64_t n_tensors = m->n_tensors;
+    const bool pairs = pd && ne && pd->u == ne->u;
+    gguf_close(m), gguf_close(b);
+    CHECK(ok && pairs);
+    CHECKF(n_tensors == 298, "%llu tensors", (unsigned long long)n_tensors);
+    CHECKF(bytes == 970536960ull + 2ull * (1024 * 588 + 224256), "%llu bytes", (unsigned long long)bytes);
+}
+
+/* Guards against --mmproj-preset accepting what it cannot honour: an unknown preset, a
+ * quantized type, a model option. */
+TEST(synth_mmproj_cli_refusals) {
+    static const char *const bad[] = {"--mmproj-preset nope", "--mmproj-preset tinyvl --type Q8_0",
+                                      "--mmproj-preset tinyvl --preset tiny", "--mmproj-preset tinyvl --native"};
+    char cmd[1024], log[2048];
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(cmd, sizeof cmd, "%s synth %s %s 2>&1", test_bin(), bad[i], test_tmpfile("bad.gguf"));
+        int rc = test_run(cmd, log, sizeof log);
+        const char *nl = strchr(log, '\n');
+        CHECKF(rc != 0 && strstr(log, "dsflash synth: ") && (!nl || !nl[1]), "%s: rc %d: %s", bad[i], rc, log);
+    }
 }

@@ -376,8 +376,12 @@ TEST(replay_gguf) {
     size_t len;
     static const char *const seeds[] = {"tests/fuzz/seed-small.gguf",
                                         "tests/fuzz/seed-quant.gguf", /* a [256][2] tensor of each fixture type */
-                                        "tests/fuzz/seed-native.gguf"}; /* FP8_B32 {40, 33}, FP8_R264 {256, 2} */
-    for (int i = 0; i < 3; i++)
+                                        "tests/fuzz/seed-native.gguf", /* FP8_B32 {40, 33}, FP8_R264 {256, 2} */
+                                        /* a clip / deepseek41v projector (synth_mmproj_write: 1 block, width 8,
+                                         * 2 heads, SwiGLU 8, patch 2, merge 2, projection 8): F32/BF16, a 4-D
+                                         * tensor, float arrays, bools */
+                                        "tests/fuzz/seed-mmproj.gguf"};
+    for (size_t i = 0; i < sizeof seeds / sizeof *seeds; i++)
         if (dsf_read_file(seeds[i], &buf, &len, NULL) == 0) {
             fi_add(&s, buf, len);
             free(buf);

@@ -4,6 +4,7 @@
 #include "test.h"
 #include "base/util.h"
 #include "convert/synth.h"
+#include "io/gguf.h"
 #include "text/pyjson.h"
 
 #include <stdio.h>
@@ -127,4 +128,51 @@ void test_gen_close(test_gen_fx *f) {
     dsf_tokenizer_free(f->tok);
     dsf_engine_close(f->e);
     memset(f, 0, sizeof *f);
+}
+
+static uint32_t vt_size(uint32_t t) {
+    switch (t) {
+    case GGUF_VT_UINT8: case GGUF_VT_INT8: case GGUF_VT_BOOL: return 1;
+    case GGUF_VT_UINT16: case GGUF_VT_INT16: return 2;
+    case GGUF_VT_UINT32: case GGUF_VT_INT32: case GGUF_VT_FLOAT32: return 4;
+    default: return 8;
+    }
+}
+
+static bool kv_value_same(const gguf_kv *x, const gguf_kv *y) {
+    if (x->type == GGUF_VT_STRING) return x->str.len == y->str.len && !memcmp(x->str.ptr, y->str.ptr, x->str.len);
+    if (x->type != GGUF_VT_ARRAY) return x->u == y->u && x->i == y->i && (x->f == y->f || (x->f != x->f && y->f != y->f));
+    if (x->arr_type != y->arr_type || x->arr_n != y->arr_n) return false;
+    if (x->arr_type != GGUF_VT_STRING) return !memcmp(x->arr_data, y->arr_data, x->arr_n * vt_size(x->arr_type));
+    for (uint64_t j = 0; j < x->arr_n; j++)
+        if (x->strs[j].len != y->strs[j].len || memcmp(x->strs[j].ptr, y->strs[j].ptr, x->strs[j].len)) return false;
+    return true;
+}
+
+int test_gguf_same(const gguf_file *a, const gguf_file *b, int flags, const char *skip, char *msg, size_t cap) {
+    if (a->n_kv != b->n_kv) return snprintf(msg, cap, "KV count %llu vs %llu", (unsigned long long)a->n_kv, (unsigned long long)b->n_kv), -1;
+    if (a->n_tensors != b->n_tensors)
+        return snprintf(msg, cap, "tensor count %llu vs %llu", (unsigned long long)a->n_tensors, (unsigned long long)b->n_tensors), -1;
+    for (uint64_t i = 0; i < a->n_kv; i++) {
+        const gguf_kv *x = &a->kv[i], *y = gguf_find_kv(b, x->key);
+        if (!y) return snprintf(msg, cap, "key %s missing", x->key), -1;
+        if ((flags & TG_ORDER) && y != &b->kv[i])
+            return snprintf(msg, cap, "key %s: at position %llu, not %llu", x->key, (unsigned long long)(y - b->kv),
+                            (unsigned long long)i), -1;
+        if (x->type != y->type) return snprintf(msg, cap, "key %s: type %u vs %u", x->key, x->type, y->type), -1;
+        if ((!skip || strcmp(skip, x->key)) && !kv_value_same(x, y)) return snprintf(msg, cap, "key %s: values differ", x->key), -1;
+    }
+    for (uint64_t i = 0; i < a->n_tensors; i++) {
+        const gguf_tensor *x = &a->tensors[i], *y = gguf_find_tensor(b, x->name);
+        if (!y) return snprintf(msg, cap, "tensor %s missing", x->name), -1;
+        if ((flags & TG_ORDER) && y != &b->tensors[i])
+            return snprintf(msg, cap, "tensor %s: at position %llu, not %llu", x->name,
+                            (unsigned long long)(y - b->tensors), (unsigned long long)i), -1;
+        if (x->type != y->type || x->n_dims != y->n_dims) return snprintf(msg, cap, "tensor %s: type/dims differ", x->name), -1;
+        for (int d = 0; d < GGUF_MAX_DIMS; d++)
+            if (x->ne[d] != y->ne[d]) return snprintf(msg, cap, "tensor %s: ne[%d] %lld vs %lld", x->name, d, (long long)x->ne[d], (long long)y->ne[d]), -1;
+        if (x->nbytes != y->nbytes || ((flags & TG_DATA) && memcmp(x->data, y->data, x->nbytes)))
+            return snprintf(msg, cap, "tensor %s: data differs", x->name), -1;
+    }
+    return 0;
 }

@@ -51,6 +51,15 @@ typedef struct {
 int test_gen_open(test_gen_fx *f, const char *path, int max_ctx);
 void test_gen_close(test_gen_fx *f);
 
+/* Compares every KV and tensor of a against b, and the counts (so the sets are equal): key
+ * types and values (but only the type of the key named skip, which may be NULL), tensor types
+ * and shapes; with TG_ORDER also the order of both, with TG_DATA also every tensor's bytes.
+ * Returns 0, or -1 with the first difference in msg. */
+struct gguf_file;
+enum { TG_ORDER = 1, TG_DATA = 2 };
+int test_gguf_same(const struct gguf_file *a, const struct gguf_file *b, int flags, const char *skip, char *msg,
+                   size_t cap);
+
 /* ids as "1 2 3" (truncated to cap). */
 void test_fmt_ids(char *buf, size_t cap, const int32_t *ids, size_t n);
 /* Whether arr is a JSON array of exactly the n integers ids. */
