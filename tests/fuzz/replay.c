@@ -7,8 +7,8 @@
  * truncated or random input (GGUF, model metadata, safetensors, tokenizer text and ids,
  * vocabularies, chat-request JSON, DSML output in random splits, HTTP request bodies (chat,
  * completions, Anthropic Messages and Responses), session snapshots, logits with NaN/inf,
- * stop strings, DSpark draft metadata). What each harness checks is
- * written at the top of its file in tests/fuzz. The seeds are the files in
+ * stop strings, DSpark draft metadata, PNG and JPEG images with the preprocessing behind
+ * them). What each harness checks is written at the top of its file in tests/fuzz. The seeds are the files in
  * tests/fuzz/seeds/fuzz_NAME (read from the repository root, as `make test` runs) plus a
  * few inline ones, so the tests still run without them; the model and snapshot tests need
  * ../shared/testdata/tiny41 and skip without it. A broken invariant aborts the test child
@@ -21,6 +21,7 @@
 #include "fuzz_chat.c"
 #include "fuzz_dsml.c"
 #include "fuzz_grammar.c"
+#include "fuzz_image.c"
 #include "fuzz_imatrix.c"
 #include "fuzz_messages.c"
 #include "fuzz_model.c"
@@ -341,6 +342,20 @@ TEST(replay_imatrix) {
     fi_add_dir(&s, "fuzz_imatrix");
     CHECKF(s.n > 0, "no seed under tests/fuzz/seeds/fuzz_imatrix");
     int total, acc = fi_run("imatrix", &s, 400, fz_imatrix_one, &total);
+    FI_CHECK_MIX(acc, total);
+}
+
+/* Tiny PNGs (8/16-bit, palette with tRNS, Adam7, grey+alpha) and JPEGs (RGB, progressive
+ * grey, CMYK) from the seed folder, behind the 3 parameter bytes of fuzz_image.c. */
+TEST(replay_image) {
+    fi_seeds s = {0};
+    fi_add_dir(&s, "fuzz_image");
+    /* cap 129 pixels, M 12, min_pixels 196; a 2x1 RGB PNG */
+    static const char t1[] = "\x02\x08\x01\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR\x00\x00\x00\x02\x00\x00\x00\x01"
+                             "\x08\x02\x00\x00\x00\x7b\x40\xe8\xdd\x00\x00\x00\x0fIDAT\x78\xda\x63\x38\xc1\x25"
+                             "\xc2\xfa\xcb\x06\x00\x07\x78\x02\x22\x29\x81\x39\x3e\x00\x00\x00\x00IEND\xae\x42\x60\x82";
+    fi_add(&s, t1, sizeof t1 - 1);
+    int total, acc = fi_run("image", &s, 1500, fz_image_one, &total);
     FI_CHECK_MIX(acc, total);
 }
 
