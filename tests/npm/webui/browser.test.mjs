@@ -201,7 +201,7 @@ async function run(client) {
   assert.equal(await js(`document.getElementById('input').value`), 'What is\n2+2?', 'Shift+Enter adds a new line');
   assert.equal(requests.length, 1, 'Shift+Enter must not send');
   await enter();
-  await waitFor(`(() => { const d = ${last}.querySelector('details.reasoning'); return d && d.textContent.length > 12; })()`,
+  await waitFor(`(() => { const d = ${last}.querySelector('details.reasoning'); return d && d.querySelector('.md').textContent.length > 0; })()`,
     'the reasoning block');
   await idle();
   const r2 = requests[1];
@@ -331,7 +331,9 @@ async function run(client) {
 
   // ---- a phone-sized screen: one column, no sideways scrolling, the menu opens the chats -----
   await Emulation.setDeviceMetricsOverride({ width: 390, height: 844, deviceScaleFactor: 2, mobile: true });
-  await sleep(300);
+  // the panel slides out (a CSS transition): wait for it, however slow the machine
+  await waitFor(`document.getElementById('side').getBoundingClientRect().right <= 0`, 'the side panel to hide', 10000)
+    .catch(() => {});
   const ph = await js(`({ sw: document.documentElement.scrollWidth, side: document.getElementById('side').getBoundingClientRect().right,
     menu: getComputedStyle(document.getElementById('menu')).display,
     input: document.getElementById('input').getBoundingClientRect().bottom <= innerHeight })`);
@@ -340,8 +342,7 @@ async function run(client) {
   assert.notEqual(ph.menu, 'none');
   assert.ok(ph.input, 'the message box is on screen');
   await js(`document.getElementById('menu').click()`);
-  await sleep(300);
-  assert.ok(await js(`document.getElementById('side').getBoundingClientRect().left >= 0`), 'the menu opens the side panel');
+  await waitFor(`document.getElementById('side').getBoundingClientRect().left >= 0`, 'the menu to open the side panel', 10000);
   await Emulation.clearDeviceMetricsOverride();
 
   assert.deepEqual(dialogs, [], 'a dialog opened');
