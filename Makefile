@@ -59,7 +59,15 @@ $(BUILD)/%.o: %.c
 # Test files include the framework and helpers of tests/lib by name ("test.h").
 $(TEST_OBJ): ALLCFLAGS += -Itests/lib
 
-$(BUILD)/libdsflash.a: $(LIB_OBJ)
+# The browser chat page (webui/), compiled in as bytes (scripts/gen_webui.py; src/server/webui.h).
+WEBUI_SRC := $(sort $(wildcard webui/*.html webui/*.js webui/*.css))
+$(BUILD)/webui_data.c: scripts/gen_webui.py $(WEBUI_SRC)
+	@mkdir -p $(BUILD)
+	python3 scripts/gen_webui.py $@ $(WEBUI_SRC)
+$(BUILD)/webui_data.o: $(BUILD)/webui_data.c src/server/webui.h
+	$(CC) $(ALLCFLAGS) -c $< -o $@
+
+$(BUILD)/libdsflash.a: $(LIB_OBJ) $(BUILD)/webui_data.o
 	@rm -f $@
 	ar rcs $@ $^
 

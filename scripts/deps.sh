@@ -9,6 +9,8 @@ for p in "${pkgs[@]}"; do
 done
 # The tokenizer tests compare against npm packages (tests/npm): they need node and npm.
 command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+# The chat page's browser test (tests/e2e/webui.c) drives Debian's chromium headless.
+[ -x /usr/bin/chromium ] || missing+=(chromium)
 ((${#missing[@]})) || exit 0
 sudo=""
 [ "$(id -u)" = 0 ] || sudo="sudo"

@@ -18,7 +18,8 @@
 
 static void usage(void) {
     printf("usage: dsflash serve -m MODEL.gguf [options]\n\n"
-           "OpenAI-compatible HTTP server: POST /v1/chat/completions, POST /v1/completions,\n"
+           "OpenAI-compatible HTTP server and a chat page for the browser (GET /, http://127.0.0.1:8080/):\n"
+           "POST /v1/chat/completions, POST /v1/completions,\n"
            "POST /v1/responses, GET|DELETE /v1/responses/ID, GET /v1/models, GET /health, GET /metrics (Prometheus),\n"
            "POST /tokenize, POST /detokenize.\n\n"
            "  -m, --model FILE     deepseek41 GGUF (required)\n"
@@ -27,6 +28,7 @@ static void usage(void) {
            "  --slots N            concurrent sequences, one session each (default 1)\n"
            "  --ctx N              tokens per slot (default: min(training context, 4096))\n"
            "  --api-key KEY        require 'Authorization: Bearer KEY' (not on /health and /metrics)\n"
+           "  --no-webui           do not serve the chat page on GET / (404)\n"
            "  --threads T          engine worker threads (default: all cores)\n"
            "  --no-repack          keep the routed experts in the file instead of repacking them in memory\n"
            "  --mmap               read the dense weights from the file mapping instead of copying them into memory\n"
@@ -138,6 +140,9 @@ static int cmd_serve(int argc, char **argv) {
         }
         else if (!strcmp(a, "--no-repack")) {
             p.repack = -1;
+            takes = 0;
+        } else if (!strcmp(a, "--no-webui")) {
+            p.no_webui = true;
             takes = 0;
         } else if (!strcmp(a, "--mmap")) {
             p.resident = -1;

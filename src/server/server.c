@@ -9,7 +9,7 @@
  * metrics.c (GET /metrics); server_api.c (OpenAI JSON <-> srv_req, no sockets, no engine);
  * server_msg*.c (Anthropic Messages: /v1/messages, /v1/messages/count_tokens);
  * server_resp.c + responses.c + store.c (OpenAI Responses: its srv_api table, its pure JSON,
- * the stored responses); server_int.h (the internal types they share).
+ * the stored responses); webui.c (GET /: the browser chat page); server_int.h (the internal types they share).
  * Must not: call the engine from a connection thread except to read idle slots' histories
  * (srv_assign) and the vocabulary; hold srv->mu while it answers a connection.
  *
@@ -48,7 +48,8 @@
  * silently); beyond --max-conn open connections a request gets 503 with Retry-After and the
  * connection is closed; libmicrohttpd's own hard limit sits above that (--max-conn + 64, so
  * the 503 can be sent) and below RLIMIT_NOFILE. /health and /metrics need no --api-key (probes
- * and scrapers carry none; they reveal counters, no content).
+ * and scrapers carry none; they reveal counters, no content), nor do the chat page's static files
+ * (a browser loads them before the page can ask for the key; they hold no data).
  *
  * Shutdown: srv_drain (SIGTERM) stops accepting (MHD_quiesce_daemon), answers new requests
  * on open connections with 503, lets queued and running jobs finish for up to
@@ -78,6 +79,7 @@
 
 #include "server/server_int.h"
 #include "server/server_msg.h"
+#include "server/webui.h"
 #include "base/threads.h"
 
 /* ==== HTTP =============================================================================== */
@@ -301,6 +303,29 @@ static enum MHD_Result handle_count_tokens(srv_server *s, struct MHD_Connection 
     return r;
 }
 
+/* GET / and the page's files (webui.c): served without the API key (the page asks for it and
+ * sends it with its API calls); with --no-webui they do not exist. */
+static enum MHD_Result handle_webui(srv_server *s, struct MHD_Connection *c, conn_state *cs, const char *method,
+                                   const char *url) {
+    srv_error e;
+    if (s->p.no_webui) {
+        srv_fail(&e, 404, NULL, "not_found", "no endpoint %s %s (the web page is off: --no-webui)", method, url);
+        return send_error(s, c, cs, method, url, &e);
+    }
+    if (strcmp(method, "GET") && strcmp(method, "HEAD")) {
+        srv_fail(&e, 405, NULL, "method_not_allowed", "method %s is not allowed on %s", method, url);
+        return send_error(s, c, cs, method, url, &e);
+    }
+    int status = 200;
+    const char *inm = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_NONE_MATCH);
+    struct MHD_Response *r = srv_webui_response(url, inm, s->p.api_key != NULL, &status);
+    if (!r) return MHD_NO;
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    log_line(s, cs->req_no, method, url, -1, 0, 0, 0, 0, status, "ok", cs->t0);
+    return ret;
+}
+
 static bool path_is(const char *url, const char *p) {
     if (!strcmp(url, p)) return true;
     /* both /v1/x and /x, as OpenAI-compatible servers accept */
@@ -371,6 +396,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         srv_fail(&e, 503, NULL, "server_stopping", "the server is shutting down");
         return send_error(s, c, cs, method, url, &e);
     }
+    if (srv_webui_path(url)) return handle_webui(s, c, cs, method, url);
     if (s->p.api_key && !path_is(url, "/health")) {
         /* OpenAI clients send a bearer key, Anthropic clients x-api-key: either one, anywhere */
         const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);

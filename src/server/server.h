@@ -36,6 +36,7 @@ typedef struct {
     int n_slots;            /* sessions (concurrent sequences); default 1 */
     int n_ctx;              /* tokens per slot; <= 0: min(model's training context, 4096) */
     const char *api_key;    /* NULL: no authentication */
+    bool no_webui;          /* --no-webui: no chat page on GET / (webui.h) */
     int n_threads;          /* engine worker threads; <= 0: all cores */
     int repack;             /* dsf_engine_params.repack */
     int resident;           /* dsf_engine_params.resident */

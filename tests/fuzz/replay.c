@@ -34,6 +34,7 @@
 #include "fuzz_snapshot.c"
 #include "fuzz_tokenizer.c"
 #include "fuzz_vocab.c"
+#include "fuzz_webui.c"
 #define LLVMFuzzerTestOneInput fz_gguf_one
 #include "fuzz_gguf.c"
 #undef LLVMFuzzerTestOneInput
@@ -222,6 +223,21 @@ static int fi_run(const char *name, fi_seeds *s, int iters, int (*one)(const uin
            (acc), (total))
 
 /* ---- one test per parser ----------------------------------------------------------------- */
+
+/* Seeds from the embedded files themselves: their ETags are computed at build time. */
+TEST(replay_webui) {
+    fi_seeds s = {0};
+    for (int i = 0; i <= webui_n_files; i++) {
+        const char *e = i < webui_n_files ? webui_files[i].etag : "\"x\"";
+        char b[160];
+        int n = snprintf(b, sizeof b, "%c%s", (char)i, e);
+        fi_add(&s, b, (size_t)n);
+        n = snprintf(b, sizeof b, "%cW/\"a\", W/%s,*", (char)(i | 0x80), e);
+        fi_add(&s, b, (size_t)n);
+    }
+    int total, acc = fi_run("webui", &s, 2000, fz_webui_one, &total);
+    FI_CHECK_MIX(acc, total);
+}
 
 TEST(replay_tokenizer) {
     fi_seeds s = {0};
