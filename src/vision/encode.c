@@ -1,9 +1,10 @@
 /* vision/encode.c: dsf_vision_encode = vision_prepare (io/image decode, vision/prep plan and
  * patches) -> the tower and the aligner -> the block and the image's key.
  * Must not: compute (vision/tower does) or hold state between images.
- * Invariant: on failure *out holds no allocation (block NULL) and err names the problem.
- * vision_prepare is a PLACEHOLDER until io/image.c and vision/prep.c land (h-vimage). */
+ * Invariant: on failure *out holds no allocation (block NULL) and err names the problem. */
 #include "vision/vision.h"
+#include "vision/prep.h"
+#include "io/image.h"
 #include "base/util.h"
 
 #include <stdlib.h>
@@ -11,9 +12,24 @@
 
 int vision_prepare(dsf_vision *v, const uint8_t *bytes, size_t len, int max_tokens, dsf_image_plan *pl,
                    float **patches, char *err) {
-    (void)v, (void)bytes, (void)len, (void)max_tokens, (void)pl;
+    const vis_hparams *hp = &vision_model(v)->hp;
+    const vis_prep_cfg c = {hp->patch, hp->merge, vision_cap(v, max_tokens), hp->min_pixels};
+    img_rgb8 img = {0};
     *patches = NULL;
-    return dsf_seterr(err, "vision: this build has no image decoder yet");
+    if (img_decode(bytes, len, vision_max_pixels(v), &img, err) || vis_plan(&c, img.w, img.h, pl, err)) {
+        img_free(&img);
+        return -1;
+    }
+    const size_t n = (size_t)pl->n_vit_h * (size_t)pl->n_vit_w * 3 * (size_t)hp->patch * (size_t)hp->patch;
+    float *px = malloc(n * sizeof(float));
+    int rc = px ? vis_patches(&c, &img, pl, px, err) : dsf_seterr(err, "vision: out of memory for %zu patch values", n);
+    img_free(&img);
+    if (rc) {
+        free(px);
+        return -1;
+    }
+    *patches = px;
+    return 0;
 }
 
 int dsf_vision_encode(dsf_vision *v, const uint8_t *bytes, size_t len, int max_tokens, dsf_image *out, char *err) {

@@ -69,6 +69,7 @@ int dsf_vision_n_embd(const dsf_vision *v) { return v ? v->m->hp.proj_dim : 0; }
 const vis_model *vision_model(const dsf_vision *v) { return v->m; }
 dsf_pool *vision_pool(dsf_vision *v) { return v->pool; }
 bool vision_bf16(const dsf_vision *v) { return v->bf16; }
+long vision_max_pixels(const dsf_vision *v) { return v->max_pixels; }
 int vision_cap(const dsf_vision *v, int max_tokens) { return max_tokens > 0 ? max_tokens : v->max_tokens; }
 
 int vision_run_patches(dsf_vision *v, const float *patches, const dsf_image_plan *pl, float *vit, float *block,

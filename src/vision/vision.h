@@ -17,6 +17,8 @@ const vis_model *vision_model(const dsf_vision *v);
 dsf_pool *vision_pool(dsf_vision *v);
 /* Whether the tower runs the reference (bf16) numerics. */
 bool vision_bf16(const dsf_vision *v);
+/* The decoded-pixel cap (dsf_vision_params.max_pixels; 0: img_decode's default). */
+long vision_max_pixels(const dsf_vision *v);
 /* The token cap a request of max_tokens (<= 0: the projector's default) runs with. */
 int vision_cap(const dsf_vision *v, int max_tokens);
 

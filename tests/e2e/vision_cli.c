@@ -71,6 +71,8 @@ TEST(vision_cli_refusals) {
         {"--mmproj /nonexistent.gguf --pixels-in x --grid 2x2", "nonexistent"},
         {"--mmproj '%s' --pixels-in '%s' --grid 2x2", "bytes, expected"}, /* a GGUF is not 2x2 patches */
         {"--mmproj '%s' --image /dev/null --tower int8", "--tower"},
+        {"--mmproj '%s' --image '%s'", "unsupported format"}, /* a GGUF is no image */
+        {"--mmproj '%s' --image /nonexistent.png", "nonexistent"},
         {"--mmproj '%s'", "either --image"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -85,4 +87,34 @@ TEST(vision_cli_refusals) {
     snprintf(cmd, sizeof cmd, "'%s' vision --mmproj '%s' --pixels-in x --grid 1x1 2>&1", test_bin(), models);
     int rc = test_run(cmd, out, sizeof out);
     CHECKF(rc == 1 && strstr(out, "general.architecture"), "exit %d: %s", rc, out);
+}
+
+/* Guards against: a CLI whose preprocessing differs from the reference's by a single bit (the
+ * README's rule for pixels) on any of the five PNGs (RGB, RGBA, L, P; no resize, resize with
+ * letterbox rows and columns, an upscale, the cap of 20), checked by check_vl.py; and the
+ * block of one image through the whole path (decode -> tower) within the fp32 bound. */
+TEST(vision_cli_image) {
+    NEED_SHARED(proj, VDIR "mmproj-tinyvl.gguf");
+    if (!have_python()) SKIP("needs python3 for check_vl.py");
+    char projs[4096];
+    snprintf(projs, sizeof projs, "%s", proj);
+    static const struct {
+        const char *key, *png, *cap;
+    } im[] = {{"grad", "grad", "1024"}, {"wide", "wide", "1024"}, {"tall", "tall", "1024"},
+              {"tiny", "tiny", "1024"}, {"cap-cap20", "cap", "20"}};
+    for (size_t i = 0; i < sizeof im / sizeof *im; i++) {
+        char rel[128], png[4096], px[4096], blk[4096], cmd[24576], out[4096];
+        snprintf(rel, sizeof rel, VDIR "images/%s.png", im[i].png);
+        const char *p = test_shared(rel);
+        CHECKF(p, "%s absent", rel);
+        snprintf(png, sizeof png, "%s", p);
+        snprintf(px, sizeof px, "%s/%s.px.f32", test_tmpdir(), im[i].key);
+        snprintf(blk, sizeof blk, "%s/%s.img-block.f32", test_tmpdir(), im[i].key);
+        snprintf(cmd, sizeof cmd, "'%s' vision --mmproj '%s' --image '%s' --image-max-tokens %s --tower fp32 "
+                                  "--pixels-out '%s' --block-out '%s' 2>&1",
+                 test_bin(), projs, png, im[i].cap, px, blk);
+        CHECKF(test_run(cmd, out, sizeof out) == 0, "%s: %s", im[i].key, out);
+        CHECKF(check_vl(im[i].key, "pixels", px, out, sizeof out) == 0, "%s pixels: %s", im[i].key, out);
+        if (i == 1) CHECKF(check_vl(im[i].key, "block", blk, out, sizeof out) == 0, "%s block: %s", im[i].key, out);
+    }
 }
