@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 static uint64_t rng_next(uint64_t *s) {
     *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
@@ -86,6 +87,14 @@ static vis_model *synth_release(synth *s) {
     return &s->m;
 }
 
+/* CPU seconds this process has used (user + system), for the share of the machine it got. */
+static double cpu_s(void) {
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return (double)u.ru_utime.tv_sec + 1e-6 * (double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_sec +
+           1e-6 * (double)u.ru_stime.tv_usec;
+}
+
 static void synth_free(synth *s) {
     free(s->arena), free(s->vecs), free(s->m.patch_w_data), free(s->m.layers);
 }
@@ -121,9 +130,9 @@ int bench_vision(const char *what, const char *grid, int n_threads, int plain) {
     dsf_pool *pool = dsf_pool_new(n_threads);
     const dsf_kernels *kt = kernels_get();
     double pk0 = bench_bf16_peak(pool, kt);
-    double t0 = dsf_now();
+    double t0 = dsf_now(), c0 = cpu_s();
     int rc = px && block ? vis_tower_run(m, pool, kt, !plain, px, gh, gw, NULL, block, err) : dsf_seterr(err, "out of memory");
-    double dt = dsf_now() - t0;
+    double dt = dsf_now() - t0, cpu = cpu_s() - c0;
     double pk1 = bench_bf16_peak(pool, kt), peak = pk0 > pk1 ? pk0 : pk1;
     if (rc) {
         fprintf(stderr, "dsflash bench: %s\n", err);
@@ -138,6 +147,8 @@ int bench_vision(const char *what, const char *grid, int n_threads, int plain) {
         printf("  %.0f ms per image, %.1f GFLOP/s (%.2f TFLOP); measured BF16 peak %.1f GFLOP/s (probes %.1f / %.1f): "
                "%.3f of peak\n",
                1e3 * dt, gf, vis_tower_flops(hp, gh, gw) / 1e12, peak, pk0, pk1, gf / peak);
+        printf("  CPU time %.1f s over %.1f s wall on %d threads (%.0f %% of them; other load on the machine lowers it)\n",
+               cpu, dt, dsf_pool_size(pool), 100.0 * cpu / dt / dsf_pool_size(pool));
         printf("vision_ms=%.1f vision_gflops=%.1f peak_gflops=%.1f peak_fraction=%.3f patches=%lld threads=%d kernels=%s\n",
                1e3 * dt, gf, peak, gf / peak, (long long)N, dsf_pool_size(pool), kt->name);
     }

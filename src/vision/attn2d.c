@@ -63,6 +63,11 @@ int vis_attn_init(vis_attn *a, const vis_hparams *hp, int n_vit_h, int n_vit_w, 
     memset(a, 0, sizeof *a);
     const int64_t N = (int64_t)n_vit_h * n_vit_w, d = hp->head_dim, H = hp->n_head, th = n_threads > 0 ? n_threads : 1;
     *a = (vis_attn){.hp = hp, .bf16 = bf16, .N = N, .npad = (N + 31) / 32 * 32, .nh = n_vit_h, .nw = n_vit_w};
+    /* 1/sqrt(d) is a power of two for d = 4^k (16, 64: the release): then it multiplies the
+     * queries, exactly, instead of every score */
+    const float sc = 1.0f / sqrtf((float)d);
+    int ex;
+    a->qscale = frexpf(sc, &ex) == 0.5f ? sc : 1.0f;
     const size_t hn = (size_t)(H * N * d), hv = (size_t)(H * d * a->npad), es = bf16 ? 2 : 4;
     a->cs = malloc((size_t)(N * d / 2) * sizeof(float));
     a->sn = malloc((size_t)(N * d / 2) * sizeof(float));
@@ -86,12 +91,14 @@ typedef struct {
     const float *qkv;
 } split_job;
 
-/* Rotate-half of one head's row x[0..d) by the patch's table (fp32), stored as fp32 or bf16. */
-static void rope_put(const vis_attn *a, const float *x, const float *cs, const float *sn, float *yf, uint16_t *yb) {
+/* Rotate-half of one head's row x[0..d) by the patch's table (fp32), times sc (1, or the
+ * attention scale when it is a power of two: exact), stored as fp32 or bf16. */
+static void rope_put(const vis_attn *a, const float *x, const float *cs, const float *sn, float sc, float *yf,
+                     uint16_t *yb) {
     const int64_t half = a->hp->head_dim / 2;
     for (int64_t j = 0; j < half; j++) {
         const float x1 = x[j], x2 = x[half + j];
-        const float r1 = x1 * cs[j] - x2 * sn[j], r2 = x2 * cs[j] + x1 * sn[j];
+        const float r1 = (x1 * cs[j] - x2 * sn[j]) * sc, r2 = (x2 * cs[j] + x1 * sn[j]) * sc;
         if (yb) {
             yb[j] = f32_to_bf16(r1);
             yb[half + j] = f32_to_bf16(r2);
@@ -111,8 +118,8 @@ static void split_range(void *ctx, int64_t t0, int64_t t1, int tid) {
         const float *row = j->qkv + t * 3 * D, *cs = a->cs + t * half, *sn = a->sn + t * half;
         for (int64_t h = 0; h < H; h++) {
             const int64_t o = (h * N + t) * d;
-            rope_put(a, row + h * d, cs, sn, a->q ? a->q + o : NULL, a->qb ? a->qb + o : NULL);
-            rope_put(a, row + D + h * d, cs, sn, a->k ? a->k + o : NULL, a->kb ? a->kb + o : NULL);
+            rope_put(a, row + h * d, cs, sn, a->qscale, a->q ? a->q + o : NULL, a->qb ? a->qb + o : NULL);
+            rope_put(a, row + D + h * d, cs, sn, 1.0f, a->k ? a->k + o : NULL, a->kb ? a->kb + o : NULL);
             const float *v = row + 2 * D + h * d;
             for (int64_t i = 0; i < d; i++) {
                 const int64_t at = (h * d + i) * a->npad + t;
@@ -133,20 +140,24 @@ typedef struct {
     int64_t n_qb;
 } core_job;
 
-/* Softmax of the rows of S [nt][npad] over the first N columns (scaled by 1/sqrt(d)); the
- * padding columns get probability 0. bf16 mode: the probabilities also as bf16 into Pb. */
+/* Softmax of the rows of S [nt][npad] over the first N columns, the scores scaled by 1/sqrt(d)
+ * (unless the queries carry it), normalised by one reciprocal of the sum (as ATen's softmax
+ * does); the padding columns get probability 0. bf16 mode: the probabilities as bf16 into Pb
+ * (and rounded in S too where the fp32 family multiplies them). */
 static void softmax_rows(const core_job *j, float *S, uint16_t *Pb, int64_t nt) {
     const vis_attn *a = j->a;
     const float scale = 1.0f / sqrtf((float)a->hp->head_dim);
     for (int64_t t = 0; t < nt; t++) {
         float *s = S + t * a->npad;
-        for (int64_t c = 0; c < a->N; c++) s[c] *= scale;
-        const float den = ka_softmax(j->ak, s, a->N);
-        for (int64_t c = 0; c < a->N; c++) s[c] /= den;
+        if (a->qscale == 1.0f)
+            for (int64_t c = 0; c < a->N; c++) s[c] *= scale;
+        const float inv = 1.0f / ka_softmax(j->ak, s, a->N);
+        for (int64_t c = 0; c < a->N; c++) s[c] *= inv;
         memset(s + a->N, 0, (size_t)(a->npad - a->N) * sizeof(float));
         if (!Pb) continue;
-        for (int64_t c = 0; c < a->N; c++) s[c] = vis_bf16(s[c]); /* exact in Pb, and for the fp32 family */
         kern_act_to_bf16(s, Pb + t * a->npad, a->npad);
+        if (a->npad > 16384)
+            for (int64_t c = 0; c < a->N; c++) s[c] = vis_bf16(s[c]);
     }
 }
 

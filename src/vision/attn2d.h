@@ -26,6 +26,7 @@ typedef struct {
     const vis_hparams *hp;
     bool bf16;
     int64_t N, npad, nh, nw;
+    float qscale;            /* the scale folded into q (exact: a power of two), or 1 */
     float *cs, *sn;          /* [N][d/2] cos, sin of the patch's angles */
     float *q, *k, *vt;       /* plain: [H][N][d], [H][N][d], [H][d][npad] */
     uint16_t *qb, *kb, *vtb; /* bf16: the same layouts */
