@@ -43,18 +43,20 @@ static void prod_range(void *ctx, int64_t u0, int64_t u1, int tid) {
         float *y = j->y + t0 * j->ldy;
         if (j->xb) kern_matmul_xbf16(j->k, j->w, j->xb + t0 * j->w->n_in, nt, y, j->ldy, r0, r1);
         else kern_matmul(j->k, j->w, j->x + t0 * j->w->n_in, nt, y, j->ldy, r0, r1);
+        /* one simple loop per step (bias, rounding, residual), so that each vectorises */
         for (int64_t t = 0; t < nt; t++) {
             float *yr = y + t * j->ldy;
-            for (int64_t r = r0; r < r1; r++) {
-                float v = j->bias ? yr[r] + (j->rnd ? vis_bf16(j->bias[r]) : j->bias[r]) : yr[r];
-                if (j->rnd) v = vis_bf16(v);
-                if (j->res) {
-                    float *p = j->res + (t0 + t) * j->ldy + r;
-                    *p = j->rnd ? vis_bf16(*p + v) : *p + v;
-                } else {
-                    yr[r] = v;
-                }
-            }
+            if (j->bias && j->rnd)
+                for (int64_t r = r0; r < r1; r++) yr[r] += vis_bf16(j->bias[r]);
+            else if (j->bias)
+                for (int64_t r = r0; r < r1; r++) yr[r] += j->bias[r];
+            if (j->rnd)
+                for (int64_t r = r0; r < r1; r++) yr[r] = vis_bf16(yr[r]);
+            if (!j->res) continue;
+            float *p = j->res + (t0 + t) * j->ldy;
+            for (int64_t r = r0; r < r1; r++) p[r] += yr[r];
+            if (j->rnd)
+                for (int64_t r = r0; r < r1; r++) p[r] = vis_bf16(p[r]);
         }
     }
 }
