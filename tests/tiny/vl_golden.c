@@ -389,7 +389,9 @@ static uint64_t fnv(const uint8_t *p, size_t n) {
 /* Guards against: the version 5 format refusing the version 4 snapshots already on disk (a
  * text session's prefix cache). The version 4 image of a text snapshot is the version 5 one
  * without the span count (8 bytes after the token ids); it must restore to the same logits.
- * A version 5 snapshot with spans must be refused by a model without bias_vl. */
+ * A span section that no session writes (a type outside -1..3, a key on a text position, a
+ * count that disagrees, a NaN row) is refused by name, leaving the session as it was; a
+ * version 5 snapshot with spans is refused by a model without bias_vl. */
 TEST(vl_golden_snapshot_versions) {
     vl_fix x;
     if (fix_open(t, &x) < 0) goto out;
@@ -418,10 +420,34 @@ TEST(vl_golden_snapshot_versions) {
     CHECKF(!memcmp(la, lb, (size_t)V * sizeof(float)), "version 4 snapshot restores to other logits");
     free(old);
     free(snap);
+    /* the span section (20 tokens: the span starts at 14): n_span at 72 + 80, the types at 160,
+     * the keys at 180, the rows at 340; each patch (checksum made right) is refused by name */
+    CHECK(dsf_session_rollback(a, 0, err) == 0 && eval_pieces(a, &x.mp, 0, 20, 20, 20, NULL, V, err) == 0);
+    CHECK(dsf_session_save(a, &snap, &len, err) == 0);
+    static const struct {
+        size_t at;
+        uint8_t v;
+        const char *want;
+    } bad[] = {{152, 7, "does not match"}, {160, 9, "token type 8"}, {181, 1, "non-zero key"},
+               {343, 0xff, "NaN"}, {165, 3, "marks 7 image-span positions"}};
+    const int held = dsf_session_n_past(b);
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        uint8_t *c = malloc(len);
+        memcpy(c, snap, len);
+        c[bad[k].at] = bad[k].v;
+        if (bad[k].v == 0xff) c[bad[k].at - 1] = 0xff;
+        uint64_t cs = fnv(c, len - 8);
+        memcpy(c + len - 8, &cs, 8);
+        err[0] = 0;
+        CHECKF(dsf_session_restore(b, c, len, err) < 0 && strstr(err, bad[k].want), "patch %zu: '%s' (want '%s')", k,
+               err, bad[k].want);
+        CHECK(dsf_session_n_past(b) == held);
+        free(c);
+    }
+    free(snap);
     /* spans into a model without bias_vl */
     dsf_engine *e41 = vl_open("tiny41/tiny41.gguf", DSF_NUMERICS_PLAIN, t);
     if (e41) {
-        CHECK(dsf_session_rollback(a, 0, err) == 0 && eval_pieces(a, &x.mp, 0, 20, 20, 20, NULL, V, err) == 0);
         CHECK(dsf_session_save(a, &snap, &len, err) == 0);
         dsf_session *c41 = dsf_session_new(e41, 64, err);
         /* other model: refused either way; the message must not be a crash */
