@@ -448,6 +448,13 @@ TEST(replay_snapshot) {
     fi_add(&s, "\x03\x00\x00\x00\x40\x00\xff\x43\x00\xff", 10);
     fi_add(&s, "\x0c\x00\x00\x00\x00\x02\x7f", 7);
     fi_add(&s, "\x04\x02\x30\x00", 4);
+    /* tinyvl with a span (flags bit 2), 10 tokens: unpatched, then the span count (at 72 + 40),
+     * a type (at 120), a text position's key (at 130), a span row's float made NaN (at 212) */
+    fi_add(&s, "\x0a\x04\x00\x00", 4);
+    fi_add(&s, "\x0a\x04\x00\x00\x70\x00\x03", 7);
+    fi_add(&s, "\x0a\x04\x00\x00\x78\x00\x09", 7);
+    fi_add(&s, "\x0a\x04\x00\x00\x82\x00\x01", 7);
+    fi_add(&s, "\x0a\x04\x00\x00\xd4\x00\xff\xd5\x00\xff", 10);
     int total, acc = fi_run("snapshot", &s, 60, fz_snapshot_one, &total);
     FI_CHECK_MIX(acc, total);
 }
