@@ -21,25 +21,6 @@ const char *const GEN_CLI_IMAGE_HELP =
     "  --image FILE       a PNG or JPEG for the first user message (repeatable, at most 16)\n"
     "  --image-max-tokens N  the token cap of one image's block (default: the projector's, 1024)\n";
 
-/* The whole file (malloc'ed). -1 with err. */
-static int read_file(const char *path, uint8_t **out, size_t *len, char *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return dsf_seterr(err, "cannot open image %s", path);
-    dsf_buf b = {0};
-    char chunk[65536];
-    size_t r;
-    while ((r = fread(chunk, 1, sizeof chunk, f)) > 0) dsf_buf_append(&b, chunk, r);
-    bool bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        dsf_buf_free(&b);
-        return dsf_seterr(err, "cannot read image %s", path);
-    }
-    *out = b.data;
-    *len = b.len;
-    return 0;
-}
-
 int gen_cli_load_images(const gen_cli_opts *o, gen_cli_model *m, char *err) {
     m->image_tok = dsf_token_id(m->tok, "<｜deepseek_image｜>");
     if (o->n_images && !o->mmproj) return dsf_seterr(err, "--image needs the vision projector: --mmproj FILE");
@@ -61,7 +42,7 @@ int gen_cli_load_images(const gen_cli_opts *o, gen_cli_model *m, char *err) {
     for (int i = 0; i < o->n_images; i++) {
         uint8_t *bytes = NULL;
         size_t len = 0;
-        if (read_file(o->images[i], &bytes, &len, err)) return -1;
+        if (dsf_read_file(o->images[i], &bytes, &len, err)) return dsf_prefixerr(err, "--image");
         int rc = dsf_vision_encode(m->vis, bytes, len, o->image_max_tokens, &m->images[i], err);
         free(bytes);
         if (rc) return dsf_prefixerr(err, "image %s", o->images[i]);

@@ -51,6 +51,10 @@ typedef struct {
 int test_gen_open(test_gen_fx *f, const char *path, int max_ctx);
 void test_gen_close(test_gen_fx *f);
 
+/* p[0..n) in standard base64 with padding (RFC 4648 §4), NUL-terminated, malloc'ed; written
+ * here, apart from the server's decoder that the image tests check against it. */
+char *test_base64(const uint8_t *p, size_t n);
+
 /* ids as "1 2 3" (truncated to cap). */
 void test_fmt_ids(char *buf, size_t cap, const int32_t *ids, size_t n);
 /* Whether arr is a JSON array of exactly the n integers ids. */

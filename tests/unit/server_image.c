@@ -133,16 +133,11 @@ TEST(server_image_records_and_limits) {
     long size = 0;
     unsigned char *png = test_slurp(path, &size);
     CHECK(png);
-    /* base64 of the file (an encoder written here, separate from the decoder under test) */
-    static const char al[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char *b64 = test_base64(png, (size_t)size); /* tests/lib: apart from the decoder under test */
     dsf_buf url = {0};
-    dsf_buf_appendf(&url, "data:image/png;base64,");
-    for (long i = 0; i < size; i += 3) {
-        uint32_t v = (uint32_t)png[i] << 16 | (i + 1 < size ? (uint32_t)png[i + 1] << 8 : 0) | (i + 2 < size ? png[i + 2] : 0);
-        char q[4] = {al[v >> 18], al[(v >> 12) & 63], i + 1 < size ? al[(v >> 6) & 63] : '=', i + 2 < size ? al[v & 63] : '='};
-        dsf_buf_append(&url, q, 4);
-    }
+    dsf_buf_appendf(&url, "data:image/png;base64,%s", b64);
     dsf_buf_append(&url, "", 1);
+    free(b64);
     const char *u = (const char *)url.data;
     srv_image_limits lim = {.max_images = 2, .max_bytes = (size_t)size, .max_pixels = 154 * 98};
     srv_image *im = NULL;
