@@ -317,7 +317,7 @@ TEST(replay_dataurl) {
     fi_add_dir(&s, "fuzz_dataurl");
     static const char *const texts[] = {"\0Zm9vYmFy", "\0Zm9vYg==", "\0Zm8", "\0Zh==",
         "\1\x89\x50\x4e\x47\x0d\x0a\x1a\x0a\x00\x00\x00\x0d\x49\x48\x44\x52\x00\x00\x00\x05\x00\x00\x00\x03\x08\x02\x00\x00\x00\xd4\x54\x52\xaf",
-        "\1\xff\xd8\xff\xe0\x00\x04" "ab\xff\xc0\x00\x0b\x08\x00\x10\x00\x20\x01\x01\x11\x00",
+        "\1\xff\xd8\xff\xe0\x00\x04\x61\x62\xff\xc0\x00\x0b\x08\x00\x10\x00\x20\x01\x01\x11\x00",
         "\2[{\"type\": \"image\", \"url\": \"data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAUAAAADCAIAAADUVFKv\"}]",
         "\2[{\"type\": \"image\", \"source\": {\"type\": \"base64\", \"media_type\": \"image/png\", \"data\": \"iVBORw0KGgoAAAANSUhEUgAAAAUAAAADCAIAAADUVFKv\"}}]",
         "\2[{\"type\": \"image\", \"url\": \"https://example.com/a.png\"}]"};
