@@ -16,6 +16,7 @@
  * the prefill), run on the engine's own thread pool. */
 #include "bench_constrain.h"
 #include "bench_engram.h"
+#include "bench_vision.h"
 #include "cmd.h"
 #include "frontend.h"
 #include "dsflash.h"
@@ -133,6 +134,8 @@ static double probe_peak_max(dsf_pool *pool, const dsf_kernels *k, int bf16) {
     }
     return best;
 }
+
+double bench_bf16_peak(dsf_pool *pool, const dsf_kernels *k) { return probe_peak_max(pool, k, 1); }
 
 typedef struct {
     const char *label;
@@ -962,6 +965,7 @@ static void usage(FILE *f) {
                "                     [--no-repack] [--mmap] [--act-q8k] [--engram-readers N] [--engram-cache MB]\n"
                "       dsflash bench --kernels [--threads N] [--set ref|avx2|avx512] [--arena-mb MB] [--reps N] [--only LIST]\n"
                "       dsflash bench --constrain VOCAB.gguf [--reps N]\n"
+               "       dsflash bench --vision MMPROJ|synth [--vision-grid WxH] [--threads N] [--plain]\n"
                "       dsflash bench -m MODEL --draft DRAFT [--draft-max N] [--draft-min-p P] [--threads N]\n"
                "\n"
                "  -m MODEL      end to end: a prefill of --prompt tokens (default 512), then --gen greedy\n"
@@ -991,6 +995,11 @@ static void usage(FILE *f) {
                "                token of the unconstrained sampler, and of the mask in typical grammar\n"
                "                states (first visit, cached, under a binding budget), compile times;\n"
                "                --reps N takes 10 N samples per figure\n"
+               "  --vision P    the vision tower and aligner on one image (random patches, a 108x81-patch grid:\n"
+               "                a 4000x3000 photo under the default cap; --vision-grid WxH for another):\n"
+               "                ms per image, GFLOP/s and the fraction of the BF16 dot peak probed around\n"
+               "                it; P an mmproj GGUF, or synth (random BF16 weights of the release shapes);\n"
+               "                the bf16 tower (reference numerics) unless --plain\n"
                "  --threads N   worker threads (default: online CPUs)\n"
                "  --set NAME    kernel table (default: the one DSF_KERNELS / the CPU selects)\n"
                "  --arena-mb MB weight arena / probe buffer, larger than the last-level cache (default 1024)\n"
@@ -1008,7 +1017,7 @@ static int cmd_bench(int argc, char **argv) {
         return 0;
     }
     int kernels = 0, reps = 5, n_prompt = 512, n_gen = 64, plain = 0, cold = 0, repack = 0, resident = 0, act_q8k = 0;
-    const char *model = NULL, *csv = NULL, *constrain = NULL;
+    const char *model = NULL, *csv = NULL, *constrain = NULL, *vision = NULL, *vgrid = NULL;
     long threads = sysconf(_SC_NPROCESSORS_ONLN);
     const char *set = NULL, *only = NULL;
     uint64_t arena_mb = 1024;
@@ -1026,6 +1035,12 @@ static int cmd_bench(int argc, char **argv) {
             kernels = 1;
         } else if (!strcmp(a, "--constrain") && v) {
             constrain = v;
+            i++;
+        } else if (!strcmp(a, "--vision") && v) {
+            vision = v;
+            i++;
+        } else if (!strcmp(a, "--vision-grid") && v) {
+            vgrid = v;
             i++;
         } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v) {
             model = v;
@@ -1087,6 +1102,7 @@ static int cmd_bench(int argc, char **argv) {
     }
     if (threads < 1) threads = 1;
     if (constrain) return bench_constrain(constrain, reps * 10);
+    if (vision) return bench_vision(vision, vgrid, (int)threads, plain);
     if (kernels == !!model) {
         fprintf(stderr, "dsflash bench: give either -m MODEL or --kernels (try --help)\n");
         return 2;

@@ -4,6 +4,7 @@
  * reproduce the uninterrupted rows. This is the acceptance contract: keep it stable. */
 #include "cmd.h"
 #include "dsflash.h"
+#include "logits_image.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -18,7 +19,9 @@ static const char *USAGE =
     "  --chunk N        feed N tokens per eval (1 = token-by-token decode; default: all at once)\n"
     "  --rollback-to K  after all tokens, roll back to K and feed tokens[K:] again (rows >= K from that pass)\n"
     "  --snapshot-at K  after K tokens, save the state, drop the session, restore it into a new one, continue\n"
-    "  --act-q8k        quantize the activations of K / IQ weights to Q8_K as ggml does (changes the logits)\n";
+    "  --act-q8k        quantize the activations of K / IQ weights to Q8_K as ggml does (changes the logits)\n"
+    "With images: dsflash logits -m MAIN --mmproj PROJ --prompt-text TEXT --image FILE ... --out OUT.f32\n"
+    "  (dsflash logits --mmproj x --help for its options)\n";
 
 static int fail(const char *fmt, const char *a, const char *b) {
     fprintf(stderr, "dsflash logits: ");
@@ -122,6 +125,7 @@ static int feed(dsf_session *s, const int32_t *tok, int from, int to, int chunk,
 }
 
 static int cmd_logits(int argc, char **argv) {
+    if (logits_image_wanted(argc, argv)) return logits_image_main(argc, argv);
     if (dsf_cmd_wants_help(argc, argv)) {
         fputs(USAGE, stdout);
         return 0;

@@ -215,6 +215,10 @@ void ka_add(const dsf_akernels *k, float *a, const float *y, int64_t n) {
     (k && k->add ? k->add : add_ref)(a, y, n);
 }
 
+float ka_softmax(const dsf_akernels *k, float *s, int64_t n) {
+    return (k && k->softmax ? k->softmax : softmax_ref)(s, n);
+}
+
 void ka_qdq_fp8(const dsf_akernels *k, float *x, int64_t n) {
     (k && k->qdq_fp8 ? k->qdq_fp8 : qdq_fp8_e8m0)(x, n);
 }

@@ -63,6 +63,8 @@ void ka_hc_expand(const dsf_akernels *k, float *Y, const float *fo, const float 
                   const float *comb, int64_t hc, int64_t D, int64_t ld);
 void ka_swiglu(const dsf_akernels *k, float *z, const float *g, const float *u, int64_t n, float lim, float wt);
 void ka_add(const dsf_akernels *k, float *a, const float *y, int64_t n);
+/* s[k] = exp(s[k] - max s) in place; returns their sum (vec.h softmax_fn). */
+float ka_softmax(const dsf_akernels *k, float *s, int64_t n);
 void ka_qdq_fp8(const dsf_akernels *k, float *x, int64_t n);
 void ka_qdq_fp4(const dsf_akernels *k, float *x, int64_t n);
 void ka_qdq_fp4_e4m3(const dsf_akernels *k, float *x, int64_t n);

@@ -57,6 +57,10 @@ typedef void (*swiglu_fn)(float *z, const float *g, const float *u, int64_t n, f
 /* a[i] += y[i] */
 typedef void (*add_fn)(float *a, const float *y, int64_t n);
 
+/* The numerators of a softmax without a sink (the vision tower's attention, vision.md §3): in
+ * place s[k] = exp(s[k] - m), m = max_k s[k]; returns sum_k s[k]. n >= 1. */
+typedef float (*softmax_fn)(float *s, int64_t n);
+
 /* QDQ_FP8 in place (quant.h qdq_fp8_e8m0, spec §3.3): groups of 32, pow2 scale, e4m3 RNE; a
  * tail of n % 32 is left alone. Fast versions are bit-identical to the twin. */
 typedef void (*qdq_fn)(float *x, int64_t n);
@@ -75,6 +79,7 @@ typedef struct {
     hc_expand_fn hc_expand;
     swiglu_fn swiglu;
     add_fn add;
+    softmax_fn softmax;
     qdq_fn qdq_fp8;
     qdq_fn qdq_fp4;      /* QDQ_FP4_E8M0 (index queries and keys) */
     qdq_fn qdq_fp4_e4m3; /* QDQ_FP4_E4M3 (compressed KV rows): groups of 16, e4m3 scale */
@@ -105,5 +110,6 @@ void hc_expand_ref(float *Y, const float *fo, const float *R, const float *post,
                    int64_t D, int64_t ld);
 void swiglu_ref(float *z, const float *g, const float *u, int64_t n, float lim, float wt);
 void add_ref(float *a, const float *y, int64_t n);
+float softmax_ref(float *s, int64_t n);
 
 #endif

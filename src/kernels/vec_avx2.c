@@ -142,6 +142,9 @@ static float softmax_num(float *s, int64_t nk, float sink) {
     return den;
 }
 
+/* softmax_fn: the sink-free numerators (a sink of -inf adds exp(-inf) = 0 to the sum). */
+static float softmax_avx2(float *s, int64_t n) { return softmax_num(s, n, -INFINITY); }
+
 static void attn_avx2(float *o, const float *q, int64_t nh, int64_t dh, const float *const *keys, int64_t nk,
                       float scale, const float *sinks, float *att) {
     if (dh % 8) {
@@ -424,6 +427,7 @@ const dsf_akernels akernels_avx2 = {
     .hc_expand = hc_expand_avx2,
     .swiglu = swiglu_avx2,
     .add = add_avx2,
+    .softmax = softmax_avx2,
     .qdq_fp8 = qdq_fp8_avx2,
     .unpack_fp8 = unpack_fp8_avx2,
     .unpack_fp4 = unpack_fp4_avx2,

@@ -171,6 +171,9 @@ static float softmax_num(float *s, int64_t nk, float sink) {
     return expf(sink - m) + _mm512_reduce_add_ps(sum);
 }
 
+/* softmax_fn: the sink-free numerators (a sink of -inf adds exp(-inf) = 0 to the sum). */
+static float softmax_avx512(float *s, int64_t n) { return softmax_num(s, n, -INFINITY); }
+
 static void attn_avx512(float *o, const float *q, int64_t nh, int64_t dh, const float *const *keys, int64_t nk,
                         float scale, const float *sinks, float *att) {
     if (dh % 16) {
@@ -509,6 +512,7 @@ const dsf_akernels akernels_avx512 = {
     .hc_expand = hc_expand_avx512,
     .swiglu = swiglu_avx512,
     .add = add_avx512,
+    .softmax = softmax_avx512,
     .qdq_fp8 = qdq_fp8_avx512,
     .qdq_fp4 = qdq_fp4_avx512,
     .qdq_fp4_e4m3 = qdq_fp4_e4m3_avx512,

@@ -100,6 +100,16 @@ void add_ref(float *a, const float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) a[i] += y[i];
 }
 
+float softmax_ref(float *s, int64_t n) {
+    float m = s[0], den = 0.0f;
+    for (int64_t k = 1; k < n; k++) m = fmaxf(m, s[k]);
+    for (int64_t k = 0; k < n; k++) {
+        s[k] = expf(s[k] - m);
+        den += s[k];
+    }
+    return den;
+}
+
 const dsf_akernels akernels_ref = {
     .name = "ref",
     .attn = attn_ref,
@@ -109,6 +119,7 @@ const dsf_akernels akernels_ref = {
     .hc_expand = hc_expand_ref,
     .swiglu = swiglu_ref,
     .add = add_ref,
+    .softmax = softmax_ref,
     .qdq_fp8 = qdq_fp8_e8m0,
     .qdq_fp4 = qdq_fp4_e8m0,
     .qdq_fp4_e4m3 = qdq_fp4_e4m3,

@@ -256,7 +256,7 @@ static void block_attn(const fwd *f, int64_t il, const float *u, float *out) {
 static fwd seq_fwd(dsf_dspark_seq *q, int64_t T) {
     const dsf_engine *de = &q->d->de;
     fwd f = {de, &de->shape, &de->w, &q->sc, q->sc.tkv, q->sc.tpos, T, de->numerics == DSF_NUMERICS_REFERENCE,
-             false, block_attn, q};
+             false, block_attn, q, NULL};
     return f;
 }
 

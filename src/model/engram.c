@@ -1,6 +1,7 @@
 /* engram.c: Engram n-gram memory (architecture.md §4.2): the per-position hash over the
  * compressed token history and the gated add into every hyper-connection copy, applied to
- * the stream BEFORE its block. The table is read row by row, never whole: the chunk's rows
+ * the stream BEFORE its block. Image-span positions (vision.md §7) are DEAD in the history
+ * and get gate 0. The table is read row by row, never whole: the chunk's rows
  * of every module are hashed at the start of the forward and read by the engine's reader
  * pool (engram_io.c) while the layers before each module compute.
  * Must not: map or read the table whole, or read the file itself (engram_io.c does); write
@@ -16,6 +17,11 @@
 #include <math.h>
 
 void engram_hash(const dsf_shape *sh, int64_t e, const int32_t *tokens, int64_t p, int64_t *rows) {
+    engram_hash_spans(sh, e, tokens, NULL, p, rows);
+}
+
+void engram_hash_spans(const dsf_shape *sh, int64_t e, const int32_t *tokens, const uint8_t *vtype, int64_t p,
+                       int64_t *rows) {
     const int64_t ng = sh->ngram, nh = sh->heads_per_ngram, cols = sh->ple_cols;
     const uint64_t *mult = sh->ple_mult + e * ng;
     const uint64_t *off = sh->ple_offset + e * cols, *size = sh->ple_size + e * cols;
@@ -23,7 +29,7 @@ void engram_hash(const dsf_shape *sh, int64_t e, const int32_t *tokens, int64_t 
     int blocked = 0;
     for (int64_t s = 0; s < ng; s++) {
         int64_t c = DSF_ENGRAM_DEAD;
-        if (p - s >= 0) {
+        if (p - s >= 0 && !(vtype && vtype[p - s])) { /* vision.md §7: a span position is DEAD */
             int32_t id = tokens[p - s];
             c = (id < 0 || id >= sh->n_token_map) ? DSF_ENGRAM_DEAD : sh->token_map[id];
         }
@@ -59,6 +65,7 @@ static void gate_range(void *ctx, int64_t i0, int64_t i1, int tid) {
     const float dscale = (float)(1.0 / sqrt((double)D));
     for (int64_t i = i0; i < i1; i++) {
         const int64_t t = i / hc, c = i % hc;
+        if (fwd_span(j->f, t)) continue; /* vision.md §7: gate 0 at a span position, the stream as it is */
         const float *kv = sc->ekv + t * nout, *val = kv + hc * D;
         float *x = sc->X + (t * hc + c) * D;
         const float *key = kv + c * D, *gw = L->engram_gate + c * D;
@@ -82,7 +89,8 @@ static void start_module(const fwd *f, int m) {
     const dsf_shape *sh = f->sh;
     const int64_t cols = sh->ple_cols;
     int64_t *rows = engram_req_rows(f->sc->ereq, m);
-    for (int64_t t = 0; t < f->T; t++) engram_hash(sh, m, f->tkv[t]->tokens, f->tpos[t], rows + t * cols);
+    for (int64_t t = 0; t < f->T; t++)
+        engram_hash_spans(sh, m, f->tkv[t]->tokens, f->tkv[t]->vtype, f->tpos[t], rows + t * cols);
     engram_io_start(f->e->eio, f->sc->ereq, m, f->T * cols);
 }
 

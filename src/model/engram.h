@@ -14,5 +14,9 @@ void engram_start(const fwd *f);
 void engram_forward(const fwd *f, int64_t il);
 /* Engram rows of one token (absolute per_layer_token_embd rows, [ple_cols]). */
 void engram_hash(const dsf_shape *sh, int64_t e, const int32_t *tokens, int64_t p, int64_t *rows);
+/* The same with the history's image-span marks (vtype[q] != 0: position q is DEAD whatever its
+ * id, vision.md §7; session.h); vtype NULL: all text. */
+void engram_hash_spans(const dsf_shape *sh, int64_t e, const int32_t *tokens, const uint8_t *vtype, int64_t p,
+                       int64_t *rows);
 
 #endif

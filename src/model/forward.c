@@ -18,16 +18,25 @@
 #include <string.h>
 
 /* The token rows of the embedding into every hc copy of the stream sc->X; the first layer's
- * pre is one-hot (no eps). */
+ * pre is one-hot (no eps). An image-span position takes its substituted row instead (vision.md
+ * §5: the next of its sequence's pending rows, kv->erows from n_erows on). */
 static void embed(const fwd *f, const int32_t *tok) {
     const dsf_weights *w = f->w;
     dsf_scratch *sc = f->sc;
     const int64_t D = f->sh->n_embd, hc = f->sh->hc;
+    int64_t k = 0; /* span rows of this token's sequence consumed so far in the chunk */
     for (int64_t t = 0; t < f->T; t++) {
-        /* one row per token, at random: read it (gguf_read_span) rather than fault it in */
-        _Alignas(64) uint8_t row[32768];
-        const uint8_t *src = w->tok_embd.data + (uint64_t)tok[t] * w->tok_embd.row_bytes;
-        dequant_row(w->tok_embd.type, gguf_read_span(f->e->gguf, src, (size_t)w->tok_embd.row_bytes, row, sizeof row, false), sc->h, D);
+        if (t > 0 && f->tkv[t - 1] != f->tkv[t]) k = 0;
+        if (fwd_span(f, t)) {
+            const dsf_kvstate *kv = f->tkv[t];
+            DSF_ASSERT(kv->n_erows + k < kv->erows_cap);
+            memcpy(sc->h, kv->erows + (kv->n_erows + k++) * D, (size_t)D * sizeof(float));
+        } else {
+            /* one row per token, at random: read it (gguf_read_span) rather than fault it in */
+            _Alignas(64) uint8_t row[32768];
+            const uint8_t *src = w->tok_embd.data + (uint64_t)tok[t] * w->tok_embd.row_bytes;
+            dequant_row(w->tok_embd.type, gguf_read_span(f->e->gguf, src, (size_t)w->tok_embd.row_bytes, row, sizeof row, false), sc->h, D);
+        }
         for (int64_t c = 0; c < hc; c++) memcpy(sc->X + (t * hc + c) * D, sc->h, (size_t)D * sizeof(float));
         for (int64_t c = 0; c < hc; c++) sc->pre[t * hc + c] = c == 0 ? 1.0f : 0.0f; /* layer 0: one-hot, no eps */
     }
@@ -94,13 +103,18 @@ int forward_tokens(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, cons
                    float *logits, int64_t logit_row0, char *err) {
     const dsf_shape *sh = &e->shape;
     DSF_ASSERT(T >= 1 && T <= sc->max_chunk);
+    bool spans = false;
     for (int64_t t = 0; t < T; t++) {
         sc->tkv[t] = tkv[t];
         sc->tpos[t] = (t > 0 && tkv[t - 1] == tkv[t]) ? sc->tpos[t - 1] + 1 : tkv[t]->n;
         DSF_ASSERT(sc->tpos[t] < tkv[t]->max_ctx);
         tkv[t]->tokens[sc->tpos[t]] = tok[t];
+        sc->ttype[t] = (int8_t)kv_type(tkv[t], sc->tpos[t]);
+        spans |= sc->ttype[t] >= 0;
     }
-    fwd f = {e, sh, &e->w, sc, sc->tkv, sc->tpos, T, e->numerics == DSF_NUMERICS_REFERENCE, false, NULL, NULL};
+    DSF_ASSERT(!spans || e->w.vision); /* dsf_session_eval_media refuses spans without bias_vl */
+    fwd f = {e, sh, &e->w, sc, sc->tkv, sc->tpos, T, e->numerics == DSF_NUMERICS_REFERENCE, false, NULL, NULL,
+             spans ? sc->ttype : NULL};
     for (int64_t t = 0; t < T; t++) f.feats |= tkv[t]->feat != NULL;
     double prof_t0 = fwd_profile_start();
     if (sh->n_engram) engram_start(&f); /* the readers work while the layers before Engram run */
@@ -109,6 +123,7 @@ int forward_tokens(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, cons
     for (int64_t t = 0; t < T; t++) {
         dsf_kvstate *kv = tkv[t];
         kv->n = sc->tpos[t] + 1;
+        if (f.ttype && f.ttype[t] >= 0) kv->n_erows++;
         if (kv->n - kv->wslots > kv->win_lo) kv->win_lo = kv->n - kv->wslots;
     }
     if (logits) head(&f, logit_row0, logits);

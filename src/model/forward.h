@@ -31,13 +31,21 @@ typedef struct fwd_ctx {
      * in its block attention */
     void (*attn)(const struct fwd_ctx *f, int64_t il, const float *u, float *out);
     void *attn_user; /* the plugged-in attention's state */
+    /* [T] each token's type (DSF_TOKEN_*; vision.md §5-§7), or NULL when every token is text:
+     * a span token takes its embedding row, routes with bias_vl and gets Engram gate 0 */
+    const int8_t *ttype;
 } fwd;
+
+/* Whether token t of the chunk is an image-span position (vision.md §6: every type >= 0). */
+static inline bool fwd_span(const fwd *f, int64_t t) { return f->ttype && f->ttype[t] >= 0; }
 
 /* forward.c: layer il of a V4.1 block (Engram where the shape has it, hc mixes, attention,
  * MoE) on the stream f->sc->X, in place; f->sc->pre holds the previous FFN's pre on entry and
  * this layer's on return. The main layer loop and the DSpark stages (dspark.c) run it. */
 void forward_layer(const fwd *f, int64_t il);
-/* forward.c: consumes T <= max_chunk tokens at positions kv->n.. and appends them.
+/* forward.c: consumes T <= max_chunk tokens at positions kv->n.. and appends them. The
+ * positions' types are kv->vtype[n..n+T) (set by the caller; 0 = text) and the span positions'
+ * embeddings the rows of kv->erows from n_erows on, in order (session.h).
  * logits: NULL, or [T][n_vocab] when all_rows, else [n_vocab] (last token). Returns 0, or -1
  * with err when the Engram table could not be read (an I/O error, a file truncated under
  * us): the tokens are appended all the same, with values that must not be used, and the

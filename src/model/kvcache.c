@@ -86,6 +86,11 @@ int kv_init(dsf_kvstate *kv, const dsf_shape *s, int64_t max_ctx, int64_t max_ch
             kv->carry[il] = take(2 * (size_t)s->head_dim * F, bytes, &fail);
         }
     }
+    /* the image-span marks (session.h): calloc'd, not counted, and never touched by a session
+     * that holds no span, so a text session pays only the address space (plan.c agrees) */
+    kv->vtype = calloc((size_t)max_ctx, 1);
+    kv->keys = calloc((size_t)max_ctx, sizeof(uint64_t));
+    if (!kv->vtype || !kv->keys) fail = 1;
     if (fail) {
         kv_free(kv, s);
         return dsf_seterr(err, "out of memory allocating the KV state for %lld tokens", (long long)max_ctx);
@@ -108,6 +113,9 @@ void kv_free(dsf_kvstate *kv, const dsf_shape *s) {
     free(kv->tokens);
     free(kv->feat);
     free(kv->feat_of);
+    free(kv->vtype);
+    free(kv->keys);
+    free(kv->erows);
     memset(kv, 0, sizeof *kv);
 }
 
@@ -195,6 +203,7 @@ int scratch_init(dsf_scratch *sc, const dsf_shape *s, int64_t T, int64_t max_ctx
         sc->xb_cap = (int64_t)(te * mx);
     }
     TAKE(tkv, t * sizeof(dsf_kvstate *));
+    TAKE(ttype, t);
     TAKE(tpos, t * sizeof(int64_t));
     TAKE(tjrow, t * sizeof(int64_t));
     TAKE(tjkv, t * sizeof(dsf_kvstate *));
@@ -227,7 +236,7 @@ void scratch_free(dsf_scratch *sc) {
                  sc->cg, sc->lat, sc->ikt, sc->iq, sc->iw, sc->scores, sc->blk, sc->sel, sc->n_sel, sc->cand,
                  sc->n_cand, sc->heap, sc->cmask, sc->att, sc->rcs, sc->keys, sc->rlog, sc->esel, sc->ewt, sc->etok,
                  sc->ewtok, sc->ex, sc->exq, sc->eg, sc->eu, sc->ey, sc->acc, sc->erow, sc->ekv,
-                 sc->fin, sc->xb, sc->tkv, sc->tpos, sc->tjrow, sc->tjkv, sc->kdec, (void *)sc->kptr, sc->kfmt,
+                 sc->fin, sc->xb, sc->tkv, sc->ttype, sc->tpos, sc->tjrow, sc->tjkv, sc->kdec, (void *)sc->kptr, sc->kfmt,
                  sc->koff};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
     memset(sc, 0, sizeof *sc);

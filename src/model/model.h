@@ -103,6 +103,7 @@ typedef struct {
     /* DSpark draft only (shape.dspark): main_proj, its norm, the Markov tables, the confidence */
     dsf_wmat fc, markov_w1, markov_w2;
     fvec enc_norm, conf_proj;
+    bool vision; /* every layer carries exp_bias_vl (image spans can be routed; vision.md §6) */
 } dsf_weights;
 
 /* An observer of the forward pass's products (dsflash imatrix; engine_set_mm_observer): called

@@ -1,5 +1,6 @@
 /* moe.c: the MoE FFN of one layer for a chunk (architecture.md §4.5): fp32 router,
- * sqrt-softplus scores, selection on score + bias (bias for selection only), weights
+ * sqrt-softplus scores, selection on score + bias (bias for selection only; bias_vl for an
+ * image-span token, vision.md §6), weights
  * normalized with +1e-20 and scaled, SwiGLU clamped (gate: upper only, before silu; up:
  * both sides), routing weight applied before w2, accumulation in fp32 in increasing expert
  * id, then the shared expert. Tokens are grouped by expert so that each expert's weights
@@ -225,7 +226,9 @@ void moe_forward(const fwd *f, int64_t il, const float *v, float *out) {
         for (int64_t e = 0; e < E; e++) lg[e] = sqrtf(op_softplus(lg[e]));
         /* select on score + bias; sc->blk is free here and holds the biased scores */
         float *biased = sc->att;
-        for (int64_t e = 0; e < E; e++) biased[e] = lg[e] + L->exp_bias[e];
+        /* vision.md §6: an image-span position selects with bias_vl, per token */
+        const float *bias = fwd_span(f, t) ? L->exp_bias_vl : L->exp_bias;
+        for (int64_t e = 0; e < E; e++) biased[e] = lg[e] + bias[e];
         int32_t *sel = sc->esel + t * K;
         op_topk(biased, E, K, sel, sc->heap);
         float *wt = sc->ewt + t * K, sum = 0.0f;

@@ -1,6 +1,7 @@
 /* session.c: the public session API (dsflash.h): create a session with its memory computed
- * up front, evaluate tokens in chunks, evaluate a batch of sessions' next tokens, and roll
- * back exactly (architecture.md §5.3).
+ * up front, evaluate tokens in chunks (text, or with image spans: their types, keys and
+ * substituted rows kept with the token history, vision.md §5-§8), evaluate a batch of
+ * sessions' next tokens, and roll back exactly (architecture.md §5.3), spans included.
  *
  * Owns: chunk sizing (DSF_CHUNK) and the session's lifetime; the request checks (context
  * length, token ids) before any state changes.
@@ -17,6 +18,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 /* Tokens per forward of a prefill. 512 rather than 256: each routed expert sees twice the
@@ -92,7 +94,8 @@ static int check_logits(const float *rows, int64_t n, int64_t V, int64_t pos, ch
     return 0;
 }
 
-int dsf_session_eval(dsf_session *s, const int32_t *tokens, int n, float *logits, bool all_rows, char *err) {
+/* The request checks every eval makes before any state changes. */
+static int check_tokens(const dsf_session *s, const int32_t *tokens, int n, char *err) {
     const int64_t V = s->e->shape.n_vocab;
     if (n < 1) return dsf_seterr(err, "no tokens to evaluate");
     if (s->kv.n + n > s->kv.max_ctx)
@@ -102,12 +105,25 @@ int dsf_session_eval(dsf_session *s, const int32_t *tokens, int n, float *logits
         if (tokens[i] < 0 || tokens[i] >= V)
             return dsf_seterr(err, "token %d at index %d is outside the vocabulary (0..%lld)", tokens[i], i,
                               (long long)V - 1);
+    return 0;
+}
+
+/* Evaluates checked tokens in chunks. types/keys (NULL for text): the positions' types and
+ * keys, written into the history chunk by chunk just before the chunk runs (a failed chunk's
+ * rollback clears them again); the span rows wait in kv->erows from n_erows on. */
+static int eval_chunks(dsf_session *s, const int32_t *tokens, const int8_t *types, const uint64_t *keys, int n,
+                       float *logits, bool all_rows, char *err) {
+    const int64_t V = s->e->shape.n_vocab;
     for (int64_t i = 0; i < n;) {
         int64_t T = n - i < s->sc.max_chunk ? n - i : s->sc.max_chunk;
         float *lg = NULL;
         if (logits && all_rows) lg = logits + i * V;
         else if (logits && i + T == n) lg = logits;
         const int64_t n0 = s->kv.n;
+        for (int64_t k = 0; types && k < T; k++) {
+            s->kv.vtype[n0 + k] = (uint8_t)(types[i + k] + 1);
+            s->kv.keys[n0 + k] = keys ? keys[i + k] : 0;
+        }
         if (forward_chunk(s, tokens + i, T, lg, all_rows, err) < 0 ||
             (lg && check_logits(lg, all_rows ? T : 1, V, all_rows ? n0 : n0 + T - 1, err) < 0)) {
             char keep[DSF_ERR_LEN];
@@ -120,6 +136,73 @@ int dsf_session_eval(dsf_session *s, const int32_t *tokens, int n, float *logits
         i += T;
     }
     return 0;
+}
+
+int dsf_session_eval(dsf_session *s, const int32_t *tokens, int n, float *logits, bool all_rows, char *err) {
+    if (check_tokens(s, tokens, n, err) < 0) return -1;
+    return eval_chunks(s, tokens, NULL, NULL, n, logits, all_rows, err);
+}
+
+/* ---- image spans (vision.md §5-§8) ------------------------------------------------------- */
+
+int dsf_engine_n_embd(const dsf_engine *e) { return (int)e->shape.n_embd; }
+bool dsf_engine_has_vision(const dsf_engine *e) { return e->w.vision; }
+const uint64_t *dsf_session_keys(const dsf_session *s) { return s->kv.keys; }
+
+/* Room for `more` span rows after the first n_erows (the rows beyond them are free). */
+static void erows_reserve(dsf_session *s, int64_t more) {
+    dsf_kvstate *kv = &s->kv;
+    const int64_t need = kv->n_erows + more, D = s->e->shape.n_embd;
+    if (need <= kv->erows_cap) return;
+    int64_t cap = kv->erows_cap ? kv->erows_cap : 64;
+    while (cap < need) cap *= 2;
+    kv->erows = dsf_xrealloc(kv->erows, (size_t)(cap * D) * sizeof(float));
+    s->bytes += (size_t)((cap - kv->erows_cap) * D) * sizeof(float);
+    kv->erows_cap = cap;
+}
+
+int dsf_session_eval_media(dsf_session *s, const int32_t *tokens, const dsf_media *m, int n, float *logits,
+                           bool all_rows, char *err) {
+    if (!m || !m->types) {
+        for (int i = 0; m && m->keys && i < n; i++)
+            if (m->keys[i]) return dsf_seterr(err, "key at index %d is not 0, but the position is text", i);
+        return dsf_session_eval(s, tokens, n, logits, all_rows, err);
+    }
+    if (check_tokens(s, tokens, n, err) < 0) return -1;
+    int64_t nspan = 0;
+    for (int i = 0; i < n; i++) {
+        const int t = m->types[i];
+        if (t < DSF_TOKEN_TEXT || t > DSF_TOKEN_IMAGE_END)
+            return dsf_seterr(err, "token type %d at index %d is not one of -1 (text), 0..3 (image span)", t, i);
+        if (t == DSF_TOKEN_TEXT && m->keys && m->keys[i])
+            return dsf_seterr(err, "key at index %d is not 0, but the position is text", i);
+        nspan += t >= 0;
+    }
+    if (nspan && !s->e->w.vision)
+        return dsf_seterr(err, "this model cannot take images: its layers carry no image routing bias "
+                               "(blk.N.exp_probs_b_vl.bias; vision.md §6)");
+    if (nspan && !m->embd) return dsf_seterr(err, "%lld image-span positions but no embedding rows", (long long)nspan);
+    if (nspan) {
+        const int64_t D = s->e->shape.n_embd;
+        erows_reserve(s, nspan);
+        memcpy(s->kv.erows + s->kv.n_erows * D, m->embd, (size_t)(nspan * D) * sizeof(float));
+        s->kv.media = true;
+    }
+    return eval_chunks(s, tokens, m->types, m->keys, n, logits, all_rows, err);
+}
+
+/* The image-span positions below p (the index of p's span row, when p is one). */
+static int64_t spans_below(const dsf_kvstate *kv, int64_t p) {
+    int64_t c = 0;
+    for (int64_t i = 0; i < p; i++) c += kv->vtype[i] != 0;
+    return c;
+}
+
+/* Positions [from, to) hold no span marks any more (session.h: both 0 at every p >= n). */
+static void clear_marks(dsf_kvstate *kv, int64_t from, int64_t to) {
+    if (!kv->media || from >= to) return;
+    memset(kv->vtype + from, 0, (size_t)(to - from));
+    memset(kv->keys + from, 0, (size_t)(to - from) * sizeof(uint64_t));
 }
 
 int dsf_batch_eval(dsf_session **ss, const int32_t *tokens, int n, float *logits, char *err) {
@@ -177,6 +260,7 @@ int dsf_session_rollback(dsf_session *s, int n, char *err) {
      * ratio-2 compressor's pending token, recomputed by re-feeding that token, and (b) window
      * rows that the ring has already overwritten: then re-prefill from the token history
      * (exact: chunking never changes the result). */
+    const int64_t old_n = kv->n;
     int64_t keep = n;
     if (needs_carry(&s->e->shape) && n % 2) keep = n - 1;
     int64_t need_lo = keep - s->e->shape.window + 1;
@@ -187,12 +271,17 @@ int dsf_session_rollback(dsf_session *s, int n, char *err) {
     }
     kv->n = keep;
     if (kv->feat_lo > keep) kv->feat_lo = keep; /* the re-prefill below records them */
+    /* the re-prefill takes the span marks and rows of [keep, n) as they are (rows [n_erows,
+     * ...) past keep's are those positions' rows, in order) */
+    if (kv->media) kv->n_erows = spans_below(kv, keep);
+    clear_marks(kv, n, old_n);
     for (int64_t i = keep; i < n;) {
         int64_t T = n - i < s->sc.max_chunk ? n - i : s->sc.max_chunk;
         if (forward_chunk(s, kv->tokens + i, T, NULL, 0, err) < 0) {
             /* what the re-prefill wrote cannot be trusted: keep nothing rather than a state
              * that differs from the tokens */
-            kv->n = kv->win_lo = kv->feat_lo = 0;
+            kv->n = kv->win_lo = kv->feat_lo = kv->n_erows = 0;
+            clear_marks(kv, 0, n);
             return dsf_prefixerr(err, "rollback to %d tokens: the session was emptied", n);
         }
         i += T;

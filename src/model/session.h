@@ -49,7 +49,22 @@ typedef struct {
     int32_t *feat_of;   /* [n_layer]: the layer's place in the row, or -1 */
     int64_t feat_lo;    /* positions below it were not recorded (consumed before recording started,
                          * restored from a snapshot); fslots == wslots, so win_lo bounds the rest */
+    /* Image spans (vision.md §5-§8), kept with the token history so that a rollback's
+     * re-prefill and a snapshot see them: vtype[p] = token type + 1 (0: text) and keys[p]
+     * (0: text; dsf_media.keys) for p < n, both 0 at every p >= n; [max_ctx], calloc'd and
+     * never written by a session without spans (untouched pages). erows: the substituted
+     * embeddings of the span positions in position order, [erows_cap][n_embd], grown by
+     * dsf_session_eval_media; the first n_erows belong to positions < n, the rows after them
+     * are the pending chunk's (or stale). media: the session has held a span. */
+    uint8_t *vtype;
+    uint64_t *keys;
+    float *erows;
+    int64_t erows_cap, n_erows;
+    bool media;
 } dsf_kvstate;
+
+/* The token type (DSF_TOKEN_*) of position p (< n, or of the chunk being evaluated). */
+static inline int kv_type(const dsf_kvstate *kv, int64_t p) { return (int)kv->vtype[p] - 1; }
 
 typedef struct {
     int64_t max_chunk;
@@ -107,6 +122,7 @@ typedef struct {
     uint16_t *xb;                /* [T][max projection input] BF16 activations */
     int64_t xb_cap;              /* elements of xb */
     dsf_kvstate **tkv;           /* [T] */
+    int8_t *ttype;               /* [T] token types of the chunk (forward.c) */
     int64_t *tpos;               /* [T] */
     int64_t *tjrow;              /* [T] compressed row emitted by each latent */
     dsf_kvstate **tjkv;          /* [T] its sequence */

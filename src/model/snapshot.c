@@ -2,8 +2,8 @@
  * ids that tie a snapshot to its model (the header hash and the sampled weight bytes), also
  * offered combined with the numerics mode as dsf_engine_state_id (the prefix cache's key).
  *
- * Owns: the snapshot format (a header, the token history, the window rows the next token can
- * see, the KV sources' compressed rows, index keys and pending compressor token, an FNV-1a
+ * Owns: the snapshot format (a header, the token history with its image spans, the window
+ * rows the next token can see, the KV sources' compressed rows, index keys and pending compressor token, an FNV-1a
  * checksum) and its version. Rows are saved as the session stores them (packed or fp32,
  * session.h; the header's kv_format), so a snapshot is as small as the state.
  * Must not: leave a session half restored (the whole layout is checked before anything is
@@ -15,6 +15,7 @@
 #include "kernels/quant.h"
 #include "base/util.h"
 
+#include <math.h>
 #include <string.h>
 
 static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
@@ -51,7 +52,12 @@ static uint64_t data_id(dsf_engine *e) {
 #define SNAP_MAGIC "DSFSNAP\0"
 /* 4: the KV rows are stored as the session holds them (packed in reference numerics, spec
  * §5.1), and the header says which (kv_format) */
-#define SNAP_VERSION 4u
+#define SNAP_VERSION 5u
+/* 5: after the token ids, the image spans (vision.md §5-§8): u64 n_span, then when n_span > 0
+ * the types (token type + 1, 0 text) [n] u8, the keys [n] u64 and the span rows [n_span][n_embd]
+ * f32 (a rollback's re-prefill needs them). A version 4 snapshot (no spans) restores as all
+ * text. */
+#define SNAP_VERSION_TEXT 4u
 /* The header's numerics field: the numerics mode, plus SNAP_Q8K when the engine runs the Q8_K
  * activation mode (its products differ, so its state is not the exact mode's). Snapshots of the
  * exact modes keep the values 0 and 1 they always had. */
@@ -110,6 +116,71 @@ static int check_packed(const dsf_shape *sh, const dsf_kvstate *kv, const uint8_
     return 0;
 }
 
+typedef struct {
+    const uint8_t *p;
+    size_t left;
+} rdr;
+
+static int take_bytes(rdr *r, void *dst, size_t n) {
+    if (n > r->left) return -1;
+    memcpy(dst, r->p, n);
+    r->p += n;
+    r->left -= n;
+    return 0;
+}
+
+/* The image spans of a version 5 snapshot (at p: types, keys, rows): the types are 0..4 and
+ * n_span of them are spans, text positions have key 0, the rows are finite, and the model
+ * can route spans. -1 with err naming the first problem. */
+static int check_media(const dsf_session *s, const uint8_t *p, int64_t n, int64_t n_span, char *err) {
+    const int64_t D = s->e->shape.n_embd;
+    if (!s->e->w.vision)
+        return dsf_seterr(err, "snapshot holds image spans, but this model has no image routing bias (exp_probs_b_vl)");
+    int64_t c = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t key;
+        memcpy(&key, p + n + i * 8, 8);
+        if (p[i] > DSF_TOKEN_IMAGE_END + 1)
+            return dsf_seterr(err, "snapshot position %lld has token type %d (not -1..3)", (long long)i, p[i] - 1);
+        if (!p[i] && key) return dsf_seterr(err, "snapshot text position %lld has a non-zero key", (long long)i);
+        c += p[i] != 0;
+    }
+    if (c != n_span)
+        return dsf_seterr(err, "snapshot marks %lld image-span positions, its header says %lld", (long long)c,
+                          (long long)n_span);
+    const uint8_t *rows = p + n * 9;
+    for (int64_t i = 0; i < n_span * D; i++) {
+        float v;
+        memcpy(&v, rows + i * 4, 4);
+        if (!isfinite(v)) return dsf_seterr(err, "snapshot span row %lld holds a NaN or an infinity", (long long)(i / D));
+    }
+    return 0;
+}
+
+/* Takes the checked media section (version 5) into the session's history: types, keys and
+ * rows for [0, n), clean marks beyond (session.h). A version 4 snapshot is all text. */
+static void restore_media(dsf_session *s, rdr *r, int64_t n, int64_t n_span, bool v5) {
+    dsf_kvstate *kv = &s->kv;
+    const int64_t D = s->e->shape.n_embd;
+    if (kv->media) {
+        memset(kv->vtype, 0, (size_t)kv->max_ctx);
+        memset(kv->keys, 0, (size_t)kv->max_ctx * sizeof(uint64_t));
+    }
+    kv->n_erows = 0;
+    if (v5) r->p += 8, r->left -= 8;
+    if (!n_span) return;
+    if (n_span > kv->erows_cap) {
+        kv->erows = dsf_xrealloc(kv->erows, (size_t)(n_span * D) * sizeof(float));
+        s->bytes += (size_t)((n_span - kv->erows_cap) * D) * sizeof(float);
+        kv->erows_cap = n_span;
+    }
+    take_bytes(r, kv->vtype, (size_t)n);
+    take_bytes(r, kv->keys, (size_t)n * sizeof(uint64_t));
+    take_bytes(r, kv->erows, (size_t)(n_span * D) * sizeof(float));
+    kv->n_erows = n_span;
+    kv->media = true;
+}
+
 int dsf_session_save(const dsf_session *s, uint8_t **out, size_t *len, char *err) {
     const dsf_shape *sh = &s->e->shape;
     const int64_t n = s->kv.n, dh = sh->head_dim, id = sh->idx_dim;
@@ -128,6 +199,13 @@ int dsf_session_save(const dsf_session *s, uint8_t **out, size_t *len, char *err
     h.kv_format = (uint32_t)s->kv.packed;
     dsf_buf_append(&b, &h, sizeof h);
     dsf_buf_append(&b, s->kv.tokens, (size_t)n * sizeof(int32_t));
+    const uint64_t n_span = (uint64_t)s->kv.n_erows;
+    dsf_buf_append(&b, &n_span, sizeof n_span);
+    if (n_span) {
+        dsf_buf_append(&b, s->kv.vtype, (size_t)n);
+        dsf_buf_append(&b, s->kv.keys, (size_t)n * sizeof(uint64_t));
+        dsf_buf_append(&b, s->kv.erows, (size_t)(n_span * (uint64_t)sh->n_embd) * sizeof(float));
+    }
     /* the window rows the next token can see: positions [n - nw, n), as stored */
     const int64_t nw = n < sh->window ? n : sh->window;
     for (int64_t il = 0; il < sh->n_layer; il++)
@@ -147,27 +225,15 @@ int dsf_session_save(const dsf_session *s, uint8_t **out, size_t *len, char *err
     return 0;
 }
 
-typedef struct {
-    const uint8_t *p;
-    size_t left;
-} rdr;
-
-static int take_bytes(rdr *r, void *dst, size_t n) {
-    if (n > r->left) return -1;
-    memcpy(dst, r->p, n);
-    r->p += n;
-    r->left -= n;
-    return 0;
-}
-
 int dsf_session_restore(dsf_session *s, const uint8_t *data, size_t len, char *err) {
     const dsf_shape *sh = &s->e->shape;
     snap_header h;
     if (len < sizeof h + 8) return dsf_seterr(err, "snapshot truncated (%zu bytes)", len);
     memcpy(&h, data, sizeof h);
     if (memcmp(h.magic, SNAP_MAGIC, 8) != 0) return dsf_seterr(err, "not a dsflash session snapshot");
-    if (h.version != SNAP_VERSION)
-        return dsf_seterr(err, "snapshot version %u is not supported (want %u)", h.version, SNAP_VERSION);
+    if (h.version != SNAP_VERSION && h.version != SNAP_VERSION_TEXT)
+        return dsf_seterr(err, "snapshot version %u is not supported (want %u, or %u without images)", h.version,
+                          SNAP_VERSION, SNAP_VERSION_TEXT);
     uint64_t sum;
     memcpy(&sum, data + len - 8, 8);
     if (fnv1a(FNV_INIT, data, len - 8) != sum) return dsf_seterr(err, "snapshot checksum mismatch (corrupted)");
@@ -188,16 +254,27 @@ int dsf_session_restore(dsf_session *s, const uint8_t *data, size_t len, char *e
     /* the whole layout is checked before anything is overwritten: a bad snapshot leaves
      * the session as it was */
     const int64_t nw = n < sh->window ? n : sh->window;
-    uint64_t want = sizeof h + 8 + (uint64_t)n * sizeof(int32_t) + rows_bytes(sh, &s->kv, n);
+    const uint8_t *media = data + sizeof h + (size_t)n * sizeof(int32_t);
+    uint64_t n_span = 0, media_bytes = 0;
+    if (h.version == SNAP_VERSION) {
+        if (len < sizeof h + 8 + (uint64_t)n * sizeof(int32_t) + 8) return dsf_seterr(err, "snapshot truncated (%zu bytes)", len);
+        memcpy(&n_span, media, 8);
+        if (n_span > (uint64_t)n) return dsf_seterr(err, "snapshot claims %llu image-span positions in %lld tokens",
+                                                    (unsigned long long)n_span, (long long)n);
+        media_bytes = 8 + (n_span ? (uint64_t)n * 9 + n_span * (uint64_t)sh->n_embd * sizeof(float) : 0);
+    }
+    uint64_t want = sizeof h + 8 + (uint64_t)n * sizeof(int32_t) + media_bytes + rows_bytes(sh, &s->kv, n);
     if (want != len) return dsf_seterr(err, "snapshot size %zu does not match its header (%llu)", len, (unsigned long long)want);
     for (int64_t i = 0; i < n; i++) {
         int32_t tk;
         memcpy(&tk, data + sizeof h + (size_t)i * sizeof tk, sizeof tk);
         if (tk < 0 || tk >= sh->n_vocab) return dsf_seterr(err, "snapshot holds an invalid token id %d", tk);
     }
-    if (s->kv.packed && check_packed(sh, &s->kv, data + sizeof h + (size_t)n * sizeof(int32_t), n, err) < 0) return -1;
+    if (n_span && check_media(s, media + 8, n, (int64_t)n_span, err) < 0) return -1;
+    if (s->kv.packed && check_packed(sh, &s->kv, media + media_bytes, n, err) < 0) return -1;
     rdr r = {data + sizeof h, len - 8 - sizeof h};
     int bad = take_bytes(&r, s->kv.tokens, (size_t)n * sizeof(int32_t));
+    restore_media(s, &r, n, (int64_t)n_span, h.version == SNAP_VERSION);
     for (int64_t il = 0; il < sh->n_layer && !bad; il++)
         for (int64_t p = n - nw; p < n && !bad; p++) bad |= take_bytes(&r, kv_win(&s->kv, il, p), (size_t)s->kv.wrow);
     for (int64_t il = 0; il < sh->n_layer && !bad; il++) {

@@ -217,6 +217,22 @@ void weights_free(dsf_weights *w, const dsf_shape *s) {
     memset(w, 0, sizeof *w);
 }
 
+/* gguf-layout.md §3.2: exp_probs_b_vl is optional, but on every layer or none (a partial set
+ * would route image positions of some layers with the text bias); sets w->vision. */
+static int check_vision(dsf_weights *w, const dsf_shape *s, char *err) {
+    int64_t n_vl = 0, miss = -1;
+    for (int64_t il = 0; il < s->n_layer; il++) {
+        if (w->layers[il].exp_bias_vl) n_vl++;
+        else if (miss < 0) miss = il;
+    }
+    if (n_vl && miss >= 0)
+        return dsf_seterr(err, "tensor 'blk.%lld.exp_probs_b_vl.bias' not found: the file has the image routing bias "
+                               "on %lld of %lld layers (it must be on every layer or none)", (long long)miss,
+                          (long long)n_vl, (long long)s->n_layer);
+    w->vision = n_vl > 0;
+    return 0;
+}
+
 int weights_bind(dsf_weights *w, const dsf_shape *s, const gguf_file *f, char *err) {
     memset(w, 0, sizeof *w);
     uint32_t native;
@@ -343,6 +359,7 @@ int weights_bind(dsf_weights *w, const dsf_shape *s, const gguf_file *f, char *e
         }
     }
 #undef N
+    if (check_vision(w, s, err) < 0) goto fail;
     /* S14: no unused tensors. */
     for (uint64_t t = 0; t < f->n_tensors; t++)
         if (!bb.used[t]) {

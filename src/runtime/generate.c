@@ -1,7 +1,8 @@
 /* generate.c: the generation loop (runtime layer).
  *
- * Owns: prefix reuse at prefill (longest common prefix with the session's history, exact
- * rollback, chunked eval with progress), and the decode loop: sample -> detokenize -> stop
+ * Owns: prefix reuse at prefill (longest common prefix with the session's history, ids and
+ * image-span keys, exact rollback, chunked eval with progress; a chunk never ends inside an
+ * image span), and the decode loop: sample -> detokenize -> stop
  * strings -> callbacks, with EOS / max_tokens / context / cancel handling, optional DSML
  * event forwarding and per-token logprobs.
  * Must not: know about HTTP, terminals or chat rendering (callers do that); allocate inside
@@ -43,6 +44,8 @@ struct dsf_gen {
     bool pf_active;
     const int32_t *pf_prompt;
     int pf_n, pf_pos, pf_chunk;
+    dsf_media pf_m;     /* the prompt's image spans (the caller's arrays); types NULL: text */
+    int64_t pf_erow;    /* the span row of pf_pos (the spans of the prompt before it) */
     /* the running generation (dsf_gen_begin .. dsf_gen_end) */
     gen_state st;
     dsf_gen_params p;       /* copy of the caller's parameters */
@@ -161,7 +164,28 @@ bool gen_constrained(const dsf_gen *g) { return g->gm != NULL; }
 
 /* ==== prefill ========================================================================== */
 
+/* The prompt's positions that can be reused from the session: ids and keys agree (a missing
+ * key is 0; a span position without a key is never reused: its content is unknown). */
+static int common_prefix(dsf_gen *g, const int32_t *prompt, const dsf_media *m, int n) {
+    const int32_t *have = dsf_session_tokens(g->s);
+    const uint64_t *hkeys = dsf_session_keys(g->s);
+    const int n_have = dsf_session_n_past(g->s);
+    int lcp = 0;
+    while (lcp < n_have && lcp < n && have[lcp] == prompt[lcp]) {
+        const uint64_t k = m && m->keys ? m->keys[lcp] : 0;
+        if ((hkeys ? hkeys[lcp] : 0) != k) break;
+        if (m && m->types && m->types[lcp] >= 0 && !k) break;
+        lcp++;
+    }
+    return lcp;
+}
+
 int dsf_gen_prefill_begin(dsf_gen *g, const int32_t *prompt, int n, int chunk, char *err) {
+    return dsf_gen_prefill_begin_media(g, prompt, NULL, n, chunk, err);
+}
+
+int dsf_gen_prefill_begin_media(dsf_gen *g, const int32_t *prompt, const dsf_media *m, int n, int chunk,
+                                char *err) {
     if (!g) return dsf_seterr(err, "dsf_gen_prefill_begin: no generator");
     g->ready = false;
     g->pf_active = false;
@@ -179,13 +203,18 @@ int dsf_gen_prefill_begin(dsf_gen *g, const int32_t *prompt, int n, int chunk, c
                               (int)prompt[i], g->n_vocab_model);
 
     double t0 = dsf_now();
-    const int32_t *have = dsf_session_tokens(g->s);
-    int n_have = dsf_session_n_past(g->s), lcp = 0;
-    while (lcp < n_have && lcp < n && have[lcp] == prompt[lcp]) lcp++;
+    const int n_have = dsf_session_n_past(g->s);
+    int lcp = common_prefix(g, prompt, m, n);
     /* The logits after the last prompt token are needed, so at least one token is evaluated. */
     if (lcp == n) lcp = n - 1;
     if (lcp < n_have && dsf_session_rollback(g->s, lcp, err) < 0) return -1;
     g->n_cached = lcp;
+    memset(&g->pf_m, 0, sizeof g->pf_m);
+    g->pf_erow = 0;
+    if (m && m->types) {
+        g->pf_m = *m;
+        for (int i = 0; i < lcp; i++) g->pf_erow += m->types[i] >= 0;
+    }
     g->pf_prompt = prompt;
     g->pf_n = n;
     g->pf_pos = lcp;
@@ -201,8 +230,20 @@ int dsf_gen_prefill_step(dsf_gen *g, char *err) {
     double t0 = dsf_now();
     int i = g->pf_pos, n = g->pf_n;
     int c = n - i < g->pf_chunk ? n - i : g->pf_chunk;
+    const dsf_media *m = &g->pf_m;
+    /* a chunk never ends inside a span: it is extended to the span's end */
+    while (m->types && i + c < n && m->types[i + c - 1] >= 0 && m->types[i + c - 1] != DSF_TOKEN_IMAGE_END) c++;
     bool last = i + c == n;
-    if (dsf_session_eval(g->s, g->pf_prompt + i, c, last ? g->logits : NULL, false, err) < 0) {
+    int rc;
+    if (m->types) {
+        const dsf_media sub = {m->types + i, m->embd ? m->embd + g->pf_erow * dsf_engine_n_embd(g->e) : NULL,
+                               m->keys ? m->keys + i : NULL};
+        rc = dsf_session_eval_media(g->s, g->pf_prompt + i, &sub, c, last ? g->logits : NULL, false, err);
+        for (int k = 0; k < c && rc == 0; k++) g->pf_erow += m->types[i + k] >= 0;
+    } else {
+        rc = dsf_session_eval(g->s, g->pf_prompt + i, c, last ? g->logits : NULL, false, err);
+    }
+    if (rc < 0) {
         g->pf_active = false;
         return dsf_prefixerr(err, "prefill at position %d", i);
     }
@@ -211,6 +252,7 @@ int dsf_gen_prefill_step(dsf_gen *g, char *err) {
     if (last) {
         g->pf_active = false;
         g->pf_prompt = NULL;
+        memset(&g->pf_m, 0, sizeof g->pf_m);
         if (g->hk.prefilled && g->hk.prefilled(g->hk.ud, g, g->n_cached, n, err) < 0) return -1;
         g->ready = true;
     }
@@ -218,9 +260,9 @@ int dsf_gen_prefill_step(dsf_gen *g, char *err) {
 }
 
 /* Returns 0 done, -1 error, 1 cancelled (by progress or cancel). */
-static int prefill(dsf_gen *g, const int32_t *prompt, int n, int chunk, dsf_gen_progress_cb progress,
-                   void *pud, int (*cancel)(void *), void *cud, char *err) {
-    int total = dsf_gen_prefill_begin(g, prompt, n, chunk, err);
+static int prefill(dsf_gen *g, const int32_t *prompt, const dsf_media *m, int n, int chunk,
+                   dsf_gen_progress_cb progress, void *pud, int (*cancel)(void *), void *cud, char *err) {
+    int total = dsf_gen_prefill_begin_media(g, prompt, m, n, chunk, err);
     if (total < 0) return -1;
     for (int left = total; left > 0;) {
         if ((progress && progress(pud, total - left, total)) || (cancel && cancel(cud))) {
@@ -236,8 +278,13 @@ static int prefill(dsf_gen *g, const int32_t *prompt, int n, int chunk, dsf_gen_
 
 int dsf_gen_prefill(dsf_gen *g, const int32_t *prompt, int n, int chunk, dsf_gen_progress_cb progress,
                     void *ud, char *err) {
+    return dsf_gen_prefill_media(g, prompt, NULL, n, chunk, progress, ud, err);
+}
+
+int dsf_gen_prefill_media(dsf_gen *g, const int32_t *prompt, const dsf_media *m, int n, int chunk,
+                          dsf_gen_progress_cb progress, void *ud, char *err) {
     if (!g) return dsf_seterr(err, "dsf_gen_prefill: no generator");
-    int rc = prefill(g, prompt, n, chunk, progress, ud, NULL, NULL, err);
+    int rc = prefill(g, prompt, m, n, chunk, progress, ud, NULL, NULL, err);
     if (rc == 1) return dsf_seterr(err, "cancelled");
     return rc;
 }
@@ -541,7 +588,7 @@ int dsf_gen_run(dsf_gen *g, const int32_t *prompt, int n, const dsf_gen_params *
         out->finish = DSF_FINISH_ERROR;
         return dsf_seterr(err, "dsf_gen_run: no generator or parameters");
     }
-    int rc = prefill(g, prompt, n, 0, progress, p->ud, p->cancel, p->ud, err);
+    int rc = prefill(g, prompt, NULL, n, 0, progress, p->ud, p->cancel, p->ud, err);
     if (rc != 0) {
         memset(out, 0, sizeof *out);
         out->stop_index = -1;

@@ -23,4 +23,13 @@ int vis_plan(const vis_prep_cfg *c, int W, int H, dsf_image_plan *out, char *err
  * (patch-row-major, element c p^2 + dy p + dx). pl must be vis_plan's plan for img. */
 int vis_patches(const vis_prep_cfg *c, const img_rgb8 *img, const dsf_image_plan *pl, float *out, char *err);
 
+/* Pillow's BICUBIC coefficients of one pass (vision.md §2.4), exposed for the tests: the
+ * number of weights a row may hold for an in -> out resize (Pillow's ksize), and row o
+ * (0 <= o < out): its first source index in *lo, its 22-bit fixed-point weights in iw (room
+ * for vis_bicubic_taps entries); returns the number of weights. */
+int vis_bicubic_taps(int in, int out);
+int vis_bicubic_row(int in, int out, int o, int *lo, int32_t *iw);
+/* The normalised value of the 8-bit v (vision.md §2.5): float32 ops, then bf16 (RNE). */
+float vis_norm_value(int v);
+
 #endif

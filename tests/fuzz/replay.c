@@ -7,8 +7,8 @@
  * truncated or random input (GGUF, model metadata, safetensors, tokenizer text and ids,
  * vocabularies, chat-request JSON, DSML output in random splits, HTTP request bodies (chat,
  * completions, Anthropic Messages and Responses), session snapshots, logits with NaN/inf,
- * stop strings, DSpark draft metadata, a serve request's images: base64, image headers, data:
- * URLs). What each harness checks is
+ * stop strings, DSpark draft metadata, deepseek41v projector metadata, a serve request's images:
+ * base64, image headers, data: URLs). What each harness checks is
  * written at the top of its file in tests/fuzz. The seeds are the files in
  * tests/fuzz/seeds/fuzz_NAME (read from the repository root, as `make test` runs) plus a
  * few inline ones, so the tests still run without them; the model and snapshot tests need
@@ -28,6 +28,7 @@
 #include "fuzz_model.c"
 #include "fuzz_pcache.c"
 #include "fuzz_dspark.c"
+#include "fuzz_mmproj.c"
 #include "fuzz_safetensors.c"
 #include "fuzz_sampler.c"
 #include "fuzz_responses.c"
@@ -451,6 +452,20 @@ TEST(replay_dspark) {
     fi_add(&s, "\x05\x00\x30\x07\x21\x00\x10\x00", 8);
     fi_add(&s, "\x30\x00\x14\x03", 4);
     int total, acc = fi_run("dspark", &s, 30, fz_dspark_one, &total);
+    FI_CHECK_MIX(acc, total);
+}
+
+TEST(replay_mmproj) {
+    NEED_SHARED(gg, "testdata/tinyvl/mmproj-tinyvl.gguf");
+    (void)gg;
+    fi_seeds s = {0};
+    fi_add_dir(&s, "fuzz_mmproj");
+    /* no patch (must load), then patches in the header, a key/value and a tensor info */
+    fi_add(&s, "", 0);
+    fi_add(&s, "\x00\x00\x08\x02", 4);
+    fi_add(&s, "\x05\x00\x30\x07\x21\x00\x10\x00", 8);
+    fi_add(&s, "\x30\x00\x14\x03", 4);
+    int total, acc = fi_run("mmproj", &s, 30, fz_mmproj_one, &total);
     FI_CHECK_MIX(acc, total);
 }
 

@@ -184,8 +184,8 @@ TEST(kvpack_snapshot_versions_and_storage) {
     CHECK(dsf_session_restore(r, buf32, len32, err) < 0 && strstr(err, "fp32 KV rows"));
     /* another version (the checksum made right, so only the version is wrong) */
     patch_u32(buf, len, 8, 3);
-    CHECKF(dsf_session_restore(r, buf, len, err) < 0 && strstr(err, "version 3") && strstr(err, "want 4"), "%s", err);
-    patch_u32(buf, len, 8, 4);
+    CHECKF(dsf_session_restore(r, buf, len, err) < 0 && strstr(err, "version 3") && strstr(err, "want 5"), "%s", err);
+    patch_u32(buf, len, 8, 5);
     /* truncated anywhere: refused, nothing changed */
     static const size_t cuts[] = {0, 7, 40, 100, 1000};
     for (size_t c = 0; c < sizeof cuts / sizeof *cuts; c++) {

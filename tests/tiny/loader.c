@@ -54,7 +54,7 @@ typedef struct {
 typedef struct {
     const char *id;              /* rule id and what the variant does */
     void (*tweak)(tm_params *p); /* parameter change before the build (may be NULL) */
-    edit_op ops[4];
+    edit_op ops[8];
     const char *want[3];         /* substrings the error must contain (NULL-terminated) */
 } rcase;
 
@@ -69,7 +69,7 @@ static const char *kname(const char *k) {
 
 static void apply(tm_model *m, void *ud) {
     const edit_op *ops = ud;
-    for (int i = 0; i < 4 && ops[i].op != OP_END; i++) {
+    for (int i = 0; i < 8 && ops[i].op != OP_END; i++) {
         const edit_op *o = &ops[i];
         const char *k = kname(o->key);
         switch (o->op) {
@@ -569,8 +569,16 @@ static const rcase ok_cases[] = {
      {{OP_RESHAPE_T, .key = "blk.1.attn_output_a.weight", .nd = 2, .ne = {1024, 2}}}, {0}},
     {"= Engram table larger than needed", NULL,
      {{OP_RESHAPE_T, .key = "per_layer_token_embd.weight", .nd = 2, .ne = {32, PLE_ROWS + 77}}}, {0}},
+    /* optional, but on every layer or none (gguf-layout.md §3.2; the partial set is refused:
+     * tests/tiny/vl_golden.c) */
     {"= optional exp_probs_b_vl", NULL,
-     {{OP_ADD_T, .key = "blk.3.exp_probs_b_vl.bias", .a = GGML_TYPE_F32, .nd = 1, .ne = {4}}}, {0}},
+     {{OP_ADD_T, .key = "blk.0.exp_probs_b_vl.bias", .a = GGML_TYPE_F32, .nd = 1, .ne = {4}},
+      {OP_ADD_T, .key = "blk.1.exp_probs_b_vl.bias", .a = GGML_TYPE_F32, .nd = 1, .ne = {4}},
+      {OP_ADD_T, .key = "blk.2.exp_probs_b_vl.bias", .a = GGML_TYPE_F32, .nd = 1, .ne = {4}},
+      {OP_ADD_T, .key = "blk.3.exp_probs_b_vl.bias", .a = GGML_TYPE_F32, .nd = 1, .ne = {4}},
+      {OP_ADD_T, .key = "blk.4.exp_probs_b_vl.bias", .a = GGML_TYPE_F32, .nd = 1, .ne = {4}},
+      {OP_ADD_T, .key = "blk.5.exp_probs_b_vl.bias", .a = GGML_TYPE_F32, .nd = 1, .ne = {4}}},
+     {0}},
     {"no rope.scaling keys (plain RoPE)", NULL,
      {{OP_DROP_KEY, KEY("rope.scaling.type")}, {OP_DROP_KEY, KEY("rope.scaling.factor")}}, {0}},
     {"= head_count_kv absent (optional)", NULL, {{OP_DROP_KEY, KEY("attention.head_count_kv")}}, {0}},

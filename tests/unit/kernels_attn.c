@@ -422,6 +422,32 @@ TEST(kernels_attn_swiglu_matches_twin) {
     if (!tested) SKIP("no AVX2/AVX-512 on this CPU");
 }
 
+/* Guards against: a fast sink-free softmax (the vision tower's attention) whose numerators or
+ * sum drift from the twin's, or that reads or writes past n (odd lengths, a tail under one
+ * vector). Tolerance: each numerator is one exp (2 ulp, as above) of the same difference; the
+ * sum adds n of them in another order (n ulp of the sum). */
+TEST(kernels_attn_softmax_matches_twin) {
+    static const int64_t ns[] = {1, 7, 16, 17, 100, 9216};
+    for (int s = 0; s < 2; s++) {
+        const dsf_akernels *k = akernels_by_name(fast_names[s]);
+        if (!k) continue;
+        CHECKF(k->softmax, "%s has no softmax", k->name);
+        for (size_t a = 0; a < sizeof ns / sizeof *ns; a++) {
+            const int64_t n = ns[a];
+            float *x0 = guarded(n), *x1 = guarded(n);
+            fill(x0, n, 30.0f);
+            memcpy(x1, x0, (size_t)n * sizeof(float));
+            const float d0 = softmax_ref(x0, n), d1 = k->softmax(x1, n);
+            int ok = guard_ok(x1, n) && fabs((double)d0 - (double)d1) <= (double)n * 0x1p-23 * fabs((double)d0);
+            for (int64_t i = 0; i < n && ok; i++)
+                ok = fabs((double)x0[i] - (double)x1[i]) <= 2.0 * 0x1p-23 * fabs((double)x0[i]) + 1e-37;
+            free(x0), free(x1);
+            CHECKF(ok, "%s softmax n %lld: sum %.9g vs %.9g, or a numerator off, or a guard overwritten", k->name,
+                   (long long)n, d0, d1);
+        }
+    }
+}
+
 TEST(kernels_attn_rope_table_bit_identical) {
     static const int64_t nrots[] = {2, 16, 64};
     static const int64_t poss[] = {0, 1, 7, 1000, 1 << 20};
