@@ -11,9 +11,9 @@
  * Invariants: products go through the kernel tables (kernels/select.h) on the caller's pool;
  * every result is independent of the thread count and of how the work is split (the kernels
  * are batch-invariant, every other step is per row). Memory: vis_tower_bytes, allocated per
- * call and freed before returning; for the release shapes (D 1024, I 2816, 16 heads) at
- * N = 9,216 patches about 0.45 GB, with the attention scores in blocks of 64 queries x N keys
- * per thread (2.4 MB), never an N x N matrix. */
+ * call and freed before returning; for the release shapes (D 1024, I 2816, 16 heads, text
+ * width 5120) 556 MiB at N = 8,748 patches (a 4000x3000 photo under the default cap), with the
+ * attention scores in blocks of 64 queries x N keys per thread (2.2 MB), never N x N. */
 #ifndef DSF_VISION_TOWER_H
 #define DSF_VISION_TOWER_H
 
