@@ -314,13 +314,15 @@ TEST(serve_vision_sdk) {
     const char *skip = test_npm_ready(need, why, sizeof why);
     if (skip) SKIP("%s", skip);
     NEED_SHARED(grad, VL "images/grad.png");
+    char abs[4096];
+    CHECK(realpath(grad, abs)); /* node runs in tests/npm */
     test_server s;
     if (!start_vision(t, &s, "--api-key sk-vision --slots 2")) return;
-    char cmd[1024];
+    char cmd[6000];
     snprintf(cmd, sizeof cmd,
              "cd tests/npm && DSF_BASE_URL=http://127.0.0.1:%d DSF_API_KEY=sk-vision DSF_MODEL=tinyvl.gguf "
              "DSF_IMAGE=%s timeout 600 node --test --test-reporter=spec sdk/vision.test.mjs 2>&1",
-             s.port, grad);
+             s.port, abs);
     static char out[1 << 16];
     int rc = test_run(cmd, out, sizeof out);
     size_t n = strlen(out);
