@@ -330,3 +330,29 @@ TEST(serve_vision_sdk) {
            n > 6000 ? out + n - 6000 : out);
     CHECK(test_server_stop(&s) == 0);
 }
+
+/* Guards against `dsflash run` / `chat` dropping or misplacing --image: run's prompt has the
+ * golden's token count (grad-plain: the span (14, 17), then <｜Assistant｜></think>: 33), a chat's
+ * second turn reuses its first (image included), and --image without --mmproj is refused. */
+TEST(serve_vision_cli_run_and_chat) {
+    NEED_SHARED(model, VL "tinyvl.gguf");
+    NEED_SHARED(proj, VL "mmproj-tinyvl-f32.gguf");
+    NEED_SHARED(grad, VL "images/grad.png");
+    char cmd[4096];
+    static char out[1 << 14];
+    snprintf(cmd, sizeof cmd, "%s run -m %s --image %s -p x 2>&1", test_bin(), model, grad);
+    CHECK(test_run(cmd, out, sizeof out) != 0 && strstr(out, "--image needs the vision projector: --mmproj FILE"));
+    snprintf(cmd, sizeof cmd, "%s run -m %s --mmproj %s --image %s -p '" Q "' --no-think -n 2 --temp 0 --numerics plain "
+             "--threads 1 2>&1", test_bin(), model, proj, grad);
+    int rc = test_run(cmd, out, sizeof out);
+    if (rc && (strstr(out, "no vision tower") || strstr(out, "cannot read image spans")))
+        SKIP("this build's vision tower or text side is a placeholder");
+    CHECKF(rc == 0 && strstr(out, "prompt 33 tokens (0 cached"), "%s", out);
+    snprintf(cmd, sizeof cmd, "printf 'hi\\nagain\\n' | %s chat -m %s --mmproj %s --image %s --no-think -n 2 --temp 0 "
+             "--numerics plain --threads 1 2>&1", test_bin(), model, proj, grad);
+    CHECKF(test_run(cmd, out, sizeof out) == 0, "%s", out);
+    const char *second = strstr(out, "[chat] prompt");
+    second = second ? strstr(second + 1, "[chat] prompt") : NULL;
+    int p = 0, c = 0;
+    CHECKF(second && sscanf(second, "[chat] prompt %d tokens (%d cached", &p, &c) == 2 && c > 20 && p > c, "%s", out);
+}
