@@ -109,7 +109,7 @@ static json_t *string_or_empty(const dsf_buf *b) {
 
 static int cmd_chat(int argc, char **argv) {
     if (dsf_cmd_wants_help(argc, argv)) {
-        printf("%s%s%s%s", CHAT_USAGE, GEN_CLI_OPTIONS_HELP, GEN_CLI_ENGRAM_HELP, GEN_CLI_DRAFT_HELP);
+        printf("%s%s%s%s%s", CHAT_USAGE, GEN_CLI_OPTIONS_HELP, GEN_CLI_IMAGE_HELP, GEN_CLI_ENGRAM_HELP, GEN_CLI_DRAFT_HELP);
         return 0;
     }
     gen_cli_opts o;
@@ -196,7 +196,10 @@ static int cmd_chat(int argc, char **argv) {
             continue;
         }
 
-        json_t *user = json_pack("{s:s,s:s%}", "role", "user", "content", s, line.len);
+        bool first = true; /* the --image files go into the conversation's first user message */
+        for (size_t k = 0; k < json_array_size(hist); k++)
+            if (!strcmp(json_string_value(json_object_get(json_array_get(hist, k), "role")), "user")) first = false;
+        json_t *user = gen_cli_user_message(&m, s, line.len, first);
         if (!user) {
             fprintf(stderr, "dsflash chat: the message is not valid UTF-8\n");
             continue;
@@ -229,7 +232,7 @@ static int cmd_chat(int argc, char **argv) {
         gp.ud = &cu;
         g_sigint = 0;
         dsf_gen_result res;
-        int grc = dsf_gen_run(m.g, ids, n, &gp, ud_progress, &res, err);
+        int grc = gen_cli_generate(&m, ids, n, &gp, ud_progress, &res, err);
         free(ids);
         if (ps.shown) chat_progress(&ps, 1, 1);
         gen_cli_printer_end(&pr, res.has_dsml ? &res.dsml : NULL);

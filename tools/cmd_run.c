@@ -22,11 +22,12 @@ static const char *RUN_USAGE =
     "followed by a blank line), then the answer; tool calls as JSON lines. A stats line goes to\n"
     "stderr.\n\n"
     "  -p, --prompt TEXT  the user message                                            [required]\n"
-    "  --raw              no chat template: tokenize TEXT as-is (special tokens parsed), with BOS\n";
+    "  --raw              no chat template: tokenize TEXT as-is (special tokens parsed), with BOS\n"
+    "With --mmproj PROJ --image FILE the image goes before TEXT in the user message.\n";
 
 static int cmd_run(int argc, char **argv) {
     if (dsf_cmd_wants_help(argc, argv)) {
-        printf("%s%s%s%s", RUN_USAGE, GEN_CLI_OPTIONS_HELP, GEN_CLI_ENGRAM_HELP, GEN_CLI_DRAFT_HELP);
+        printf("%s%s%s%s%s", RUN_USAGE, GEN_CLI_OPTIONS_HELP, GEN_CLI_IMAGE_HELP, GEN_CLI_ENGRAM_HELP, GEN_CLI_DRAFT_HELP);
         return 0;
     }
     gen_cli_opts o;
@@ -58,6 +59,10 @@ static int cmd_run(int argc, char **argv) {
         fprintf(stderr, "dsflash run: no prompt (-p TEXT)\n");
         return 2;
     }
+    if (raw && o.n_images) {
+        fprintf(stderr, "dsflash run: --image needs the chat template (not --raw)\n");
+        return 2;
+    }
     if (!o.seed_set) o.sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
 
     gen_cli_model m;
@@ -78,8 +83,9 @@ static int cmd_run(int argc, char **argv) {
     } else {
         json_t *msgs = json_array();
         if (o.system) json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", o.system));
-        json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", prompt));
-        char *mj = json_dumps(msgs, JSON_COMPACT);
+        json_t *user = gen_cli_user_message(&m, prompt, strlen(prompt), true);
+        if (user) json_array_append_new(msgs, user);
+        char *mj = user ? json_dumps(msgs, JSON_COMPACT) : NULL;
         json_decref(msgs);
         if (!mj) {
             dsf_seterr(err, "the prompt is not valid UTF-8");
@@ -101,7 +107,7 @@ static int cmd_run(int argc, char **argv) {
     gp.on_text = raw ? gen_cli_on_text : NULL;
     gp.ud = &pr;
     dsf_gen_result res;
-    int grc = dsf_gen_run(m.g, ids, n, &gp, NULL, &res, err);
+    int grc = gen_cli_generate(&m, ids, n, &gp, NULL, &res, err);
     gen_cli_printer_end(&pr, res.has_dsml ? &res.dsml : NULL);
     gen_cli_printer_free(&pr);
     if (grc == 0) {

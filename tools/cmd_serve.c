@@ -52,6 +52,13 @@ static void usage(void) {
            "                       cheaper than prefilling it (measured rates)\n"
            "  --cache-max-gb N     the cache's size on disk, least recently used deleted first (default 16)\n"
            "  --cache-every N      also store every N tokens of a long prefill (default 4096; 0 = off)\n"
+           "  --mmproj FILE        the vision projector (mmproj GGUF, deepseek41v): image_url content parts\n"
+           "                       (OpenAI chat, Responses input_image) and image blocks (Messages) with\n"
+           "                       base64 data: URLs; the default --max-body becomes 67108864\n"
+           "  --image-max-tokens N the token cap of one image's block (default: the projector's, 1024)\n"
+           "  --max-images N       images per request; more -> 400 (default 8)\n"
+           "  --max-image-bytes B  bytes of one image, decoded; larger -> 413 (default 16777216)\n"
+           "  --max-image-pixels P width x height of one image, from its header; larger -> 413 (default 50000000)\n"
            "  --numerics MODE      reference (default) or plain\n"
            "  --act-q8k            quantize the activations of K / IQ weights to Q8_K as ggml does (faster\n"
            "                       there; changes the results: opt-in)\n"
@@ -116,6 +123,7 @@ static int cmd_serve(int argc, char **argv) {
     srv_params p;
     srv_params_default(&p);
     const char *port_file = NULL;
+    bool body_set = false;
     for (int i = 1; i < argc; i++) {
         int dr = gen_cli_draft_option(&p.spec, "serve", argc, argv, &i);
         if (!dr) dr = gen_cli_engram_option("serve", argc, argv, &i, &p.engram_readers, &p.engram_cache_mb);
@@ -130,6 +138,7 @@ static int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--alias")) p.model_name = v;
         else if (!strcmp(a, "--port-file")) port_file = v;
         else if (!strcmp(a, "--cache-dir")) p.cache_dir = v;
+        else if (!strcmp(a, "--mmproj")) p.mmproj_path = v;
         else if (!strcmp(a, "--cache-max-gb")) {
             char *end = NULL;
             p.cache_max_gb = v ? strtod(v, &end) : 0;
@@ -173,6 +182,19 @@ static int cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--max-body")) {
             if (parse_int(a, v, 1, 1LL << 34, &x)) return 2;
             p.max_body = (size_t)x;
+            body_set = true;
+        } else if (!strcmp(a, "--image-max-tokens")) {
+            if (parse_int(a, v, 1, 1 << 20, &x)) return 2;
+            p.image_max_tokens = (int)x;
+        } else if (!strcmp(a, "--max-image-bytes")) {
+            if (parse_int(a, v, 1, 1LL << 34, &x)) return 2;
+            p.max_image_bytes = (size_t)x;
+        } else if (!strcmp(a, "--max-image-pixels")) {
+            if (parse_int(a, v, 1, 1LL << 40, &x)) return 2;
+            p.max_image_pixels = (long)x;
+        } else if (!strcmp(a, "--max-images")) {
+            if (parse_int(a, v, 0, 4096, &x)) return 2;
+            p.max_images = (int)x;
         } else if (!strcmp(a, "--max-queue")) {
             if (parse_int(a, v, 1, 1 << 20, &x)) return 2;
             p.max_queue = (int)x;
@@ -220,6 +242,8 @@ static int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "dsflash serve: no model (-m MODEL.gguf; try --help)\n");
         return 2;
     }
+    /* base64 images take 4/3 of their bytes: with a projector the default body limit grows */
+    if (p.mmproj_path && !body_set) p.max_body = 64u << 20;
 
     /* Every thread inherits this mask; the main thread waits for the signals synchronously. */
     sigset_t set;

@@ -158,7 +158,8 @@ int gen_cli_option(gen_cli_opts *o, int argc, char **argv, int *i) {
     const char *a = argv[*i];
     static const char *const with_value[] = {"-m", "--model", "-n", "--n-predict", "--temp", "--top-k",
                                              "--top-p", "--min-p", "--seed", "--stop", "--effort",
-                                             "--system", "--ctx", "--threads", "--numerics"};
+                                             "--system", "--ctx", "--threads", "--numerics", "--mmproj",
+                                             "--image", "--image-max-tokens"};
     bool takes = false;
     for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
         if (!strcmp(a, with_value[k])) takes = true;
@@ -217,6 +218,14 @@ int gen_cli_option(gen_cli_opts *o, int argc, char **argv, int *i) {
     } else if (!strcmp(a, "--threads")) {
         if (parse_long(v, 1, 4096, &l)) return opt_err(o, "bad --threads '%s' (expected 1..4096)", v);
         o->n_threads = (int)l;
+    } else if (!strcmp(a, "--mmproj")) {
+        o->mmproj = v;
+    } else if (!strcmp(a, "--image")) {
+        if (o->n_images >= GEN_CLI_MAX_IMAGES) return opt_err(o, "too many --image files (at most %s)", "16");
+        o->images[o->n_images++] = v;
+    } else if (!strcmp(a, "--image-max-tokens")) {
+        if (parse_long(v, 1, 1L << 20, &l)) return opt_err(o, "bad --image-max-tokens '%s' (expected 1..1048576)", v);
+        o->image_max_tokens = (int)l;
     } else if (!strcmp(a, "--numerics")) {
         if (!strcmp(v, "reference")) o->numerics = DSF_NUMERICS_REFERENCE;
         else if (!strcmp(v, "plain")) o->numerics = DSF_NUMERICS_PLAIN;
@@ -256,6 +265,7 @@ int gen_cli_load(const gen_cli_opts *o, gen_cli_model *m) {
         m->sq = spec_open(m->e, &o->spec, ctx, NULL, err);
         if (!m->sq || spec_attach(m->g, m->sq, err) < 0) goto fail;
     }
+    if (gen_cli_load_images(o, m, err)) goto fail;
     return 0;
 fail:
     fprintf(stderr, "dsflash %s: %s\n", o->cmd, err);
@@ -264,6 +274,7 @@ fail:
 }
 
 void gen_cli_unload(gen_cli_model *m) {
+    gen_cli_unload_images(m);
     dsf_gen_free(m->g);
     spec_seq_free(m->sq);
     dsf_session_free(m->s);

@@ -8,10 +8,12 @@
 #include "base/util.h"
 #include "runtime/spec.h"
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdio.h>
 
 #define GEN_CLI_MAX_STOP 16
+#define GEN_CLI_MAX_IMAGES 16
 
 typedef struct {
     const char *cmd;          /* "run" or "chat", for error lines */
@@ -31,6 +33,10 @@ typedef struct {
     const char *system;       /* system prompt or NULL */
     const char *stops[GEN_CLI_MAX_STOP];
     spec_opts spec;           /* --draft, --draft-max, --draft-min-p */
+    const char *mmproj;       /* --mmproj: the vision projector (NULL: text only) */
+    int image_max_tokens;     /* --image-max-tokens (0: the projector's default) */
+    const char *images[GEN_CLI_MAX_IMAGES]; /* --image FILE (repeatable), into the first user message */
+    int n_images;
 } gen_cli_opts;
 
 void gen_cli_defaults(gen_cli_opts *o, const char *cmd);
@@ -54,11 +60,31 @@ typedef struct {
     dsf_session *s;
     dsf_gen *g;
     spec_seq *sq;             /* --draft: the speculative state attached to g (else NULL) */
+    dsf_vision *vis;          /* --mmproj (else NULL) */
+    dsf_image *images;        /* [n_images] the --image files, encoded once (frontend_media.c) */
+    int n_images;
+    int32_t image_tok;        /* <｜deepseek_image｜> */
 } gen_cli_model;
 
-/* Opens the model, its tokenizer, a session and a generator; prints the error itself. */
+/* Opens the model, its tokenizer, a session and a generator (and with --mmproj the projector
+ * and the --image files, encoded); prints the error itself. */
 int gen_cli_load(const gen_cli_opts *o, gen_cli_model *m);
 void gen_cli_unload(gen_cli_model *m);
+
+/* ---- images (frontend_media.c) ---- */
+
+/* The option lines of --mmproj, --image and --image-max-tokens. */
+extern const char *const GEN_CLI_IMAGE_HELP;
+/* gen_cli_load's part: opens o->mmproj and encodes o->images into m. 0, or -1 with err. */
+int gen_cli_load_images(const gen_cli_opts *o, gen_cli_model *m, char *err);
+void gen_cli_unload_images(gen_cli_model *m);
+/* A user message {"role": "user", "content": text}; with images and first set, the content is
+ * the images' image_url blocks followed by the text block. NULL when text is not UTF-8. */
+json_t *gen_cli_user_message(const gen_cli_model *m, const char *text, size_t len, bool first);
+/* dsf_gen_run of the rendered prompt, its image placeholders expanded with m's images
+ * (dsf_gen_prefill_media + dsf_gen_decode) when it has any. Same contract as dsf_gen_run. */
+int gen_cli_generate(gen_cli_model *m, const int32_t *ids, int n, const dsf_gen_params *p,
+                     dsf_gen_progress_cb progress, dsf_gen_result *out, char *err);
 
 /* Renders an OpenAI-style message list (JSON array text) with the V4.1 encoder under the
  * options' thinking switch and effort, and tokenizes it (the BOS is in the text).

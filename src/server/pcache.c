@@ -53,15 +53,27 @@ static uint64_t mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
+void pcache_hasher_push_media(pcache_hasher *h, int32_t token, uint64_t key) {
+    pcache_hasher_push(h, token);
+    if (!key) return;
+    /* both lanes take the whole key: a collision needs both to agree */
+    for (int i = 0; i < 8; i++) h->a = (h->a ^ ((key >> (8 * i)) & 0xFF)) * 1099511628211ULL;
+    h->b = mix64(h->b ^ key ^ 0xA24BAED4963EE407ULL);
+}
+
 pcache_key pcache_hasher_key(const pcache_hasher *h) {
     return (pcache_key){.hi = mix64(h->a ^ h->n), .lo = mix64(h->b + 0x632BE59BD9B4E019ULL * h->n)};
 }
 
-pcache_key pcache_key_of(uint64_t ident, const int32_t *tokens, int n) {
+pcache_key pcache_key_of_media(uint64_t ident, const int32_t *tokens, const uint64_t *keys, int n) {
     pcache_hasher h;
     pcache_hasher_init(&h, ident);
-    for (int i = 0; i < n; i++) pcache_hasher_push(&h, tokens[i]);
+    for (int i = 0; i < n; i++) pcache_hasher_push_media(&h, tokens[i], keys ? keys[i] : 0);
     return pcache_hasher_key(&h);
+}
+
+pcache_key pcache_key_of(uint64_t ident, const int32_t *tokens, int n) {
+    return pcache_key_of_media(ident, tokens, NULL, n);
 }
 
 static bool key_eq(pcache_key x, pcache_key y) { return x.hi == y.hi && x.lo == y.lo; }
@@ -371,6 +383,11 @@ void pcache_flush(pcache *c) {
 /* ==== reading ================================================================================ */
 
 int pcache_lookup(pcache *c, const int32_t *tokens, int n_max, pcache_key *key, uint64_t *bytes) {
+    return pcache_lookup_media(c, tokens, NULL, n_max, key, bytes);
+}
+
+int pcache_lookup_media(pcache *c, const int32_t *tokens, const uint64_t *keys, int n_max, pcache_key *key,
+                        uint64_t *bytes) {
     if (!c || n_max < 1) return 0;
     /* the lengths of this identity's entries, shortest first, then one pass over the tokens */
     pthread_mutex_lock(&c->mu);
@@ -388,7 +405,7 @@ int pcache_lookup(pcache *c, const int32_t *tokens, int n_max, pcache_key *key, 
     pcache_hasher_init(&h, c->ident);
     int best = 0, pos = 0;
     for (int i = 0; i < m; i++) {
-        while (pos < cand[i].n_tokens) pcache_hasher_push(&h, tokens[pos++]);
+        for (; pos < cand[i].n_tokens; pos++) pcache_hasher_push_media(&h, tokens[pos], keys ? keys[pos] : 0);
         if (key_eq(pcache_hasher_key(&h), cand[i].key)) {
             best = cand[i].n_tokens;
             *key = cand[i].key;

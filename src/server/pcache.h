@@ -39,8 +39,14 @@ typedef struct {
 
 void pcache_hasher_init(pcache_hasher *h, uint64_t ident);
 void pcache_hasher_push(pcache_hasher *h, int32_t token);
+/* A position with its content key (dsf_media.keys: 0 for text, the image's hash on a span
+ * position): key 0 hashes exactly as pcache_hasher_push, so text prefixes keep their keys;
+ * a non-zero key is mixed in, so the same ids with another image give another key. */
+void pcache_hasher_push_media(pcache_hasher *h, int32_t token, uint64_t key);
 pcache_key pcache_hasher_key(const pcache_hasher *h);
 pcache_key pcache_key_of(uint64_t ident, const int32_t *tokens, int n);
+/* The key of tokens[0..n) with their content keys (NULL: all text). */
+pcache_key pcache_key_of_media(uint64_t ident, const int32_t *tokens, const uint64_t *keys, int n);
 
 /* Counters since the cache opened, and its current size (for /metrics). */
 typedef struct {
@@ -71,6 +77,9 @@ void pcache_flush(pcache *c);
  * its token count (0: none) with *key and *bytes (the payload length) set. Counts a miss when
  * there is none. Does not read the file. */
 int pcache_lookup(pcache *c, const int32_t *tokens, int n_max, pcache_key *key, uint64_t *bytes);
+/* pcache_lookup over tokens with their content keys (NULL: all text). */
+int pcache_lookup_media(pcache *c, const int32_t *tokens, const uint64_t *keys, int n_max, pcache_key *key,
+                        uint64_t *bytes);
 /* Reads the entry: its payload (malloc'ed, *data, *len) after checking the file's header
  * against the key, the identity and n_tokens, and the payload against its length and checksum.
  * A failed check deletes the entry and logs why; -1 with err (also when the entry is gone).

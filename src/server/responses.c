@@ -38,7 +38,8 @@ static int check_type(const json_t *body, const char *key, char type, srv_error 
 /* ==== input items -> chat messages ======================================================== */
 
 /* The text of a message's content: a string, or parts of type input_text / output_text
- * (joined into one string when there is one part, else kept as chat text parts). */
+ * (joined into one string when there is one part, else kept as chat text parts) and
+ * input_image (a chat image_url part; the server decodes its data: URL). */
 static json_t *content_text(const json_t *c, const char *param, srv_error *e) {
     if (is_null(c)) return json_string("");
     if (is_str(c)) return json_incref((json_t *)c);
@@ -54,10 +55,19 @@ static json_t *content_text(const json_t *c, const char *param, srv_error *e) {
             srv_fail(e, 400, param, "invalid_type", "'%s[%zu]' must be an object with a string 'type'", param, k);
             goto fail;
         }
+        if (str_is(t, "input_image")) { /* {image_url: "data:..."} -> a chat image_url part */
+            const json_t *u = json_object_get(p, "image_url");
+            if (!is_str(u)) {
+                srv_fail(e, 400, param, "invalid_type", "'%s[%zu].image_url' must be a string (a data: URL)", param, k);
+                goto fail;
+            }
+            json_array_append_new(parts, json_pack("{s:s,s:{s:O}}", "type", "image_url", "image_url", "url", u));
+            continue;
+        }
         if (!str_is(t, "input_text") && !str_is(t, "output_text")) {
             srv_fail(e, 400, param, "unsupported_content",
-                     "'%s[%zu]': content of type '%s' is not supported (only input_text and output_text)", param, k,
-                     json_string_value(t));
+                     "'%s[%zu]': content of type '%s' is not supported (only input_text, output_text and input_image)",
+                     param, k, json_string_value(t));
             goto fail;
         }
         const json_t *tx = json_object_get(p, "text");
@@ -67,7 +77,8 @@ static json_t *content_text(const json_t *c, const char *param, srv_error *e) {
         }
         json_array_append_new(parts, json_pack("{s:s,s:O}", "type", "text", "text", tx));
     }
-    if (json_array_size(parts) <= 1) {
+    bool one_text = json_array_size(parts) == 1 && str_is(json_object_get(json_array_get(parts, 0), "type"), "text");
+    if (json_array_size(parts) == 0 || one_text) {
         json_t *one = json_array_size(parts) ? json_incref(json_object_get(json_array_get(parts, 0), "text"))
                                              : json_string("");
         json_decref(parts);

@@ -79,6 +79,7 @@
 
 #include "server/server_int.h"
 #include "server/server_msg.h"
+#include "server/server_image.h"
 #include "server/webui.h"
 #include "base/threads.h"
 
@@ -91,6 +92,7 @@ typedef struct {
     double t0;
     int req_no;
     job *j; /* a non-streaming job the suspended connection waits for */
+    bool wait_ready; /* j is a stream waiting for its images (j->ready) */
 } conn_state;
 
 /* The one log line per request (DSF_LOG >= 1). */
@@ -153,6 +155,20 @@ static enum MHD_Result answer_job(srv_server *s, struct MHD_Connection *c, conn_
     return ret;
 }
 
+/* The connection waits for cs->j (first call, or resumed): the reply when it is done; a
+ * stream waiting for its images starts once they are encoded. */
+static enum MHD_Result resume_job(srv_server *s, struct MHD_Connection *c, conn_state *cs) {
+    if (srv_job_park(s, cs->j, cs->wait_ready)) return MHD_YES; /* called again when woken */
+    pthread_mutex_lock(&s->mu);
+    bool stream = cs->wait_ready && cs->j->ready;
+    pthread_mutex_unlock(&s->mu);
+    if (!stream) return answer_job(s, c, cs);
+    job *j = cs->j;
+    cs->j = NULL;
+    cs->wait_ready = false;
+    return srv_job_stream(s, c, j); /* the response takes the connection's reference */
+}
+
 static enum MHD_Result handle_generate(srv_server *s, struct MHD_Connection *c, conn_state *cs, srv_kind kind,
                                        const char *method, const char *url) {
     const srv_api *api = srv_api_of(kind);
@@ -168,6 +184,10 @@ static enum MHD_Result handle_generate(srv_server *s, struct MHD_Connection *c, 
             srv_req_free(&req);
             return send_api_error(s, c, cs, method, url, &e, api);
         }
+    if (srv_media_request(s, &req, &e)) { /* the images within the limits (server_media.c) */
+        srv_req_free(&req);
+        return send_api_error(s, c, cs, method, url, &e, api);
+    }
     pthread_mutex_lock(&s->mu);
     if (s->n_queued >= s->p.max_queue || s->stopping) {
         pthread_mutex_unlock(&s->mu);
@@ -187,10 +207,11 @@ static enum MHD_Result handle_generate(srv_server *s, struct MHD_Connection *c, 
     srv_assign(s);
     pthread_mutex_unlock(&s->mu);
 
-    if (j->req.stream) return srv_job_stream(s, c, j);
+    /* a stream with images answers once they are encoded: a bad image still gets its status */
+    cs->wait_ready = j->req.stream && j->req.n_images > 0;
+    if (j->req.stream && !cs->wait_ready) return srv_job_stream(s, c, j);
     cs->j = j;
-    if (srv_job_park(s, j)) return MHD_YES; /* called again when the job is done */
-    return answer_job(s, c, cs);
+    return resume_job(s, c, cs);
 }
 
 /* GET / DELETE /v1/responses/{id}: the store's answer (server_resp.c). */
@@ -363,7 +384,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         }
         return MHD_YES;
     }
-    if (cs->j) return answer_job(s, c, cs); /* resumed: the job is done */
+    if (cs->j) return resume_job(s, c, cs); /* resumed: the job is done, or its stream can start */
     if (cs->early) {
         *upload_size = 0;
         return MHD_YES;
@@ -434,9 +455,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (path_is(url, "/v1/models")) {
         if (!get) goto not_allowed;
-        json_t *m = json_pack("{s:s,s:[{s:s,s:s,s:I,s:s,s:{s:i,s:i}}]}", "object", "list", "data", "id", s->model_name,
-                              "object", "model", "created", (json_int_t)s->created, "owned_by", "dsflash", "meta",
-                              "n_ctx", s->n_ctx, "n_slots", s->n_slots);
+        /* capabilities: ["vision"] when --mmproj is loaded (llama.cpp-style; the browser page reads it) */
+        json_t *m = json_pack("{s:s,s:[{s:s,s:s,s:I,s:s,s:{s:i,s:i,s:b},s:o}]}", "object", "list", "data", "id",
+                              s->model_name, "object", "model", "created", (json_int_t)s->created, "owned_by", "dsflash",
+                              "meta", "n_ctx", s->n_ctx, "n_slots", s->n_slots, "vision", s->vis != NULL,
+                              "capabilities", s->vis ? json_pack("[s,s]", "completion", "vision") : json_pack("[s]", "completion"));
         char *body = json_dumps(m, JSON_COMPACT);
         json_decref(m);
         enum MHD_Result r = send_json(c, 200, body);
@@ -513,10 +536,14 @@ void srv_params_default(srv_params *p) {
     p->cache_max_gb = 16;
     p->cache_every = 4096;
     p->numerics = DSF_NUMERICS_REFERENCE;
+    p->max_images = SRV_DEFAULT_MAX_IMAGES;
+    p->max_image_bytes = SRV_DEFAULT_MAX_IMAGE_BYTES;
+    p->max_image_pixels = SRV_DEFAULT_MAX_IMAGE_PIXELS;
 }
 
 static void free_server(srv_server *s) {
     srv_pc_close(s); /* the scheduler has stopped: write what is queued */
+    srv_media_close(s);
     for (int i = 0; s->slots && i < s->n_slots; i++) {
         dsf_gen_free(s->slots[i].g);
         spec_seq_free(s->slots[i].sq);
@@ -602,6 +629,7 @@ srv_server *srv_start(const srv_params *p, char *err) {
     s->tok = dsf_tokenizer_load(p->model_path, err);
     if (!s->tok) goto fail;
     if (srv_pc_open(s, err)) goto fail;
+    if (srv_media_open(s, err)) goto fail;
     int train = dsf_engine_n_ctx_train(s->e);
     s->n_ctx = p->n_ctx > 0 ? p->n_ctx : (train > 0 && train < 4096 ? train : 4096);
     s->n_slots = p->n_slots;

@@ -59,6 +59,12 @@ typedef struct {
     const char *cache_dir;  /* --cache-dir: the disk prefix cache (NULL: off) */
     double cache_max_gb;    /* --cache-max-gb: its budget, LRU by bytes; default 16 */
     int cache_every;        /* --cache-every: also store every N tokens of a long prefill (0: off); default 4096 */
+    /* images (server_image.h): the projector (NULL: a request with images gets 400) and limits */
+    const char *mmproj_path;  /* --mmproj */
+    int image_max_tokens;     /* --image-max-tokens: the token cap per image; 0: the projector's default */
+    size_t max_image_bytes;   /* --max-image-bytes: per image, decoded; default 16 MiB */
+    long max_image_pixels;    /* --max-image-pixels: per image, from its header; default 50,000,000 */
+    int max_images;           /* --max-images: per request; default 8 */
 } srv_params;
 
 void srv_params_default(srv_params *p);
@@ -99,6 +105,14 @@ int srv_fail(srv_error *e, int status, const char *param, const char *code, cons
 /* {"error": {"message", "type", "param", "code"}} (malloc'ed). */
 char *srv_error_json(const srv_error *e);
 
+/* One image of a request: its bytes (decoded from a data: URL; malloc'ed) and the size its
+ * header gives (0 x 0: a format left to the decoder). The scheduler encodes it. */
+typedef struct {
+    uint8_t *data;
+    size_t len;
+    int w, h;
+} srv_image;
+
 /* A validated request. */
 typedef struct {
     srv_kind kind;
@@ -126,6 +140,12 @@ typedef struct {
      * function (the DSML calls block) or response_format json_object / json_schema (the
      * content); owned, freed by srv_req_free */
     dsf_grammar *grammar;
+    /* chat: the encoder's image records (dsf_chat_prompt.images_json; NULL: no image), one per
+     * <｜deepseek_image｜> of the prompt; the server turns them into images within its limits */
+    char *images_json;
+    /* the images in prompt order (owned), filled by the server (server_image.h) */
+    srv_image *images;
+    int n_images;
 } srv_req;
 
 void srv_req_free(srv_req *r);

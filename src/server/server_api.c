@@ -12,6 +12,7 @@
 
 #include "text/pyjson.h"
 #include "server/server.h"
+#include "server/server_image.h"
 
 #define MAX_STOP 16
 
@@ -193,6 +194,8 @@ void srv_req_free(srv_req *r) {
     free(r->stop);
     if (r->api_free) r->api_free(r->api_data);
     dsf_grammar_free(r->grammar);
+    free(r->images_json);
+    srv_images_free(r->images, r->n_images);
     memset(r, 0, sizeof *r);
 }
 
@@ -518,6 +521,7 @@ int srv_parse_json(srv_kind kind, const json_t *b, const dsf_tokenizer *tok, int
         /* The rendered prompt starts with BOS text: tokenize it with special tokens parsed
          * and no extra BOS (spec chat-format.md §1). */
         rc = tokenize_into(tok, cp.prompt, cp.prompt_len, false, out, e);
+        if (cp.images_json && strcmp(cp.images_json, "[]")) out->images_json = dsf_xstrdup(cp.images_json);
         dsf_chat_prompt_free(&cp);
         if (rc) goto done;
         rc = -1;

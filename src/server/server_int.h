@@ -64,6 +64,13 @@ struct job {
     const char *outcome;
     spec_stats sp;       /* scheduler: speculative decoding of this job (--draft) */
     int n_preamble;      /* scheduler: tokens before the prompt's first User/Assistant token */
+    /* images (server_media.c): the expanded prompt (its tokens replace req.prompt) and its view */
+    dsf_mm_prompt mm;    /* scheduler; mm.n == 0: a text prompt */
+    dsf_media media;
+    char img_log[96];    /* the log line's images part ("" without images) */
+    /* srv->mu: a streaming job with images answers (200 and its stream, or an error status)
+     * only once its images are encoded: its connection waits for this */
+    bool ready;
 };
 
 /* The generation callbacks' context (one per slot, for the job it runs). */
@@ -161,6 +168,9 @@ struct srv_server {
     double pc_prefill_tps;    /* measured prefill tokens/s (0: not yet) */
     double pc_restore_bps;    /* measured restore bytes/s (0: not yet) */
     atomic_ullong pc_hit_tokens; /* prompt tokens restored from the disk (/metrics) */
+    /* images (server_media.c): the projector (NULL: none), scheduler thread only after start */
+    dsf_vision *vis;
+    int32_t image_tok;        /* <｜deepseek_image｜> */
 };
 
 /* ==== one API's wire format ================================================================
@@ -217,8 +227,9 @@ void srv_job_unref(srv_server *s, job *j);
 enum MHD_Result srv_job_stream(srv_server *s, struct MHD_Connection *c, job *j);
 /* Non-streaming, from the access handler: true when the job is not done yet and the
  * connection was suspended (the handler is called again once srv_job_wake resumes it);
- * false when the answer can be sent now. */
-bool srv_job_park(srv_server *s, job *j);
+ * false when the answer can be sent now. until_ready: also stop waiting once j->ready (a
+ * streaming job with images, whose status is known then). */
+bool srv_job_park(srv_server *s, job *j, bool until_ready);
 /* The connection lets go of the job (its answer was sent or it closed): a job that is not
  * done is cancelled; drops the connection's reference. */
 void srv_job_release(srv_server *s, job *j);
@@ -266,6 +277,21 @@ char *srv_metrics_text(srv_server *s);
 void srv_assign(srv_server *s);
 /* The scheduler thread (arg: the srv_server). */
 void *srv_sched_main(void *arg);
+
+/* ==== images (server_media.c) ============================================================= */
+
+/* srv_start: opens --mmproj (nothing without it) and checks it against the model. */
+int srv_media_open(srv_server *s, char *err);
+void srv_media_close(srv_server *s);
+/* Connection thread, after parsing: the request's images (req->images_json) within the
+ * limits; 400 when there are images and no projector. */
+int srv_media_request(srv_server *s, srv_req *req, srv_error *e);
+/* Scheduler, a job with images starting: encodes them (dsf_vision_encode), expands the prompt
+ * (dsf_mm_expand; j->req.prompt becomes the expanded ids, j->media its view) and checks the
+ * context. 400 / 500 in e. */
+int srv_media_prepare(srv_server *s, job *j, srv_error *e);
+/* The job's content keys (NULL: a text prompt). */
+const uint64_t *srv_job_keys(const job *j);
 
 /* ==== the disk prefix cache (server_pcache.c) ============================================ */
 

@@ -38,6 +38,7 @@ void srv_job_unref(srv_server *s, job *j) {
                             * request counted sees its tokens too */
     srv_log_job(s, j->req_no, j->method, j->url, j, status, j->outcome ? j->outcome : "cancelled", j->t0);
     srv_req_free(&j->req);
+    dsf_mm_prompt_free(&j->mm);
     dsf_buf_free(&j->out);
     free(j->ids);
     free(j->lp);
@@ -83,8 +84,8 @@ void srv_log_job(srv_server *s, int req_no, const char *method, const char *url,
     if (s->p.spec.draft)
         snprintf(sp, sizeof sp, " draft %lld/%lld accepted in %lld rounds", j->sp.accepted, j->sp.verified,
                  j->sp.rounds);
-    dsf_log(1, "serve: req %d %s %s slot %d prompt %d cached %d gen %d %.1f tok/s batch %.1f/%d%s %.3f s status %d %s",
-            req_no, method, url, j->slot_id, j->req.n_prompt, j->n_cached, j->n_gen, j->tps,
+    dsf_log(1, "serve: req %d %s %s slot %d prompt %d%s cached %d gen %d %.1f tok/s batch %.1f/%d%s %.3f s status %d %s",
+            req_no, method, url, j->slot_id, j->req.n_prompt, j->img_log, j->n_cached, j->n_gen, j->tps,
             j->batch_n ? (double)j->batch_sum / j->batch_n : 0.0, j->batch_max, sp, dsf_now() - t0, status,
             outcome ? outcome : "");
     srv_metrics_request(s, url, status);
@@ -176,10 +177,13 @@ void srv_job_release(srv_server *s, job *j) {
 
 /* ==== non-streaming ======================================================================== */
 
-bool srv_job_park(srv_server *s, job *j) {
+bool srv_job_park(srv_server *s, job *j, bool until_ready) {
     pthread_mutex_lock(&s->mu);
-    bool park = !j->done;
-    if (park) job_suspend(s, j);
+    bool park = !j->done && !(until_ready && j->ready);
+    if (park) {
+        j->last_send = dsf_now(); /* no keep-alive before the headers: the watcher need not wake it */
+        job_suspend(s, j);
+    }
     pthread_mutex_unlock(&s->mu);
     return park;
 }

@@ -47,8 +47,8 @@ const char *srv_msg_effort(long long budget_tokens) {
 
 /* A block type the model cannot read: a 400 that names it. */
 static int unsupported(const char *type, const char *param, srv_error *e) {
-    if (!strcmp(type, "image") || !strcmp(type, "document"))
-        return bad(e, param, "%s blocks are not supported: this server's model reads text only", type);
+    if (!strcmp(type, "image")) return bad(e, param, "image blocks are read in user turns only");
+    if (!strcmp(type, "document")) return bad(e, param, "document blocks are not supported: send text or images");
     return bad(e, param, "content blocks of type '%s' are not supported here", type);
 }
 
@@ -57,6 +57,35 @@ static json_t *text_part(const json_t *b, const char *param, srv_error *e) {
     const json_t *t = json_object_get(b, "text");
     if (!pyjson_is_str(t)) return bad(e, param, "'text' must be a string"), NULL;
     return json_pack("{s:s,s:O}", "type", "text", "text", t);
+}
+
+/* An image block {type: image, source: {type: base64, media_type, data} | {type: url, url}} ->
+ * the chat part {type: image_url, image_url: {url}} with a data: URL (server_image.c decodes
+ * it, and refuses remote URLs). NULL with e. */
+static json_t *image_part(const json_t *b, const char *param, srv_error *e) {
+    const json_t *src = json_object_get(b, "source");
+    char p[200];
+    snprintf(p, sizeof p, "%s.source", param);
+    if (!json_is_object(src)) return bad(e, p, "must be an object"), NULL;
+    const json_t *t = json_object_get(src, "type");
+    snprintf(p, sizeof p, "%s.source.type", param);
+    if (str_is(t, "url")) {
+        const json_t *u = json_object_get(src, "url");
+        snprintf(p, sizeof p, "%s.source.url", param);
+        if (!pyjson_is_str(u)) return bad(e, p, "must be a string"), NULL;
+        return json_pack("{s:s,s:{s:O}}", "type", "image_url", "image_url", "url", u);
+    }
+    if (!str_is(t, "base64")) return bad(e, p, "must be \"base64\" or \"url\""), NULL;
+    const json_t *mt = json_object_get(src, "media_type"), *d = json_object_get(src, "data");
+    snprintf(p, sizeof p, "%s.source.%s", param, !pyjson_is_str(mt) ? "media_type" : "data");
+    if (!pyjson_is_str(mt) || !pyjson_is_str(d)) return bad(e, p, "must be a string"), NULL;
+    dsf_buf url = {0};
+    dsf_buf_appendf(&url, "data:%s;base64,", json_string_value(mt));
+    dsf_buf_append(&url, json_string_value(d), json_string_length(d));
+    json_t *us = json_stringn((const char *)url.data, url.len);
+    dsf_buf_free(&url);
+    if (!us) return bad(e, p, "must be valid UTF-8"), NULL;
+    return json_pack("{s:s,s:{s:o}}", "type", "image_url", "image_url", "url", us);
 }
 
 /* A string, or a list of text blocks -> a string or a list of {type: text, text} parts. */
@@ -148,7 +177,7 @@ static json_t *blocks_of(const json_t *m, const char *param, srv_error *e) {
     return json_incref((json_t *)c);
 }
 
-/* One user turn's blocks (in order): runs of text -> user messages, tool_result -> tool
+/* One user turn's blocks (in order): runs of text and images -> user messages, tool_result -> tool
  * messages (the encoder merges both back into one user turn, spec §2.2). */
 static int map_user(const json_t *blocks, const char *const *params, json_t *out, srv_error *e) {
     json_t *text = json_array();
@@ -156,8 +185,8 @@ static int map_user(const json_t *blocks, const char *const *params, json_t *out
         const json_t *b = json_array_get(blocks, i);
         const char *ty = type_of(b), *p = params[i];
         json_t *add = NULL;
-        if (!strcmp(ty, "text")) {
-            json_t *part = text_part(b, p, e);
+        if (!strcmp(ty, "text") || !strcmp(ty, "image")) {
+            json_t *part = ty[0] == 't' ? text_part(b, p, e) : image_part(b, p, e);
             if (!part) goto fail;
             json_array_append_new(text, part);
             continue;

@@ -20,6 +20,9 @@
  * chunk). Before any measurement both rates take conservative defaults (a slow disk, a fast
  * prefill), so a restore must win clearly. DSF_PCACHE_RESTORE=always|never overrides the
  * decision (tests, and measuring the crossover).
+ * Images: a key hashes each position's content key with its id (pcache_key_of_media), a restore
+ * is checked against the job's keys as well as its ids, and no boundary falls inside an image
+ * span, so an entry holds whole spans and the same text with another image never hits.
  * Must not: run under srv->mu (files and the engine); write files itself (pcache's writer does).
  * Invariant: a restored session holds exactly a prefix of the job's prompt (checked after the
  * restore; anything else is discarded and the session rolled back to empty). */
@@ -97,6 +100,17 @@ static bool restore_wins(const srv_server *s, uint64_t bytes, int tokens) {
     return PC_RESTORE_OVERHEAD_S + (double)bytes / bps < tokens / tps;
 }
 
+/* The content key of position i (0: text) of the session / of the job's prompt. */
+static uint64_t key_at(const uint64_t *keys, int i) { return keys ? keys[i] : 0; }
+
+/* Whether the session's first n positions hold the job's images (and text where it has text). */
+static bool keys_agree(const slot *sl, const job *j, int n) {
+    const uint64_t *hk = dsf_session_keys(sl->s), *jk = srv_job_keys(j);
+    for (int i = 0; i < n; i++)
+        if (key_at(hk, i) != key_at(jk, i)) return false;
+    return true;
+}
+
 /* Loads and restores the entry into the slot's session; false (logged, session as it was or
  * empty) when anything fails. */
 static bool restore(srv_server *s, slot *sl, const job *j, pcache_key key, int n) {
@@ -115,7 +129,8 @@ static bool restore(srv_server *s, slot *sl, const job *j, pcache_key key, int n
         return false;
     }
     restore_rate(s, len, dsf_now() - t0);
-    if (dsf_session_n_past(sl->s) != n || memcmp(dsf_session_tokens(sl->s), j->req.prompt, (size_t)n * sizeof(int32_t))) {
+    if (dsf_session_n_past(sl->s) != n || memcmp(dsf_session_tokens(sl->s), j->req.prompt, (size_t)n * sizeof(int32_t)) ||
+        !keys_agree(sl, j, n)) {
         pcache_discard(s->pc, key, "its tokens are not the prefix its key names");
         dsf_session_rollback(sl->s, 0, err);
         return false;
@@ -128,8 +143,11 @@ static bool restore(srv_server *s, slot *sl, const job *j, pcache_key key, int n
 /* The tokens of the session that the prompt's first n_prompt - 1 tokens repeat. */
 static int shared_prefix(const slot *sl, const job *j) {
     const int32_t *h = dsf_session_tokens(sl->s);
+    const uint64_t *hk = dsf_session_keys(sl->s), *jk = srv_job_keys(j);
     int n_have = dsf_session_n_past(sl->s), have = 0;
-    while (have < n_have && have < j->req.n_prompt - 1 && h[have] == j->req.prompt[have]) have++;
+    while (have < n_have && have < j->req.n_prompt - 1 && h[have] == j->req.prompt[have] &&
+           key_at(hk, have) == key_at(jk, have))
+        have++;
     return have;
 }
 
@@ -147,7 +165,7 @@ int srv_pc_start_job(srv_server *s, slot *sl, job *j) {
     for (int tries = 0; tries < 3; tries++) {
         pcache_key key;
         uint64_t bytes = 0;
-        int n = pcache_lookup(s->pc, j->req.prompt, P - 1, &key, &bytes);
+        int n = pcache_lookup_media(s->pc, j->req.prompt, srv_job_keys(j), P - 1, &key, &bytes);
         if (n <= have || !restore_wins(s, bytes, n - have)) break;
         if (restore(s, sl, j, key, n)) return n;
         have = shared_prefix(sl, j);
@@ -165,6 +183,10 @@ int srv_pc_boundary(const srv_server *s, const job *j, int after) {
         long long k = ((long long)after / every + 1) * every;
         if (k < b) b = (int)k;
     }
+    /* never inside an image span (it is prefilled in one forward): on to its END, which is
+     * followed by text, so b stays <= P - 1 */
+    const int8_t *ty = j->mm.n ? j->mm.types : NULL;
+    while (ty && b < P && ty[b - 1] >= 0 && ty[b - 1] != DSF_TOKEN_IMAGE_END) b++;
     return b;
 }
 
@@ -176,5 +198,5 @@ void srv_pc_store(srv_server *s, slot *sl, const job *j, int n) {
         dsf_log(1, "serve: prefix cache: cannot save %d tokens: %s", n, err[0] ? err : "the session moved");
         return;
     }
-    pcache_put(s->pc, pcache_key_of(s->pc_ident, j->req.prompt, n), n, data, len);
+    pcache_put(s->pc, pcache_key_of_media(s->pc_ident, j->req.prompt, srv_job_keys(j), n), n, data, len);
 }

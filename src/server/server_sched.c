@@ -149,6 +149,37 @@ static void job_complete(slot *sl, int rc, dsf_gen_result *res, bool cancelled, 
     slot_release(sl);
 }
 
+/* A request the scheduler refuses before its prefill (an image that does not decode, a prompt
+ * that its images make too long): its error status and body, in the API's shape. */
+static void job_refuse(slot *sl, const srv_error *e) {
+    job *j = sl->cur;
+    j->outcome = "refused";
+    j->status = e->status;
+    j->body = srv_api_of(j->req.kind)->error_body(e);
+    slot_release(sl);
+}
+
+/* A job with images: encodes them and expands its prompt, then lets a waiting stream start. */
+static bool job_media(slot *sl, job *j) {
+    srv_server *s = sl->srv;
+    srv_error e;
+    if (srv_media_prepare(s, j, &e)) {
+        job_refuse(sl, &e);
+        return false;
+    }
+    pthread_mutex_lock(&s->mu);
+    j->ready = true;
+    srv_job_wake(s, j);
+    pthread_mutex_unlock(&s->mu);
+    return true;
+}
+
+/* dsf_gen_prefill_begin of the job's prompt up to n, with its images. */
+static int prefill_begin(slot *sl, const job *j, int n, char *err) {
+    if (!j->mm.n) return dsf_gen_prefill_begin(sl->g, j->req.prompt, n, sl->srv->p.prefill_chunk, err);
+    return dsf_gen_prefill_begin_media(sl->g, j->req.prompt, &j->media, n, sl->srv->p.prefill_chunk, err);
+}
+
 /* A prefill that failed or was cancelled: no generation ran. */
 static void job_abort_prefill(slot *sl, const char *err) {
     dsf_gen_result res;
@@ -204,9 +235,10 @@ static void job_start(slot *sl, job *j) {
     gp->ud = &sl->ctx;
     /* the prefix reused from the slot's session, or restored from the disk cache; the prefill
      * then runs in segments that end at the cache's boundaries (server_pcache.c) */
+    if (j->req.n_images && !job_media(sl, j)) return;
     int have = srv_pc_start_job(s, sl, j);
     sl->pf_end = srv_pc_boundary(s, j, have);
-    sl->pf_left = dsf_gen_prefill_begin(sl->g, j->req.prompt, sl->pf_end, s->p.prefill_chunk, err);
+    sl->pf_left = prefill_begin(sl, j, sl->pf_end, err);
     j->n_cached = dsf_gen_n_cached(sl->g); /* known now: a stream's first event may report it */
     if (sl->pf_left < 0) {
         job_abort_prefill(sl, err);
@@ -232,7 +264,7 @@ static void slot_prefill_step(slot *sl) {
     if (sl->pf_end < j->req.n_prompt) { /* a cache boundary: store it, prefill the next segment */
         srv_pc_store(s, sl, j, sl->pf_end);
         sl->pf_end = srv_pc_boundary(s, j, sl->pf_end);
-        sl->pf_left = dsf_gen_prefill_begin(sl->g, j->req.prompt, sl->pf_end, s->p.prefill_chunk, err);
+        sl->pf_left = prefill_begin(sl, j, sl->pf_end, err);
         if (sl->pf_left < 0) job_abort_prefill(sl, err);
         return;
     }

@@ -8,8 +8,8 @@
  * vocabularies, chat-request JSON, DSML output in random splits, HTTP request bodies (chat,
  * completions, Anthropic Messages and Responses), session snapshots, logits with NaN/inf,
  * stop strings, DSpark draft metadata, PNG and JPEG images with the preprocessing behind
- * them, deepseek41v projector metadata). What each harness checks is written at the top of its
- * file in tests/fuzz. The seeds are the files in
+ * them, deepseek41v projector metadata, a serve request's images: base64, image headers, data:
+ * URLs). What each harness checks is written at the top of its file in tests/fuzz. The seeds are the files in
  * tests/fuzz/seeds/fuzz_NAME (read from the repository root, as `make test` runs) plus a
  * few inline ones, so the tests still run without them; the model and snapshot tests need
  * ../shared/testdata/tiny41 and skip without it. A broken invariant aborts the test child
@@ -20,6 +20,7 @@
 #define FUZZ_NO_MAIN
 #include "fuzz_common.h"
 #include "fuzz_chat.c"
+#include "fuzz_dataurl.c"
 #include "fuzz_dsml.c"
 #include "fuzz_grammar.c"
 #include "fuzz_image.c"
@@ -325,6 +326,21 @@ TEST(replay_responses) {
     static const char t1[] = "\x00{\"input\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_output_tokens\": 4}";
     fi_add(&s, t1, sizeof t1 - 1);
     int total, acc = fi_run("responses", &s, 1500, fz_responses_one, &total);
+    FI_CHECK_MIX(acc, total);
+}
+
+/* base64 texts (canonical, unpadded, broken), PNG and JPEG heads, and image records. */
+TEST(replay_dataurl) {
+    fi_seeds s = {0};
+    fi_add_dir(&s, "fuzz_dataurl");
+    static const char *const texts[] = {"\0Zm9vYmFy", "\0Zm9vYg==", "\0Zm8", "\0Zh==",
+        "\1\x89\x50\x4e\x47\x0d\x0a\x1a\x0a\x00\x00\x00\x0d\x49\x48\x44\x52\x00\x00\x00\x05\x00\x00\x00\x03\x08\x02\x00\x00\x00\xd4\x54\x52\xaf",
+        "\1\xff\xd8\xff\xe0\x00\x04\x61\x62\xff\xc0\x00\x0b\x08\x00\x10\x00\x20\x01\x01\x11\x00",
+        "\2[{\"type\": \"image\", \"url\": \"data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAUAAAADCAIAAADUVFKv\"}]",
+        "\2[{\"type\": \"image\", \"source\": {\"type\": \"base64\", \"media_type\": \"image/png\", \"data\": \"iVBORw0KGgoAAAANSUhEUgAAAAUAAAADCAIAAADUVFKv\"}}]",
+        "\2[{\"type\": \"image\", \"url\": \"https://example.com/a.png\"}]"};
+    for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) fi_add(&s, texts[i], strlen(texts[i]));
+    int total, acc = fi_run("dataurl", &s, 2000, fz_dataurl_one, &total);
     FI_CHECK_MIX(acc, total);
 }
 

@@ -176,3 +176,15 @@ int test_gguf_same(const gguf_file *a, const gguf_file *b, int flags, const char
     }
     return 0;
 }
+
+char *test_base64(const uint8_t *p, size_t n) {
+    static const char al[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    dsf_buf b = {0};
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) | (i + 2 < n ? p[i + 2] : 0);
+        char q[4] = {al[v >> 18], al[(v >> 12) & 63], i + 1 < n ? al[(v >> 6) & 63] : '=', i + 2 < n ? al[v & 63] : '='};
+        dsf_buf_append(&b, q, 4);
+    }
+    dsf_buf_append(&b, "", 1);
+    return (char *)b.data;
+}

@@ -59,6 +59,9 @@ struct gguf_file;
 enum { TG_ORDER = 1, TG_DATA = 2 };
 int test_gguf_same(const struct gguf_file *a, const struct gguf_file *b, int flags, const char *skip, char *msg,
                    size_t cap);
+/* p[0..n) in standard base64 with padding (RFC 4648 §4), NUL-terminated, malloc'ed; written
+ * here, apart from the server's decoder that the image tests check against it. */
+char *test_base64(const uint8_t *p, size_t n);
 
 /* ids as "1 2 3" (truncated to cap). */
 void test_fmt_ids(char *buf, size_t cap, const int32_t *ids, size_t n);

@@ -72,6 +72,36 @@ TEST(pcache_keys) {
     CHECK(x.hi != y.hi && x.lo != y.lo);
 }
 
+/* Guards against the same text with another image hitting the cache: a content key changes
+ * the prefix's key (an image's key on any span position, in both lanes), keys of 0 (text)
+ * keep the text key, and a lookup with another image's keys does not find the entry. */
+TEST(pcache_media_keys) {
+    uint64_t keys[12] = {0}, other[12] = {0};
+    for (int i = 4; i < 9; i++) keys[i] = 0xABCDEF0000000000ULL + (uint64_t)i, other[i] = keys[i] ^ (1ULL << 40);
+    pcache_key tk = pcache_key_of(IDENT, TOKS, 12), z = pcache_key_of_media(IDENT, TOKS, other, 4);
+    pcache_key zt = pcache_key_of(IDENT, TOKS, 4);
+    CHECK(z.hi == zt.hi && z.lo == zt.lo); /* the text before the span keeps its key */
+    pcache_key a = pcache_key_of_media(IDENT, TOKS, keys, 12), b = pcache_key_of_media(IDENT, TOKS, other, 12);
+    CHECK(a.hi != tk.hi && a.lo != tk.lo && a.hi != b.hi && a.lo != b.lo);
+    pcache_hasher h;
+    pcache_hasher_init(&h, IDENT);
+    for (int i = 0; i < 12; i++) pcache_hasher_push_media(&h, TOKS[i], keys[i]);
+    pcache_key inc = pcache_hasher_key(&h);
+    CHECK(inc.hi == a.hi && inc.lo == a.lo);
+    const char *dir = test_tmpfile("pcache-media");
+    char err[DSF_ERR_LEN];
+    pcache *c = pcache_open(dir, 1 << 20, IDENT, err);
+    CHECKF(c, "%s", err);
+    pcache_put(c, pcache_key_of_media(IDENT, TOKS, keys, 11), 11, payload(100, 1), 100);
+    pcache_flush(c);
+    pcache_key k;
+    uint64_t bytes = 0;
+    CHECK(pcache_lookup_media(c, TOKS, keys, 12, &k, &bytes) == 11 && k.hi == pcache_key_of_media(IDENT, TOKS, keys, 11).hi);
+    CHECK(pcache_lookup_media(c, TOKS, other, 12, &k, &bytes) == 0);
+    CHECK(pcache_lookup(c, TOKS, 12, &k, &bytes) == 0);
+    pcache_close(c);
+}
+
 /* Guards against a header that round-trips wrongly, or a parser that accepts a bad magic, a
  * changed byte (checksum), another version, a truncated or extended file. */
 TEST(pcache_header) {

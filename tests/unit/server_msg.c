@@ -362,7 +362,11 @@ TEST(server_msg_errors_name_the_field) {
         {"{\"model\": \"m\", \"max_tokens\": 1, \"messages\": [{\"role\": \"tool\", \"content\": \"q\"}]}", "messages.0.role", "user"},
         {"{\"model\": \"m\", \"max_tokens\": 1, \"messages\": [{\"role\": \"user\", \"content\": 5}]}", "messages.0.content", "string"},
         {"{\"model\": \"m\", \"max_tokens\": 1, \"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"user\", "
-         "\"content\": [{\"type\": \"image\", \"source\": {}}]}]}", "messages.1.content.0", "image"},
+         "\"content\": [{\"type\": \"image\", \"source\": {}}]}]}", "messages.1.content.0.source.type", "base64"},
+        {"{\"model\": \"m\", \"max_tokens\": 1, \"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image\", "
+         "\"source\": {\"type\": \"base64\", \"data\": \"AA==\"}}]}]}", "messages.0.content.0.source.media_type", "string"},
+        {"{\"model\": \"m\", \"max_tokens\": 1, \"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": "
+         "\"assistant\", \"content\": [{\"type\": \"image\", \"source\": {}}]}]}", "messages.1.content.0", "user turns"},
         {"{\"model\": \"m\", \"max_tokens\": 1, \"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", "
          "\"text\": \"a\"}, {\"type\": \"document\", \"source\": {}}]}]}", "messages.0.content.1", "document"},
         {"{\"model\": \"m\", \"max_tokens\": 1, \"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"tool_result\", "

@@ -309,7 +309,7 @@ test('errors are Anthropic errors the SDK raises as its classes', async () => {
     isErr(Anthropic.BadRequestError, 400, 'invalid_request_error', /max_tokens/));
   await assert.rejects(anthropic.messages.create(body({ messages: [{ role: 'user', content: [
     { type: 'image', source: { type: 'url', url: 'https://example.com/a.png' } }] }] })),
-  isErr(Anthropic.BadRequestError, 400, 'invalid_request_error', /messages\.0\.content\.0.*image/));
+  isErr(Anthropic.BadRequestError, 400, 'invalid_request_error', /image 1: remote image URLs are not fetched/));
   await assert.rejects(anthropic.messages.create(body({ max_tokens: 1000, thinking: { type: 'enabled', budget_tokens: 1024 } })),
     isErr(Anthropic.BadRequestError, 400, 'invalid_request_error', /budget_tokens/));
   await assert.rejects(anthropic.messages.create(body({ tools: [{ type: 'web_search_20250305', name: 'web_search' }] })),

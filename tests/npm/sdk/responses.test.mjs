@@ -326,7 +326,9 @@ test('400s name the problem', async () => {
   const bad = async (body, re) => assert.rejects(openai.responses.create({ ...ASK, ...body }),
     (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && re.test(e.message), String(re));
   await bad({ tools: [{ type: 'web_search' }] }, /web_search/);
-  await bad({ input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'http://x/y.png' }] }] }, /input_image/);
+  await bad({ input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'http://x/y.png' }] }] },
+    /remote image URLs are not fetched/);
+  await bad({ input: [{ role: 'user', content: [{ type: 'input_file', file_id: 'f' }] }] }, /input_file/);
   await bad({ input: [{ type: 'item_reference', id: 'x' }] }, /item_reference/);
   await bad({ temperature: 'hot' }, /temperature/);
   await bad({ input: 42 }, /input/);
