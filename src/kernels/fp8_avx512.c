@@ -4,21 +4,23 @@
  *
  * Decode: a table lookup. Two vpermi2b give the high and low bytes of the BF16 of 64 codes'
  * magnitudes at unit scale (exact: every e4m3 value is a normal BF16 value, NaN included), the
- * code's sign joins the high byte. The fp32 family places those bytes in the top halves of
- * dwords and multiplies by 2^(S-127) (exact for 3 <= S <= 246); the BF16 family interleaves them
- * into BF16 words and adds (S-127) << 7 to the exponent field of each nonzero, non-NaN value
- * (exact for 10 <= S <= 246). No fp16 conversion and no subnormal operand: on the Zen 5 host,
- * vcvtph2ps of fp16 subnormals and multiplications of fp32 subnormals (the e4m3 subnormal codes,
- * one code in 16 of random data) were several times slower (docs/perf-log.md). Per-group
- * multipliers (addends) of 16 groups are prepared at once and broadcast from memory.
+ * code's sign joins the high byte. No fp16 conversion and no subnormal operand: on the Zen 5
+ * host, vcvtph2ps of fp16 subnormals and multiplications of fp32 subnormals (the e4m3 subnormal
+ * codes, one code in 16 of random data) were several times slower (docs/perf-log.md).
+ *   - fp32 family: the bytes go to the top halves of dwords and are multiplied by 2^(S-127)
+ *     (exact for 3 <= S <= 246; the multipliers of 16 groups are prepared at once).
+ *   - BF16 family: the bytes are interleaved into BF16 words at unit scale and the block's scale
+ *     is moved onto the activations, once per row block (xs_block, below): the decode then has no
+ *     scale operation at all.
  *
  * The fused T = 1 kernels repeat the BF16 T = 1 tiles of matmul_avx512.c operation for operation:
  * per row one accumulator, per group of 32 the two fp32 FMAs (elements 0-15 then 16-31) or the one
  * vdpbf16ps, K chunks of the caller's kc with the chunk sums added into y in order, each chunk's
  * lanes summed by red4. A tile is 4 rows from 4 far-apart streams (tile512.h), which changes no
- * value. A row that meets an exceptional scale (fp8.h; for this decode also 3..9 in the BF16
- * family) is computed again through the scratch path, whose decoder takes such blocks element
- * by element. NaN codes need no care: the table's NaN stays NaN (the scale is not added to it). */
+ * value. A row that meets an exceptional scale (fp8.h; for the BF16 family also 3..9, and a row
+ * block whose scaled activations leave the range) is computed again through the scratch path,
+ * whose decoder takes such blocks element by element. NaN codes need no care: the table's NaN
+ * stays NaN. */
 #include "kernels/fp8.h"
 
 #if defined(__x86_64__) && defined(__AVX512F__)
@@ -42,10 +44,15 @@
 static const uint8_t lut_hi[128] __attribute__((aligned(64))) = {R64(LUT_HI, 0), R64(LUT_HI, 64)};
 static const uint8_t lut_lo[128] __attribute__((aligned(64))) = {R64(LUT_LO, 0), R64(LUT_LO, 64)};
 
+/* Word i of the interleave of group h (ilv_w + 64 h): the (low, high) bytes of code 32 h + i. */
+#define ILV(j) (uint8_t)((j) & 1 ? 64 + ((j) >> 1) : (j) >> 1)
+#define ILV2(j) (uint8_t)((j) & 1 ? 96 + ((j) >> 1) : 32 + ((j) >> 1))
+static const uint8_t ilv_w[128] __attribute__((aligned(64))) = {R64(ILV, 0), R64(ILV2, 0)};
+
 /* The tables and the byte gathers that place code i's BF16 bytes (low, high) in bytes 2 and 3 of
  * dword i % 16 of vector i / 16 (bytes 0 and 1 are zeroed: the fp32 whose top half is the BF16). */
 typedef struct {
-    __m512i h0, h1, l0, l1, ix[4], iw[2];
+    __m512i h0, h1, l0, l1, ix[4];
 } lut;
 
 static inline void lut_load(lut *L) {
@@ -62,37 +69,6 @@ static inline void lut_load(lut *L) {
         }
         L->ix[k] = _mm512_load_si512((const void *)ix);
     }
-    for (int h = 0; h < 2; h++) { /* word i of group h: (low, high) bytes of code 32 h + i */
-        _Alignas(64) uint8_t iw[64];
-        for (int i = 0; i < 32; i++) {
-            iw[2 * i] = (uint8_t)(32 * h + i);
-            iw[2 * i + 1] = (uint8_t)(64 + 32 * h + i);
-        }
-        L->iw[h] = _mm512_load_si512((const void *)iw);
-    }
-}
-
-/* The BF16 weights of 64 codes q (two groups, w[0] and w[1], element order), scaled by adding
- * sa[h] = (S_h - 127) << 7 to the exponent field of each nonzero, non-NaN value (10 <= S <= 246
- * keeps the field in 1..254: exact); zeros and NaN keep their bits. */
-INLINE void dec64_bf16(__m512i q, const lut *L, const int32_t *sa, __m512i *w) {
-    const __m512i hr = _mm512_permutex2var_epi8(L->h0, q, L->h1), lo = _mm512_permutex2var_epi8(L->l0, q, L->l1);
-    /* the high bytes of the nonzero, non-NaN magnitudes are 0x3B .. 0x43 */
-    const __mmask64 live = _mm512_cmplt_epu8_mask(_mm512_sub_epi8(hr, _mm512_set1_epi8(0x3B)), _mm512_set1_epi8(9));
-    const __m512i hi = _mm512_ternarylogic_epi32(hr, q, _mm512_set1_epi8((char)0x80), 0xF8);
-    const __m512i w0 = _mm512_permutex2var_epi8(lo, L->iw[0], hi), w1 = _mm512_permutex2var_epi8(lo, L->iw[1], hi);
-    w[0] = _mm512_mask_add_epi16(w0, (__mmask32)live, w0, _mm512_set1_epi32(sa[0]));
-    w[1] = _mm512_mask_add_epi16(w1, (__mmask32)(live >> 32), w1, _mm512_set1_epi32(sa[1]));
-}
-
-/* The exponent addends (S - 127) << 7 (in both halves of a dword) of n <= 16 groups' scales sc
- * into out; returns the mask of the exceptional ones for this decode (S outside 10..246). */
-INLINE __mmask16 adds16(const uint8_t *sc, int n, int32_t *out) {
-    const __mmask16 live = n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
-    const __m512i s = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(live, sc));
-    const __m512i a = _mm512_and_si512(_mm512_slli_epi32(_mm512_sub_epi32(s, _mm512_set1_epi32(127)), 7), _mm512_set1_epi32(0xFFFF));
-    _mm512_store_si512((void *)out, _mm512_or_si512(a, _mm512_slli_epi32(a, 16)));
-    return _mm512_mask_cmpgt_epu32_mask(live, _mm512_sub_epi32(s, _mm512_set1_epi32(10)), _mm512_set1_epi32(236));
 }
 
 /* The unit-scale weights of 64 codes q (two groups) as fp32: v[0], v[1] the first group's
@@ -154,34 +130,107 @@ INLINE unsigned t1_f32(const uint8_t *const *wr, const uint8_t *const *sc, const
     return bad;
 }
 
-/* The BF16-activation tile: the weights decoded straight to BF16 (dec64_bf16), one vdpbf16ps
- * per group and row. */
-INLINE unsigned t1_xb(const uint8_t *const *wr, const uint8_t *const *sc, const uint16_t *x, int64_t g0, int64_t g1,
-                      float *out, const lut *L) {
+static void row_bf16(const uint8_t *q, const uint8_t *sc, int64_t ng, uint16_t *o);
+
+/* ---- the BF16 family with the scales moved onto the activations ----
+ * Within a row block the 32 rows share the grid row, so x(i) 2^(S_g-127) is computed once per row
+ * block (xs_block) and the codes are decoded at unit scale (dec64_unit: two lookups, the sign, two
+ * interleaves; no scale operation). The products are the same real numbers as the BF16 kernel's,
+ * w 2^(S-127) x = w (x 2^(S-127)), and vdpbf16ps sees them exactly (both factors are normal BF16
+ * values, a product of two is exact in fp32), so the sums are bit for bit the BF16 kernel's where
+ * the moved factor is exact: every nonzero activation of the block is a normal BF16 whose scaled
+ * exponent stays normal (a subnormal one counts as zero, as vdpbf16ps takes it) and every scale
+ * is in 10..246 (the BF16 matrix's weight is then normal too). A row block that breaks this is
+ * computed through the scratch path. */
+
+/* xs[i] = x[i] 2^(S_g-127) for the ng groups of one row block (grid row sc), as BF16 bits (a
+ * zero or subnormal x gives +0). Returns 0 when that is exact for every element and every scale
+ * is fine for this decode, else 1 (xs is then not used). */
+static int xs_block(const uint16_t *x, const uint8_t *sc, int64_t ng, uint16_t *xs) {
+    const __m512i ef = _mm512_set1_epi16(0xFF), one = _mm512_set1_epi16(1), top = _mm512_set1_epi16(253);
+    __mmask32 bad = 0;
+    for (int64_t g = 0; g < ng; g++) {
+        const int s = (int)sc[g] - 127;
+        if (sc[g] < 10 || sc[g] > 246) return 1;
+        const __m512i v = _mm512_loadu_si512((const void *)(x + g * 32));
+        const __m512i e = _mm512_and_si512(_mm512_srli_epi16(v, 7), ef);
+        const __mmask32 nz = _mm512_test_epi16_mask(e, e);
+        /* the scaled exponent field e + s must stay in 1..254, and e = 255 (inf, NaN) never moves */
+        const __m512i es = _mm512_add_epi16(e, _mm512_set1_epi16((short)s));
+        bad |= _mm512_mask_cmpgt_epu16_mask(nz, _mm512_sub_epi16(es, one), top) |
+               _mm512_mask_cmpeq_epi16_mask(nz, e, ef);
+        _mm512_storeu_si512((void *)(xs + g * 32), _mm512_maskz_add_epi16(nz, v, _mm512_set1_epi16((short)(s * 128))));
+    }
+    return bad != 0;
+}
+
+/* The unit-scale BF16 weights of 64 codes q (two groups, element order): the table's bytes, the
+ * code's sign joined to the high byte, interleaved into words. */
+INLINE void dec64_unit(__m512i q, __m512i h0, __m512i h1, __m512i l0, __m512i l1, __m512i iw0, __m512i iw1,
+                       __m512i sgn, __m512i *w0, __m512i *w1) {
+    const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(h0, q, h1), q, sgn, 0xF8);
+    const __m512i lo = _mm512_permutex2var_epi8(l0, q, l1);
+    *w0 = _mm512_permutex2var_epi8(lo, iw0, hi);
+    *w1 = _mm512_permutex2var_epi8(lo, iw1, hi);
+}
+
+/* One tile over groups [g0, g1) of one K chunk: FRB rows (codes wr), each with its row block's
+ * scaled activations xs[r]; per group and row one vdpbf16ps, as xb_bf16_t1. */
+INLINE void t1_xs(const uint8_t *const *wr, const uint16_t *const *xs, int64_t g0, int64_t g1, float *out) {
+    const __m512i h0 = _mm512_load_si512((const void *)lut_hi), h1 = _mm512_load_si512((const void *)(lut_hi + 64));
+    const __m512i l0 = _mm512_load_si512((const void *)lut_lo), l1 = _mm512_load_si512((const void *)(lut_lo + 64));
+    const __m512i iw0 = _mm512_load_si512((const void *)ilv_w), iw1 = _mm512_load_si512((const void *)(ilv_w + 64));
+    const __m512i sgn = _mm512_set1_epi8((char)0x80);
     __m512 a[FRB];
-    _Alignas(64) int32_t sa[FRB][16];
-    unsigned bad = 0;
     UNROLL for (int r = 0; r < FRB; r++) a[r] = _mm512_setzero_ps();
-    for (int64_t g = g0; g < g1; g += 16) {
-        const int n = g1 - g < 16 ? (int)(g1 - g) : 16;
-        UNROLL for (int r = 0; r < FRB; r++) bad |= (adds16(sc[r] + g, n, sa[r]) != 0) << r;
-        for (int b = 0; b < n; b += 2) {
-            const int two = b + 1 < n;
-            const uint16_t *xg = x + (g + b) * 32;
-            const __m512i x0 = _mm512_loadu_si512((const void *)xg);
-            const __m512i x1 = two ? _mm512_loadu_si512((const void *)(xg + 32)) : x0;
-            UNROLL for (int r = 0; r < FRB; r++) {
-                const uint8_t *p = wr[r] + (g + b) * 32;
-                _mm_prefetch((const char *)(p + PF_DIST), _MM_HINT_T0);
-                __m512i w[2];
-                dec64_bf16(codes(p, two), L, &sa[r][b], w);
-                a[r] = _mm512_dpbf16_ps(a[r], as_bh(w[0]), as_bh(x0));
-                if (two) a[r] = _mm512_dpbf16_ps(a[r], as_bh(w[1]), as_bh(x1));
-            }
+    int64_t g = g0;
+    for (; g + 2 <= g1; g += 2) {
+        UNROLL for (int r = 0; r < FRB; r++) {
+            const uint8_t *p = wr[r] + g * 32;
+            _mm_prefetch((const char *)(p + PF_DIST), _MM_HINT_T0);
+            __m512i w0, w1;
+            dec64_unit(_mm512_loadu_si512((const void *)p), h0, h1, l0, l1, iw0, iw1, sgn, &w0, &w1);
+            a[r] = _mm512_dpbf16_ps(a[r], as_bh(w0), as_bh(_mm512_loadu_si512((const void *)(xs[r] + g * 32))));
+            a[r] = _mm512_dpbf16_ps(a[r], as_bh(w1), as_bh(_mm512_loadu_si512((const void *)(xs[r] + g * 32 + 32))));
+        }
+    }
+    if (g < g1) {
+        UNROLL for (int r = 0; r < FRB; r++) {
+            __m512i w0, w1;
+            dec64_unit(codes(wr[r] + g * 32, 0), h0, h1, l0, l1, iw0, iw1, sgn, &w0, &w1);
+            a[r] = _mm512_dpbf16_ps(a[r], as_bh(w0), as_bh(_mm512_loadu_si512((const void *)(xs[r] + g * 32))));
         }
     }
     red4(a, out);
-    return bad;
+}
+
+/* T = 1, BF16 activations, rows [r0, r1): the streams and K chunks of T1_ROWS; each stream keeps
+ * its current row block's scaled activations (rebuilt when the stream enters a new block); a row
+ * of a block that xs_block refuses is computed through the scratch path. */
+static void t1_xs_rows(const dsf_wmat *w, const uint16_t *x, float *y, int64_t r0, int64_t r1, int kc,
+                       matmul_xbf16_fn xmm) {
+    const int64_t ng = w->n_in / 32, kcg = kc / 32;
+    _Alignas(64) uint16_t xsb[FRB][16384];
+    const uint8_t *wr[FRB];
+    const uint16_t *xs[FRB];
+    int64_t rr[FRB], blk[FRB], len = t1_stream_len(r0, r1, FRB, 1);
+    int refused[FRB];
+    for (int i = 0; i < FRB; i++) blk[i] = -1, refused[i] = 0, xs[i] = xsb[i];
+    for (int64_t k = 0; k < len; k++) {
+        t1_tile_rows(w, r0, r1, len, k, FRB, 1, rr, wr);
+        for (int i = 0; i < FRB; i++) {
+            const int64_t b = (rr[i] >= 0 ? rr[i] : r1 - 1) / 32;
+            if (b != blk[i]) blk[i] = b, refused[i] = xs_block(x, w->scales + (uint64_t)b * (uint64_t)ng, ng, xsb[i]);
+        }
+        for (int64_t g0 = 0; g0 < ng; g0 += kcg) {
+            float o[FRB];
+            t1_xs(wr, xs, g0, g0 + kcg < ng ? g0 + kcg : ng, o);
+            for (int i = 0; i < FRB; i++)
+                if (rr[i] >= 0) y[rr[i]] = g0 == 0 ? o[i] : y[rr[i]] + o[i];
+        }
+        for (int i = 0; i < FRB; i++)
+            if (refused[i] && rr[i] >= 0) fp8b32_via_bf16(w, NULL, x, 1, y, 1, rr[i], rr[i] + 1, NULL, xmm, row_bf16);
+    }
 }
 
 /* ---- the scratch path's decoder ---- */
@@ -217,43 +266,36 @@ static void row_bf16(const uint8_t *q, const uint8_t *sc, int64_t ng, uint16_t *
 
 /* ---- drivers ---- */
 
-/* T = 1 over rows [r0, r1): tiles of FRB rows from far-apart streams, K chunks of kc elements
- * summed into y in order (T1_LOOP of matmul_avx512.c); a row that met an exceptional block is
- * computed again by the scratch path (mm or xmm: the BF16 kernel). */
-#define T1_ROWS(NAME, TILE, XT, XBF)                                                              \
-    static void NAME(const dsf_wmat *w, const XT *x, float *y, int64_t r0, int64_t r1, int kc,    \
-                     matmul_fn mm, matmul_xbf16_fn xmm) {                                         \
-        const int64_t ng = w->n_in / 32, kcg = kc / 32;                                           \
-        const uint8_t *wr[FRB], *sc[FRB];                                                         \
-        int64_t rr[FRB], len = t1_stream_len(r0, r1, FRB, 1);                                     \
-        lut L;                                                                                    \
-        lut_load(&L);                                                                             \
-        for (int64_t k = 0; k < len; k++) {                                                       \
-            t1_tile_rows(w, r0, r1, len, k, FRB, 1, rr, wr);                                      \
-            for (int i = 0; i < FRB; i++)                                                         \
-                sc[i] = w->scales + (uint64_t)((rr[i] >= 0 ? rr[i] : r1 - 1) / 32) * (uint64_t)ng; \
-            unsigned bad = 0;                                                                     \
-            for (int64_t g0 = 0; g0 < ng; g0 += kcg) {                                            \
-                float o[FRB];                                                                     \
-                bad |= TILE(wr, sc, x, g0, g0 + kcg < ng ? g0 + kcg : ng, o, &L);                 \
-                for (int i = 0; i < FRB; i++)                                                     \
-                    if (rr[i] >= 0) y[rr[i]] = g0 == 0 ? o[i] : y[rr[i]] + o[i];                  \
-            }                                                                                     \
-            for (int i = 0; bad && i < FRB; i++)                                                  \
-                if ((bad >> i & 1) && rr[i] >= 0)                                                 \
-                    fp8b32_via_bf16(w, XBF ? NULL : (const float *)(const void *)x,               \
-                                    XBF ? (const uint16_t *)(const void *)x : NULL, 1, y, 1, rr[i], rr[i] + 1, mm, \
-                                    xmm, row_bf16);                                              \
-        }                                                                                         \
+/* T = 1, fp32 activations, rows [r0, r1): tiles of FRB rows from far-apart streams, K chunks of
+ * kc elements summed into y in order (T1_LOOP of matmul_avx512.c); a row that met an exceptional
+ * block is computed again by the scratch path (mm: the BF16 kernel). */
+static void t1_f32_rows(const dsf_wmat *w, const float *x, float *y, int64_t r0, int64_t r1, int kc, matmul_fn mm) {
+    const int64_t ng = w->n_in / 32, kcg = kc / 32;
+    const uint8_t *wr[FRB], *sc[FRB];
+    int64_t rr[FRB], len = t1_stream_len(r0, r1, FRB, 1);
+    lut L;
+    lut_load(&L);
+    for (int64_t k = 0; k < len; k++) {
+        t1_tile_rows(w, r0, r1, len, k, FRB, 1, rr, wr);
+        for (int i = 0; i < FRB; i++)
+            sc[i] = w->scales + (uint64_t)((rr[i] >= 0 ? rr[i] : r1 - 1) / 32) * (uint64_t)ng;
+        unsigned bad = 0;
+        for (int64_t g0 = 0; g0 < ng; g0 += kcg) {
+            float o[FRB];
+            bad |= t1_f32(wr, sc, x, g0, g0 + kcg < ng ? g0 + kcg : ng, o, &L);
+            for (int i = 0; i < FRB; i++)
+                if (rr[i] >= 0) y[rr[i]] = g0 == 0 ? o[i] : y[rr[i]] + o[i];
+        }
+        for (int i = 0; bad && i < FRB; i++)
+            if ((bad >> i & 1) && rr[i] >= 0) fp8b32_via_bf16(w, x, NULL, 1, y, 1, rr[i], rr[i] + 1, mm, NULL, row_bf16);
     }
-T1_ROWS(t1_f32_rows, t1_f32, float, 0)
-T1_ROWS(t1_xb_rows, t1_xb, uint16_t, 1)
+}
 
 void fp8b32_mm_avx512(const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy, int64_t r0, int64_t r1,
                       matmul_fn bf16, int kc) {
     if (r1 <= r0 || T <= 0) return;
     if (w->n_in % 32 != 0) matmul_any_ref(w, x, T, y, ldy, r0, r1); /* as mm_bf16_any */
-    else if (T == 1) t1_f32_rows(w, x, y, r0, r1, kc, bf16, NULL);
+    else if (T == 1) t1_f32_rows(w, x, y, r0, r1, kc, bf16);
     else fp8b32_via_bf16(w, x, NULL, T, y, ldy, r0, r1, bf16, NULL, row_bf16);
 }
 
@@ -261,7 +303,7 @@ void fp8b32_xbf16_avx512(const dsf_wmat *w, const uint16_t *x, int64_t T, float 
                          int64_t r1, matmul_xbf16_fn bf16, int kc) {
     if (r1 <= r0 || T <= 0) return;
     if (w->n_in % 32 != 0 || w->n_in > 16384) matmul_xbf16_any_ref(w, x, T, y, ldy, r0, r1); /* as xmm_bf16 */
-    else if (T == 1) t1_xb_rows(w, x, y, r0, r1, kc, NULL, bf16);
+    else if (T == 1) t1_xs_rows(w, x, y, r0, r1, kc, bf16);
     else fp8b32_via_bf16(w, NULL, x, T, y, ldy, r0, r1, NULL, bf16, row_bf16);
 }
 

@@ -108,6 +108,23 @@ static int all_bf16(const mats *m) {
     return 1;
 }
 
+/* Activations at the edges of the formats' ranges (same_bits draws them when act_edges is set):
+ * 1 the lowest normals (2^-126 .. 2^-120: a negative scale exponent moves them below the range),
+ * 2 values near the top (2^110 .. 2^118: a positive one moves them past it), 3 subnormals and
+ * zeros of both signs among ordinary values (the BF16 dots take a subnormal as zero), 4 ordinary
+ * values with an infinity now and then, 5 magnitudes in [1, 2). */
+static int act_edges;
+static float edge_act(float v, int64_t i) {
+    const float u = 1.0f + (float)(rnd() % 1000) / 1000.0f, sg = (rnd() & 1) ? -1.0f : 1.0f;
+    switch (act_edges) {
+    case 1: return sg * ldexpf(u, -126 + (int)(rnd() % 7));
+    case 2: return sg * ldexpf(u, 110 + (int)(rnd() % 9));
+    case 3: return rnd() % 2 ? v : rnd() % 2 ? sg * ldexpf(u, -140 + (int)(rnd() % 12)) : sg * 0.0f;
+    case 5: return sg * u;
+    default: return i % 97 == 5 ? sg * INFINITY : v;
+    }
+}
+
 /* Runs both families of table k on the FP8 and the BF16 matrix for T tokens, rows [r0, r1), and
  * compares bit for bit (rows outside must stay NaN). Returns 0 or fails the test. */
 static int same_bits(test_ctx *t, const dsf_kernels *k, const mats *m, int64_t T, int64_t r0, int64_t r1) {
@@ -116,6 +133,8 @@ static int same_bits(test_ctx *t, const dsf_kernels *k, const mats *m, int64_t T
           *yb = malloc((size_t)(T * ldy) * sizeof *yb);
     uint16_t *xb = malloc((size_t)(T * n_in) * sizeof *xb);
     for (int64_t i = 0; i < T * n_in; i++) x[i] = (float)((double)(rnd() >> 11) / 9007199254740992.0) * 4.0f - 2.0f;
+    if (act_edges)
+        for (int64_t i = 0; i < T * n_in; i++) x[i] = edge_act(x[i], i);
     act_to_bf16_ref(x, xb, T * n_in);
     int rc = 0;
     for (int fam = 0; fam < 2 && !rc; fam++) {
@@ -192,6 +211,66 @@ TEST(kernels_fp8_partial_blocks) {
         int rc = same_bits(t, k, &m, 1, 0, 45);
         if (!rc) rc = same_bits(t, k, &m, 5, 3, 44);
         free_mats(&m);
+        if (rc) return;
+    }
+}
+
+/* Every scale of m set to S, and the BF16 matrix made again. */
+static void set_scales(mats *m, uint8_t S) {
+    const int64_t gi = (m->w.n_in + 31) / 32, n = gi * ((m->w.n_out + 31) / 32), n_in = m->w.n_in;
+    memset(m->q + n_in * m->w.n_out, S, (size_t)n);
+    for (int64_t i = 0; i < n_in * m->w.n_out; i++) {
+        float v = e4m3_to_f32(m->q[i]) * ldexpf(1.0f, (int)S - 127);
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        m->bf[i] = (uint16_t)(u >> 16);
+    }
+}
+
+/* The fused AVX-512 decode moves each block's scale onto the activations (fp8_avx512.c): it must
+ * still give the BF16 kernel's bits where the moved factor would leave the range (tiny
+ * activations and S = 116: below it; huge ones and S = 139: past it), for subnormal activations
+ * (taken as zero), at infinities, and for a block whose weights are BF16 subnormals (S = 5 and
+ * weights 1.875 2^-127, the only nonzero block of its rows: the BF16 dots flush them, so those
+ * rows are 0, while the moved factor would make products above 2^-126 with |x| > 1.07: the
+ * activations are drawn in [1, 2)). */
+TEST(kernels_fp8_activation_edges) {
+    static const struct { int edges; uint8_t S; } cases[] = {{1, 116}, {2, 139}, {3, 120}, {3, 116}, {4, 120}};
+    for (unsigned n = 0; n < sizeof tables / sizeof *tables; n++) {
+        const dsf_kernels *k = kernels_by_name(tables[n]);
+        if (!k) continue;
+        int rc = 0;
+        for (unsigned c = 0; c < sizeof cases / sizeof *cases && !rc; c++) {
+            mats m;
+            make_mats(&m, 2048 + 64, 70, 0);
+            set_scales(&m, cases[c].S);
+            act_edges = cases[c].edges;
+            rc = same_bits(t, k, &m, 1, 0, 70);
+            if (!rc) rc = same_bits(t, k, &m, 3, 5, 69);
+            act_edges = 0;
+            free_mats(&m);
+        }
+        if (!rc) {
+            mats m;
+            make_mats(&m, 2048 + 64, 70, 0);
+            set_scales(&m, 120);
+            for (int64_t r = 0; r < 32; r++) /* row block 0: codes only in its group 1 */
+                for (int64_t i = 0; i < 2048 + 64; i++)
+                    m.q[r * (2048 + 64) + i] = i / 32 != 1 ? 0 : (uint8_t)((rnd() & 0x80) | 0x17); /* 1.875 2^-5 */
+            m.q[(2048 + 64) * 70 + 1] = 5;
+            for (int64_t r = 0; r < 32; r++)
+                for (int64_t i = 0; i < 2048 + 64; i++) {
+                    float v = e4m3_to_f32(m.q[r * (2048 + 64) + i]) * ldexpf(1.0f, i / 32 == 1 ? 5 - 127 : 120 - 127);
+                    uint32_t u;
+                    memcpy(&u, &v, 4);
+                    m.bf[r * (2048 + 64) + i] = (uint16_t)(u >> 16);
+                }
+            CHECKF(all_bf16(&m), "test data: a value that is not a BF16 value");
+            act_edges = 5;
+            rc = same_bits(t, k, &m, 1, 0, 70);
+            act_edges = 0;
+            free_mats(&m);
+        }
         if (rc) return;
     }
 }
