@@ -188,8 +188,9 @@ INLINE void t1_xs(const uint8_t *const *wr, const uint16_t *const *xs, int64_t g
         UNROLL for (int r = 0; r < FRB; r++) {
             const uint8_t *p = wr[r] + g * 32;
             _mm_prefetch((const char *)(p + PF_DIST), _MM_HINT_T0);
-            __m512i w0, w1;
-            dec64_unit(_mm512_loadu_si512((const void *)p), h0, h1, l0, l1, iw0, iw1, sgn, &w0, &w1);
+            __m512i w0, w1, q = _mm512_loadu_si512((const void *)p);
+            __asm__("" : "+v"(q)); /* one load of the codes: the decode's copies are register moves */
+            dec64_unit(q, h0, h1, l0, l1, iw0, iw1, sgn, &w0, &w1);
             a[r] = _mm512_dpbf16_ps(a[r], as_bh(w0), as_bh(_mm512_loadu_si512((const void *)(xs[r] + g * 32))));
             a[r] = _mm512_dpbf16_ps(a[r], as_bh(w1), as_bh(_mm512_loadu_si512((const void *)(xs[r] + g * 32 + 32))));
         }
