@@ -44,11 +44,6 @@
 static const uint8_t lut_hi[128] __attribute__((aligned(64))) = {R64(LUT_HI, 0), R64(LUT_HI, 64)};
 static const uint8_t lut_lo[128] __attribute__((aligned(64))) = {R64(LUT_LO, 0), R64(LUT_LO, 64)};
 
-/* Word i of the interleave of group h (ilv_w + 64 h): the (low, high) bytes of code 32 h + i. */
-#define ILV(j) (uint8_t)((j) & 1 ? 64 + ((j) >> 1) : (j) >> 1)
-#define ILV2(j) (uint8_t)((j) & 1 ? 96 + ((j) >> 1) : 32 + ((j) >> 1))
-static const uint8_t ilv_w[128] __attribute__((aligned(64))) = {R64(ILV, 0), R64(ILV2, 0)};
-
 /* The tables and the byte gathers that place code i's BF16 bytes (low, high) in bytes 2 and 3 of
  * dword i % 16 of vector i / 16 (bytes 0 and 1 are zeroed: the fp32 whose top half is the BF16). */
 typedef struct {
@@ -165,13 +160,16 @@ static int xs_block(const uint16_t *x, const uint8_t *sc, int64_t ng, uint16_t *
 }
 
 /* The unit-scale BF16 weights of 64 codes q (two groups, element order): the table's bytes, the
- * code's sign joined to the high byte, interleaved into words. */
-INLINE void dec64_unit(__m512i q, __m512i h0, __m512i h1, __m512i l0, __m512i l1, __m512i iw0, __m512i iw1,
-                       __m512i sgn, __m512i *w0, __m512i *w1) {
+ * code's sign joined to the high byte, interleaved into words. The 64 codes' qwords are first put in
+ * the order (A0, B0, A1, B1, ...) of the two groups A and B, so that the in-lane byte interleaves give
+ * each group's words in element order: one cross-lane permute instead of two. */
+INLINE void dec64_unit(__m512i q, __m512i h0, __m512i h1, __m512i l0, __m512i l1, __m512i pair, __m512i sgn,
+                       __m512i *w0, __m512i *w1) {
+    q = _mm512_permutexvar_epi64(pair, q); /* 128-bit lane L: the first group's qword L, then the second's */
     const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(h0, q, h1), q, sgn, 0xF8);
     const __m512i lo = _mm512_permutex2var_epi8(l0, q, l1);
-    *w0 = _mm512_permutex2var_epi8(lo, iw0, hi);
-    *w1 = _mm512_permutex2var_epi8(lo, iw1, hi);
+    *w0 = _mm512_unpacklo_epi8(lo, hi); /* in-lane interleaves: the first group's words, in order */
+    *w1 = _mm512_unpackhi_epi8(lo, hi); /* the second group's */
 }
 
 /* One tile over groups [g0, g1) of one K chunk: FRB rows (codes wr), each with its row block's
@@ -179,7 +177,7 @@ INLINE void dec64_unit(__m512i q, __m512i h0, __m512i h1, __m512i l0, __m512i l1
 INLINE void t1_xs(const uint8_t *const *wr, const uint16_t *const *xs, int64_t g0, int64_t g1, float *out) {
     const __m512i h0 = _mm512_load_si512((const void *)lut_hi), h1 = _mm512_load_si512((const void *)(lut_hi + 64));
     const __m512i l0 = _mm512_load_si512((const void *)lut_lo), l1 = _mm512_load_si512((const void *)(lut_lo + 64));
-    const __m512i iw0 = _mm512_load_si512((const void *)ilv_w), iw1 = _mm512_load_si512((const void *)(ilv_w + 64));
+    const __m512i pair = _mm512_setr_epi64(0, 4, 1, 5, 2, 6, 3, 7);
     const __m512i sgn = _mm512_set1_epi8((char)0x80);
     __m512 a[FRB];
     UNROLL for (int r = 0; r < FRB; r++) a[r] = _mm512_setzero_ps();
@@ -190,7 +188,7 @@ INLINE void t1_xs(const uint8_t *const *wr, const uint16_t *const *xs, int64_t g
             _mm_prefetch((const char *)(p + PF_DIST), _MM_HINT_T0);
             __m512i w0, w1, q = _mm512_loadu_si512((const void *)p);
             __asm__("" : "+v"(q)); /* one load of the codes: the decode's copies are register moves */
-            dec64_unit(q, h0, h1, l0, l1, iw0, iw1, sgn, &w0, &w1);
+            dec64_unit(q, h0, h1, l0, l1, pair, sgn, &w0, &w1);
             a[r] = _mm512_dpbf16_ps(a[r], as_bh(w0), as_bh(_mm512_loadu_si512((const void *)(xs[r] + g * 32))));
             a[r] = _mm512_dpbf16_ps(a[r], as_bh(w1), as_bh(_mm512_loadu_si512((const void *)(xs[r] + g * 32 + 32))));
         }
@@ -198,7 +196,7 @@ INLINE void t1_xs(const uint8_t *const *wr, const uint16_t *const *xs, int64_t g
     if (g < g1) {
         UNROLL for (int r = 0; r < FRB; r++) {
             __m512i w0, w1;
-            dec64_unit(codes(wr[r] + g * 32, 0), h0, h1, l0, l1, iw0, iw1, sgn, &w0, &w1);
+            dec64_unit(codes(wr[r] + g * 32, 0), h0, h1, l0, l1, pair, sgn, &w0, &w1);
             a[r] = _mm512_dpbf16_ps(a[r], as_bh(w0), as_bh(_mm512_loadu_si512((const void *)(xs[r] + g * 32))));
         }
     }
