@@ -9,6 +9,13 @@ CFLAGS  ?= $(OPT)
 ALLCFLAGS = $(CSTD) $(WARN) $(CFLAGS) -Iinclude -Isrc -pthread -MMD -MP $(EXTRA_CFLAGS)
 LIBS    := -lpcre2-8 -ljansson -lutf8proc -lmicrohttpd -lpng -ljpeg -lm -lpthread
 LDFLAGS ?=
+# MPI (multi-process inference, src/net/comm.c): found with pkg-config; without it dsflash
+# builds single-process and `--parallel` says so. MPI=0 builds without it on purpose.
+MPI     ?= $(shell pkg-config --exists ompi-c 2>/dev/null && echo 1 || echo 0)
+ifeq ($(MPI),1)
+MPI_CFLAGS := -DDSF_HAVE_MPI $(shell pkg-config --cflags ompi-c)
+LIBS    += $(shell pkg-config --libs ompi-c)
+endif
 
 # ISA-specific kernels: each file is compiled with only its own flags (STYLE.md "SIMD").
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
@@ -55,6 +62,10 @@ $(BUILD)/%_amx.o: %_amx.c
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLCFLAGS) -c $< -o $@
+# the one file that includes mpi.h (comm.h)
+$(BUILD)/src/net/comm.o: src/net/comm.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALLCFLAGS) $(MPI_CFLAGS) -c $< -o $@
 
 # Test files include the framework and helpers of tests/lib by name ("test.h").
 $(TEST_OBJ): ALLCFLAGS += -Itests/lib
@@ -98,7 +109,7 @@ asan:
 	$(MAKE) CC=clang BUILD=build-asan OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
 	    LDFLAGS="-fsanitize=address,undefined" test
 
-# The shape of src/: includes only to the own folder or lower layers (base < kernels < io <
+# The shape of src/: includes only to the own folder or lower layers (base < kernels < {io, net} <
 # {model, text} < {runtime, convert} < server), each naming its folder; no include cycle; files
 # <= 900 lines, functions <= 150 lines. One line per problem (file:line), or one summary line.
 layers:

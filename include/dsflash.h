@@ -73,7 +73,10 @@ typedef struct {
 void dsf_engine_params_default(dsf_engine_params *p);
 /* Maps a deepseek41 GGUF, validates its shape and binds every tensor. Reads no tensor data,
  * except the routed experts when it repacks them and the dense weights when it copies them
- * (see repack and resident above). */
+ * (see repack and resident above). In an MPI job (dsf_dist_init) the first engine is spread
+ * over the ranks: rank 0 gets it back and every session call on it runs on all ranks; on any
+ * other rank this call does not return: the rank follows rank 0 until rank 0 closes the
+ * engine, then ends its process. */
 dsf_engine *dsf_engine_open(const char *path, const dsf_engine_params *p, char *err);
 void dsf_engine_close(dsf_engine *e);
 int dsf_engine_n_vocab(const dsf_engine *e);
@@ -607,6 +610,44 @@ void dsf_gen_fail(dsf_gen *g, const char *msg);
  * held-back text, finishes the DSML parse and fills *out as dsf_gen_decode does (same return
  * value: -1 with err and finish DSF_FINISH_ERROR after a failed step). */
 int dsf_gen_end(dsf_gen *g, dsf_gen_result *out, char *err);
+
+/* ==== several processes: an MPI job (docs/ARCHITECTURE.md "Several machines") ========== */
+
+/* Call first in main. Takes the job's options out of argv: --parallel pipeline|experts|
+ * pipeline,experts (starts MPI; the engine opened next is spread over the ranks: stages of
+ * layers, experts split within a stage), --pp-split L1,L2,... (the first layer of each stage
+ * after the first), --stages S (pipeline,experts: the stages; default 2), --mpi-timeout S (a
+ * wait on data, default 600 s) and --mpi-liveness S (a silent rank is dead after it, default
+ * 10 s). Without --parallel nothing starts and the process runs alone, as without MPI (it
+ * refuses to run as one of several ranks). -1 with err: a bad option, no MPI in this build. */
+int dsf_dist_init(int *argc, char ***argv, char *err);
+int dsf_dist_rank(void); /* 0 without a job */
+int dsf_dist_size(void); /* 1 without a job */
+/* Async-signal-safe: a SIGTERM handler of the program calls it (mpirun stops the job that way
+ * when a rank dies): every wait on another rank then fails at once. */
+void dsf_dist_signal_stop(void);
+/* Why the job failed (a rank died or hangs, a wait timed out, the launcher stops the job), or
+ * NULL while it has not. */
+const char *dsf_dist_failure(void);
+/* Ends this process of the job with code (finalizes MPI unless the job failed); a no-op
+ * without a job. On rank 0 dsf_engine_close already ended the other ranks. */
+void dsf_dist_end(int code);
+
+/* How an engine would be spread over `ranks` ranks (no MPI needed: dsflash inspect --parallel):
+ * one line per cut (the bytes per token it carries) and per rank (its layers, experts, weight
+ * bytes, KV bytes per token). parallel: "pipeline", "experts" or "pipeline,experts"; split,
+ * stages: as --pp-split and --stages (NULL, 0: chosen). */
+int dsf_dist_describe(const dsf_engine *e, const char *parallel, int ranks, const char *split, int stages,
+                      void (*emit)(void *ud, const char *line), void *ud, char *err);
+
+/* The traffic of each rank since the last reset (rank 0 asks the others). */
+typedef struct {
+    uint64_t bytes_sent, msgs_sent, bytes_recv, msgs_recv;
+    double wait_s; /* seconds spent waiting on other ranks */
+} dsf_dist_rank_stats;
+/* Fills out[0..min(size, max)) (rank order); returns the count, 0 without a job, -1 with err. */
+int dsf_dist_stats(dsf_engine *e, dsf_dist_rank_stats *out, int max, char *err);
+void dsf_dist_stats_reset(dsf_engine *e);
 
 #ifdef __cplusplus
 }

@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages dsflash needs to build and test, if any are missing.
 # Uses apt-get directly as root, or through sudo otherwise.
 set -euo pipefail
-pkgs=(make gcc clang libclang-rt-14-dev libpcre2-dev libjansson-dev libutf8proc-dev libmicrohttpd-dev libpng-dev libjpeg62-turbo-dev python3)
+pkgs=(make gcc clang libclang-rt-14-dev libpcre2-dev libjansson-dev libutf8proc-dev libmicrohttpd-dev libpng-dev libjpeg62-turbo-dev libopenmpi-dev openmpi-bin python3)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

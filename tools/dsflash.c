@@ -1,5 +1,6 @@
 /* dsflash.c: the dsflash binary's entry point. Dispatches to the registered subcommands. */
 #include "cmd.h"
+#include "dsflash.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,8 +58,19 @@ int main(int argc, char **argv) {
         printf("dsflash %s\n", dsf_build_commit);
         return 0;
     }
+    /* an MPI job (--parallel): every rank runs the command; the engine it opens is spread
+     * over them (dsflash.h, dsf_dist_init) */
+    char err[DSF_ERR_LEN];
+    if (dsf_dist_init(&argc, &argv, err) < 0) {
+        fprintf(stderr, "dsflash: %s\n", err);
+        return 2;
+    }
     for (int i = 0; i < g_ncmd; i++)
-        if (!strcmp(argv[1], g_cmds[i].name)) return g_cmds[i].fn(argc - 1, argv + 1);
+        if (!strcmp(argv[1], g_cmds[i].name)) {
+            int rc = g_cmds[i].fn(argc - 1, argv + 1);
+            dsf_dist_end(rc);
+            return rc;
+        }
     fprintf(stderr, "dsflash: unknown command '%s' (try dsflash --help)\n", argv[1]);
     return 2;
 }

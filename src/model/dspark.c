@@ -11,6 +11,7 @@
  * was (its scratch aside). */
 #include "model/dspark_impl.h"
 #include "model/forward.h"
+#include "model/dist.h"
 #include "model/mm.h"
 #include "model/hc.h"
 #include "kernels/select.h"
@@ -41,6 +42,8 @@ int dsf_session_set_features(dsf_session *s, const int32_t *layers, int n, char 
     dsf_kvstate *kv = &s->kv;
     const dsf_shape *sh = &s->e->shape;
     if (n < 0 || n > 64) return dsf_seterr(err, "target features: %d layers (want 0..64)", n);
+    if (n && s->e->dist && s->e->dist->n_stages > 1) /* the layers' streams are on other ranks */
+        return dsf_seterr(err, "target features (DSpark) need every layer on rank 0: not with --parallel pipeline");
     for (int i = 0; i < n; i++)
         if (layers[i] < 0 || layers[i] >= sh->n_layer || (i && layers[i] <= layers[i - 1]))
             return dsf_seterr(err, "target features: layer %d is out of range or out of order", layers[i]);

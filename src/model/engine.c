@@ -9,6 +9,7 @@
 #include "model/model.h"
 #include "model/plan.h"
 #include "model/residency.h"
+#include "model/dist.h"
 #include "model/snapshot.h"
 #include "model/engram_io.h"
 #include "kernels/ops.h"
@@ -71,6 +72,10 @@ dsf_engine *dsf_engine_open(const char *path, const dsf_engine_params *p, char *
         e->shape.n_vocab = t->ne[1];
     }
     if (weights_bind(&e->w, &e->shape, g, err) < 0) goto fail_shape;
+    if (dist_configured() && dist_attach(e, err) < 0) { /* an MPI job: this rank's part (dist.h) */
+        weights_free(&e->w, &e->shape);
+        goto fail_shape;
+    }
     residency_advise_pages(g);
     const int64_t half = e->shape.n_rot / 2;
     e->rope.freq_main = dsf_xmalloc((size_t)(half ? half : 1) * sizeof(float));
@@ -95,6 +100,7 @@ dsf_engine *dsf_engine_open(const char *path, const dsf_engine_params *p, char *
     residency_copy_dense(e, p);
     e->model_id = snapshot_model_id(g);
     e->name = dsf_xstrdup(path);
+    if (e->dist && e->dist->rank > 0) dist_follow(e); /* does not return */
     return e;
 fail_shape:
     shape_free(&e->shape);
@@ -107,6 +113,8 @@ fail:
 
 void dsf_engine_close(dsf_engine *e) {
     if (!e) return;
+    dist_op_quit(e); /* rank 0 of an MPI job: the other ranks end */
+    dist_detach(e);
     engram_io_free(e->eio);
     weights_free(&e->w, &e->shape);
     residency_free(e);
@@ -120,7 +128,7 @@ void dsf_engine_close(dsf_engine *e) {
 }
 
 int dsf_engine_n_vocab(const dsf_engine *e) { return (int)e->shape.n_vocab; }
-size_t dsf_engine_repacked_bytes(const dsf_engine *e) { return e->repack_map ? e->repack_size : 0; }
+size_t dsf_engine_repacked_bytes(const dsf_engine *e) { return e->repack_map ? e->repack_touched : 0; }
 size_t dsf_engine_resident_bytes(const dsf_engine *e) { return e->dense_map ? e->dense_size : 0; }
 int dsf_engine_n_ctx_train(const dsf_engine *e) { return (int)e->shape.n_ctx_train; }
 

@@ -94,8 +94,9 @@ static void start_module(const fwd *f, int m) {
     engram_io_start(f->e->eio, f->sc->ereq, m, f->T * cols);
 }
 
-void engram_start(const fwd *f) {
-    for (int m = 0; m < (int)f->sh->n_engram; m++) start_module(f, m);
+void engram_start(const fwd *f, int64_t l0, int64_t l1) {
+    for (int m = 0; m < (int)f->sh->n_engram; m++)
+        if (f->sh->engram_layer[m] >= l0 && f->sh->engram_layer[m] < l1) start_module(f, m);
 }
 
 /* The chunk's rows of one module decoded into erow, threaded over rows (item i = row c of

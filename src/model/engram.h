@@ -4,9 +4,10 @@
 
 #include "model/forward.h"
 
-/* Starts the reads of every module's rows for the chunk f describes (forward_tokens calls it
- * before the first layer: the rows depend only on the tokens and positions). */
-void engram_start(const fwd *f);
+/* Starts the reads of the rows of every module applied before a layer in [l0, l1) for the
+ * chunk f describes (forward_tokens calls it before the first layer: the rows depend only on
+ * the tokens and positions). */
+void engram_start(const fwd *f, int64_t l0, int64_t l1);
 /* Adds layer il's gated Engram values into every hc copy of the stream sc->X (before the
  * block); the layer must have an Engram (sh->engram_of[il] >= 0). Waits for the module's rows
  * (starting their reads if engram_start did not). When a row cannot be read the stream is left

@@ -12,6 +12,7 @@
 #include "model/moe.h"
 #include "model/engram.h"
 #include "model/engram_io.h"
+#include "model/dist.h"
 #include "kernels/quant.h"
 #include "base/util.h"
 
@@ -20,7 +21,7 @@
 /* The token rows of the embedding into every hc copy of the stream sc->X; the first layer's
  * pre is one-hot (no eps). An image-span position takes its substituted row instead (vision.md
  * §5: the next of its sequence's pending rows, kv->erows from n_erows on). */
-static void embed(const fwd *f, const int32_t *tok) {
+void fwd_embed(const fwd *f, const int32_t *tok) {
     const dsf_weights *w = f->w;
     dsf_scratch *sc = f->sc;
     const int64_t D = f->sh->n_embd, hc = f->sh->hc;
@@ -92,15 +93,14 @@ void forward_layer(const fwd *f, int64_t il) {
 
 /* The final collapse with the last FFN pre (no hc_head), norm and head for the tokens
  * [t0, T): logits [T - t0][n_vocab]. */
-static void head(const fwd *f, int64_t t0, float *logits) {
+void fwd_head(const fwd *f, int64_t t0, float *logits) {
     dsf_scratch *sc = f->sc;
     hc_collapse(f, sc->X, sc->pre, sc->h);
     hc_norm_rows(f, sc->fin, sc->h, f->w->output_norm, t0);
     fwd_mm(f, &f->w->output, sc->fin, f->T - t0, logits, f->sh->n_vocab);
 }
 
-int forward_tokens(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, const int32_t *tok, int64_t T,
-                   float *logits, int64_t logit_row0, char *err) {
+void fwd_begin(fwd *f, const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, const int32_t *tok, int64_t T) {
     const dsf_shape *sh = &e->shape;
     DSF_ASSERT(T >= 1 && T <= sc->max_chunk);
     bool spans = false;
@@ -113,20 +113,31 @@ int forward_tokens(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, cons
         spans |= sc->ttype[t] >= 0;
     }
     DSF_ASSERT(!spans || e->w.vision); /* dsf_session_eval_media refuses spans without bias_vl */
-    fwd f = {e, sh, &e->w, sc, sc->tkv, sc->tpos, T, e->numerics == DSF_NUMERICS_REFERENCE, false, NULL, NULL,
-             spans ? sc->ttype : NULL};
-    for (int64_t t = 0; t < T; t++) f.feats |= tkv[t]->feat != NULL;
-    double prof_t0 = fwd_profile_start();
-    if (sh->n_engram) engram_start(&f); /* the readers work while the layers before Engram run */
-    embed(&f, tok);
-    for (int64_t il = 0; il < sh->n_layer; il++) forward_layer(&f, il);
-    for (int64_t t = 0; t < T; t++) {
-        dsf_kvstate *kv = tkv[t];
-        kv->n = sc->tpos[t] + 1;
-        if (f.ttype && f.ttype[t] >= 0) kv->n_erows++;
+    *f = (fwd){e, sh, &e->w, sc, sc->tkv, sc->tpos, T, e->numerics == DSF_NUMERICS_REFERENCE, false, NULL, NULL,
+               spans ? sc->ttype : NULL};
+    for (int64_t t = 0; t < T; t++) f->feats |= tkv[t]->feat != NULL;
+}
+
+void fwd_commit(const fwd *f) {
+    for (int64_t t = 0; t < f->T; t++) {
+        dsf_kvstate *kv = f->tkv[t];
+        kv->n = f->tpos[t] + 1;
+        if (f->ttype && f->ttype[t] >= 0) kv->n_erows++;
         if (kv->n - kv->wslots > kv->win_lo) kv->win_lo = kv->n - kv->wslots;
     }
-    if (logits) head(&f, logit_row0, logits);
+}
+
+int forward_tokens(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, const int32_t *tok, int64_t T,
+                   float *logits, int64_t logit_row0, char *err) {
+    if (e->dist) return dist_forward(e, sc, tkv, tok, T, logits, logit_row0, err);
+    fwd f;
+    fwd_begin(&f, e, sc, tkv, tok, T);
+    double prof_t0 = fwd_profile_start();
+    if (e->shape.n_engram) engram_start(&f, 0, e->shape.n_layer); /* the readers work while the layers before Engram run */
+    fwd_embed(&f, tok);
+    for (int64_t il = 0; il < e->shape.n_layer; il++) forward_layer(&f, il);
+    fwd_commit(&f);
+    if (logits) fwd_head(&f, logit_row0, logits);
     fwd_profile_end(T, prof_t0);
     return engram_req_take_error(sc->ereq, err);
 }

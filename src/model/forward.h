@@ -43,6 +43,13 @@ static inline bool fwd_span(const fwd *f, int64_t t) { return f->ttype && f->tty
  * MoE) on the stream f->sc->X, in place; f->sc->pre holds the previous FFN's pre on entry and
  * this layer's on return. The main layer loop and the DSpark stages (dspark.c) run it. */
 void forward_layer(const fwd *f, int64_t il);
+/* forward.c, the steps of forward_tokens (dist_pipe.c runs them on a stage's layers): set up
+ * f for the chunk (positions, history, types); the embedding into the stream; the sequences'
+ * new lengths; the head for tokens [t0, T) into logits [T - t0][n_vocab]. */
+void fwd_begin(fwd *f, const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, const int32_t *tok, int64_t T);
+void fwd_embed(const fwd *f, const int32_t *tok);
+void fwd_commit(const fwd *f);
+void fwd_head(const fwd *f, int64_t t0, float *logits);
 /* forward.c: consumes T <= max_chunk tokens at positions kv->n.. and appends them. The
  * positions' types are kv->vtype[n..n+T) (set by the caller; 0 = text) and the span positions'
  * embeddings the rows of kv->erows from n_erows on, in order (session.h).

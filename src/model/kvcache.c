@@ -62,6 +62,11 @@ int kv_row_bytes(const dsf_shape *s, int packed, int64_t *wrow, int64_t *crow, i
 
 int kv_init(dsf_kvstate *kv, const dsf_shape *s, int64_t max_ctx, int64_t max_chunk, int packed, size_t *bytes,
             char *err) {
+    return kv_init_held(kv, s, max_ctx, max_chunk, packed, NULL, NULL, bytes, err);
+}
+
+int kv_init_held(dsf_kvstate *kv, const dsf_shape *s, int64_t max_ctx, int64_t max_chunk, int packed,
+                 const uint8_t *hold, const uint8_t *hold_src, size_t *bytes, char *err) {
     memset(kv, 0, sizeof *kv);
     kv->max_ctx = max_ctx;
     kv->packed = kv_row_bytes(s, packed, &kv->wrow, &kv->crow, &kv->irow);
@@ -78,12 +83,12 @@ int kv_init(dsf_kvstate *kv, const dsf_shape *s, int64_t max_ctx, int64_t max_ch
     kv->ik = dsf_xcalloc(L, sizeof(uint8_t *));
     kv->carry = dsf_xcalloc(L, sizeof(float *));
     for (int64_t il = 0; il < s->n_layer; il++) {
-        kv->win[il] = take((size_t)kv->wslots * (size_t)kv->wrow, bytes, &fail);
-        if (s->kv_src[il] == il) {
+        if (!hold || hold[il]) kv->win[il] = take((size_t)kv->wslots * (size_t)kv->wrow, bytes, &fail);
+        if (s->kv_src[il] == il && (!hold_src || hold_src[il])) {
             size_t rows = (size_t)(max_ctx / s->ratio[il]) + 1;
             kv->ckv[il] = take(rows * (size_t)kv->crow, bytes, &fail);
             kv->ik[il] = take(rows * (size_t)kv->irow, bytes, &fail);
-            kv->carry[il] = take(2 * (size_t)s->head_dim * F, bytes, &fail);
+            if (!hold || hold[il]) kv->carry[il] = take(2 * (size_t)s->head_dim * F, bytes, &fail);
         }
     }
     /* the image-span marks (session.h): calloc'd, not counted, and never touched by a session
@@ -235,7 +240,7 @@ void scratch_free(dsf_scratch *sc) {
                  sc->uq, sc->qa, sc->qr, sc->qrq, sc->q, sc->kvw, sc->o, sc->ya, sc->yaq, sc->out, sc->ca,
                  sc->cg, sc->lat, sc->ikt, sc->iq, sc->iw, sc->scores, sc->blk, sc->sel, sc->n_sel, sc->cand,
                  sc->n_cand, sc->heap, sc->cmask, sc->att, sc->rcs, sc->keys, sc->rlog, sc->esel, sc->ewt, sc->etok,
-                 sc->ewtok, sc->ex, sc->exq, sc->eg, sc->eu, sc->ey, sc->acc, sc->erow, sc->ekv,
+                 sc->ewtok, sc->ex, sc->exq, sc->eg, sc->eu, sc->ey, sc->acc, sc->ystore, sc->eslot, sc->erow, sc->ekv,
                  sc->fin, sc->xb, sc->tkv, sc->ttype, sc->tpos, sc->tjrow, sc->tjkv, sc->kdec, (void *)sc->kptr, sc->kfmt,
                  sc->koff};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);

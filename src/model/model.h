@@ -135,11 +135,13 @@ struct dsf_engine {
     char *name;
     void *repack_map; /* the repacked routed experts (DSF_TYPE_MXFP4R, residency.c), or NULL */
     size_t repack_size;
+    size_t repack_touched; /* of it, the rows this rank repacked (all of them single-process) */
     void *dense_map; /* the dense weights copied at open (residency.c), or NULL */
     size_t dense_size;
     uint64_t copied_orig; /* file bytes the two copies replace */
     dsf_mm_observer mm_obs; /* NULL (the default): no observer, one branch per product */
     void *mm_obs_user;
+    struct dist_plan *dist; /* spread over the ranks of an MPI job (model/dist.h), or NULL */
     struct engram_io *eio; /* the Engram table's readers and hot-row cache (engram_io.h), or NULL
                             * without Engram */
 };

@@ -9,6 +9,7 @@
  * any path: decode (moe_decode), prefill fp32 or BF16 (expert) give the same values. */
 #include "model/moe.h"
 #include "model/mm.h"
+#include "model/dist.h"
 #include "kernels/vec.h"
 #include "kernels/select.h"
 #include "kernels/ops.h"
@@ -53,6 +54,15 @@ static void acc_range(void *ctx, int64_t k0, int64_t k1, int tid) {
     (void)tid;
     const rows_job *j = ctx;
     for (int64_t k = k0; k < k1; k++) ka_add(j->k, j->sc->acc + (int64_t)j->etok[k] * j->D, j->sc->ey + k * j->D, j->D);
+}
+
+/* A stage member's expert outputs are kept, not added (dist_moe_begin/end add them in order):
+ * row k into sc->ystore row sc->eslot[k]. */
+static void keep_range(void *ctx, int64_t k0, int64_t k1, int tid) {
+    (void)tid;
+    const rows_job *j = ctx;
+    for (int64_t k = k0; k < k1; k++)
+        memcpy(j->sc->ystore + (int64_t)j->sc->eslot[k] * j->D, j->sc->ey + k * j->D, (size_t)j->D * sizeof(float));
 }
 
 /* Reference mode, T > 1: the chunk's prepared inputs are converted to BF16 once per layer and
@@ -102,7 +112,7 @@ static void down_range(void *ctx, int64_t k0, int64_t k1, int tid) {
  * mode): xb, their BF16 copy (reference mode, moe_forward), or else xq [n][D]; adds into acc
  * rows etok[]. */
 static void expert(const fwd *f, const dsf_wmat *wg, const dsf_wmat *wu, const dsf_wmat *wd, int64_t n,
-                   const float *xq, const uint16_t *xb, const int32_t *etok, const float *ewt, float lim) {
+                   const float *xq, const uint16_t *xb, const int32_t *etok, const float *ewt, float lim, bool keep) {
     dsf_scratch *sc = f->sc;
     const int64_t D = f->sh->n_embd, ff = wg->n_out;
     rows_job j = {akernels_get(), sc, etok, ewt, ff, D, lim, NULL};
@@ -119,7 +129,7 @@ static void expert(const fwd *f, const dsf_wmat *wg, const dsf_wmat *wu, const d
         dsf_parallel_for_guided(f->e->pool, n, 16384 / ff + 1, swiglu_range, &j);
         fwd_mm_act(f, wd, fwd_act(f, sc->eg, n, ff, sc->eu), n, sc->ey, D);
     }
-    dsf_parallel_for_guided(f->e->pool, n, 16384 / D + 1, acc_range, &j);
+    dsf_parallel_for_guided(f->e->pool, n, 16384 / D + 1, keep ? keep_range : acc_range, &j);
 }
 
 /* Decode, between and after the two product jobs, threaded: item i = expert slot i
@@ -133,6 +143,7 @@ typedef struct {
     int64_t ff, D, ns;
     const float **x; /* out: each slot's down input */
     float *out;
+    bool add; /* out holds a stage member's partial sum (dist_moe_begin): add to it */
 } dec_job;
 
 static void dec_swiglu_range(void *ctx, int64_t i0, int64_t i1, int tid) {
@@ -156,7 +167,7 @@ static void dec_swiglu_range(void *ctx, int64_t i0, int64_t i1, int tid) {
 static void dec_sum_range(void *ctx, int64_t d0, int64_t d1, int tid) {
     (void)tid;
     const dec_job *j = ctx;
-    memset(j->out + d0, 0, (size_t)(d1 - d0) * sizeof(float));
+    if (!j->add) memset(j->out + d0, 0, (size_t)(d1 - d0) * sizeof(float));
     for (int64_t i = 0; i < j->ns; i++) ka_add(j->k, j->out + d0, j->f->sc->ey + i * j->D + d0, d1 - d0);
 }
 
@@ -171,9 +182,12 @@ static void moe_decode(const fwd *f, int64_t il, const float *vq, float *out) {
     /* slots of the widest expert (the shared one is n_shared routed widths wide) */
     const int64_t D = sh->n_embd, K = sh->n_expert_used,
                   ff = L->gate_sh.n_out > L->gate_exps.n_out ? L->gate_sh.n_out : L->gate_exps.n_out;
+    const dist_plan *dp = f->e->dist;
+    const bool split = dp && dp->split_experts, shared = !split || dp->member == dp->members - 1;
     int32_t order[64];
     int64_t ne = 0;
-    for (int64_t k = 0; k < K; k++) order[ne++] = (int32_t)k;
+    for (int64_t k = 0; k < K; k++) /* a stage member: only its experts (dist.h) */
+        if (!split || dist_owns_expert(dp, sc->esel[k])) order[ne++] = (int32_t)k;
     for (int64_t a = 1; a < ne; a++) /* by expert id: the accumulation order */
         for (int64_t b = a; b > 0 && sc->esel[order[b - 1]] > sc->esel[order[b]]; b--) {
             int32_t tmp = order[b];
@@ -184,7 +198,8 @@ static void moe_decode(const fwd *f, int64_t il, const float *vq, float *out) {
     const dsf_wmat *w[130];
     const float *x[130];
     float *y[130];
-    for (int64_t i = 0; i <= ne; i++) {
+    const int64_t ns = ne + (shared ? 1 : 0); /* slots: the experts, then the shared one */
+    for (int64_t i = 0; i < ns; i++) {
         if (i < ne) {
             int64_t e = sc->esel[order[i]];
             wg[i] = wmat_expert(&L->gate_exps, e);
@@ -198,21 +213,48 @@ static void moe_decode(const fwd *f, int64_t il, const float *vq, float *out) {
         w[2 * i] = &wg[i], x[2 * i] = vq, y[2 * i] = sc->eg + i * ff;
         w[2 * i + 1] = &wu[i], x[2 * i + 1] = vq, y[2 * i + 1] = sc->eu + i * ff;
     }
-    fwd_mm_act_multi(f, (int)(2 * (ne + 1)), w, x, y);
+    if (ns) fwd_mm_act_multi(f, (int)(2 * ns), w, x, y);
     float lim[65], wt[65];
-    for (int64_t i = 0; i <= ne; i++) {
+    for (int64_t i = 0; i < ns; i++) {
         lim[i] = i < ne ? sh->swiglu_exp[il] : sh->swiglu_shexp[il];
         wt[i] = i < ne ? sc->ewt[order[i]] : 1.0f;
     }
-    dec_job dj = {f, akernels_get(), wg, lim, wt, ff, D, ne + 1, x, out};
-    dsf_parallel_for_guided(f->e->pool, ne + 1, 1, dec_swiglu_range, &dj);
-    for (int64_t i = 0; i <= ne; i++) {
+    dec_job dj = {f, akernels_get(), wg, lim, wt, ff, D, ns, x, out, split};
+    if (ns) dsf_parallel_for_guided(f->e->pool, ns, 1, dec_swiglu_range, &dj);
+    for (int64_t i = 0; i < ns; i++) {
         w[i] = &wd[i];
         y[i] = sc->ey + i * D;
     }
-    fwd_mm_act_multi(f, (int)(ne + 1), w, x, y);
-    /* the sum in increasing expert id, then the shared expert (sc->acc is not needed here) */
+    if (ns) fwd_mm_act_multi(f, (int)ns, w, x, y);
+    /* the sum in increasing expert id, then the shared expert (sc->acc is not needed here); a
+     * stage member continues the previous member's sum and passes it on */
+    if (split) dist_moe_begin(f, out);
     dsf_parallel_for_guided(f->e->pool, D, 1024, dec_sum_range, &dj);
+    if (split) dist_moe_end(f, out);
+}
+
+/* A stage member's outputs, added in increasing expert id to the previous member's sum, then
+ * the shared expert on the last member (dist.h): the single process's order of additions. */
+static void member_sum(const fwd *f, float *acc) {
+    const dist_plan *dp = f->e->dist;
+    const dsf_scratch *sc = f->sc;
+    const dsf_akernels *k = akernels_get();
+    const int64_t T = f->T, D = f->sh->n_embd, K = f->sh->n_expert_used;
+    dist_moe_begin(f, acc);
+    for (int64_t t = 0; t < T; t++) {
+        const int32_t *sel = sc->esel + t * K;
+        for (int64_t i = 0; i < K; i++) { /* position i in increasing id: the i-th smallest */
+            int32_t e = -1;
+            for (int64_t a = 0; a < K; a++) {
+                int64_t below = 0;
+                for (int64_t b = 0; b < K; b++) below += sel[b] < sel[a];
+                if (below == i) e = sel[a];
+            }
+            if (dist_owns_expert(dp, e)) ka_add(k, acc + t * D, sc->ystore + (t * (K + 1) + i) * D, D);
+        }
+        if (dp->member == dp->members - 1) ka_add(k, acc + t * D, sc->ystore + (t * (K + 1) + K) * D, D);
+    }
+    dist_moe_end(f, acc);
 }
 
 void moe_forward(const fwd *f, int64_t il, const float *v, float *out) {
@@ -247,7 +289,9 @@ void moe_forward(const fwd *f, int64_t il, const float *v, float *out) {
         moe_decode(f, il, vq, out);
         return;
     }
-    memset(sc->acc, 0, (size_t)(T * D) * sizeof(float));
+    const dist_plan *dp = f->e->dist;
+    const bool split = dp && dp->split_experts; /* keep this member's outputs (member_sum) */
+    if (!split) memset(sc->acc, 0, (size_t)(T * D) * sizeof(float));
     const float lim = sh->swiglu_exp[il];
     /* the BF16 inputs (expert's BF16 path) in sc->ex, which holds 2 x T x D of them: the chunk's,
      * then an expert's gathered rows. A non-finite input keeps the fp32 path for the layer, and
@@ -260,13 +304,18 @@ void moe_forward(const fwd *f, int64_t il, const float *v, float *out) {
                     fwd_q8k_on(f, &L->gate_sh) || fwd_q8k_on(f, &L->up_sh) || fwd_q8k_on(f, &L->down_sh);
     const bool xb = f->ref && !q8 && !(knob && strcmp(knob, "0") == 0) && L->gate_exps.n_out % 32 == 0 &&
                     L->gate_sh.n_out % 32 == 0 && fwd_to_bf16(f, vq, T, D, vqb);
-    for (int64_t e = 0; e < E; e++) { /* increasing expert id: the fp32 accumulation order */
+    for (int64_t e = split ? dp->e0 : 0; e < (split ? dp->e1 : E); e++) { /* increasing expert id: the fp32 accumulation order */
         int64_t n = 0;
         for (int64_t t = 0; t < T; t++)
             for (int64_t k = 0; k < K; k++)
                 if (sc->esel[t * K + k] == e) {
                     sc->etok[n] = (int32_t)t;
                     sc->ewtok[n] = sc->ewt[t * K + k];
+                    if (split) { /* its row in ystore: the token's position of e in increasing id */
+                        int32_t below = 0;
+                        for (int64_t b = 0; b < K; b++) below += sc->esel[t * K + b] < e;
+                        sc->eslot[n] = (int32_t)(t * (K + 1) + below);
+                    }
                     n++;
                 }
         if (!n) continue;
@@ -275,14 +324,19 @@ void moe_forward(const fwd *f, int64_t il, const float *v, float *out) {
         if (xb) {
             gather_b_job g = {vqb, exb, sc->etok, D};
             dsf_parallel_for_guided(f->e->pool, n, 32768 / D + 1, gather_b_range, &g);
-            expert(f, &wg, &wu, &wd, n, NULL, exb, sc->etok, sc->ewtok, lim);
+            expert(f, &wg, &wu, &wd, n, NULL, exb, sc->etok, sc->ewtok, lim, split);
             continue;
         }
         rows_job g = {NULL, sc, sc->etok, NULL, 0, D, 0.0f, vq};
         dsf_parallel_for_guided(f->e->pool, n, 16384 / D + 1, gather_range, &g);
-        expert(f, &wg, &wu, &wd, n, sc->ex, NULL, sc->etok, sc->ewtok, lim);
+        expert(f, &wg, &wu, &wd, n, sc->ex, NULL, sc->etok, sc->ewtok, lim, split);
     }
-    for (int64_t t = 0; t < T; t++) sc->etok[t] = (int32_t)t;
-    expert(f, &L->gate_sh, &L->up_sh, &L->down_sh, T, vq, xb ? vqb : NULL, sc->etok, NULL, sh->swiglu_shexp[il]);
+    for (int64_t t = 0; t < T; t++) {
+        sc->etok[t] = (int32_t)t;
+        if (split) sc->eslot[t] = (int32_t)(t * (K + 1) + K);
+    }
+    if (!split || dp->member == dp->members - 1)
+        expert(f, &L->gate_sh, &L->up_sh, &L->down_sh, T, vq, xb ? vqb : NULL, sc->etok, NULL, sh->swiglu_shexp[il], split);
+    if (split) member_sum(f, sc->acc);
     memcpy(out, sc->acc, (size_t)(T * D) * sizeof(float));
 }

@@ -11,6 +11,7 @@
  * the file bytes a copy replaces are counted in e->copied_orig; an FP8_B32 matrix's copy holds
  * its rows and its scale grid, contiguous as in the file, and its scales point into the copy. */
 #include "model/residency.h"
+#include "model/dist.h"
 #include "kernels/mxfp4r.h"
 #include "kernels/quant.h"
 #include "base/util.h"
@@ -59,7 +60,8 @@ typedef struct {
     dsf_wmat *dst[64 * REPACK_MATS]; /* the engine's tensor */
     dsf_wmat src[64 * REPACK_MATS];  /* its MXFP4 copy with n_out = all stacked rows */
     uint8_t *codes[64 * REPACK_MATS], *scales[64 * REPACK_MATS];
-    int64_t first[64 * REPACK_MATS + 1]; /* prefix sums of rows */
+    int64_t lo[64 * REPACK_MATS];        /* the rows repacked: this rank's experts (model/dist.h) */
+    int64_t first[64 * REPACK_MATS + 1]; /* prefix sums of the rows repacked */
     int n;
 } repack_job;
 
@@ -68,7 +70,7 @@ static void repack_range(void *ctx, int64_t r0, int64_t r1, int tid) {
     const repack_job *j = ctx;
     for (int i = 0; i < j->n && r0 < r1; i++) {
         int64_t a = r0 > j->first[i] ? r0 : j->first[i], b = r1 < j->first[i + 1] ? r1 : j->first[i + 1];
-        if (a < b) mxfp4r_repack(&j->src[i], a - j->first[i], b - j->first[i], j->codes[i], j->scales[i]);
+        if (a < b) mxfp4r_repack(&j->src[i], j->lo[i] + a - j->first[i], j->lo[i] + b - j->first[i], j->codes[i], j->scales[i]);
     }
 }
 
@@ -82,7 +84,7 @@ static bool copy_wanted(const dsf_engine *e, int param, const char *knob, uint64
     if (v && *v) return strcmp(v, "0") != 0;
     const double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     const double kept = (double)e->gguf->size - (double)e->copied_orig - (double)orig;
-    return ram > 0 && kept + (double)e->repack_size + (double)e->dense_size + (double)bytes <= 0.8 * ram;
+    return ram > 0 && kept + (double)e->repack_touched + (double)e->dense_size + (double)bytes <= 0.8 * ram;
 }
 
 static bool repack_wanted(const dsf_engine *e, const dsf_engine_params *p, uint64_t bytes, uint64_t orig) {
@@ -121,7 +123,9 @@ static uint64_t repack_scales_bytes(const dsf_wmat *w) { return (repack_codes_by
 
 /* Copies the routed experts into DSF_TYPE_MXFP4R (kernels/matmul.h) when repack_wanted says
  * so (docs/perf-log.md, item 8); the copy is anonymous memory in 2 MiB pages, filled by the
- * pool. Failure to map it only leaves the experts in the file. */
+ * pool. Failure to map it only leaves the experts in the file. A rank of an MPI job repacks
+ * only its layers' tensors, and of them only its experts' rows: the others' place in the
+ * copy is never touched and takes no memory. */
 void residency_repack_experts(dsf_engine *e, const dsf_engine_params *p) {
     if (e->shape.n_expert <= 0) return;
     if (e->shape.n_layer > 64) { /* repack_job's arrays; V4.1-Flash has 43 */
@@ -130,21 +134,26 @@ void residency_repack_experts(dsf_engine *e, const dsf_engine_params *p) {
         return;
     }
     repack_job *j = dsf_xcalloc(1, sizeof *j);
-    uint64_t bytes = 0, orig = 0;
+    uint64_t bytes = 0, orig = 0, touched = 0;
+    const dist_plan *d = e->dist;
+    const int64_t e0 = d ? d->e0 : 0, e1 = d ? d->e1 : e->shape.n_expert;
     for (int64_t il = 0; il < e->shape.n_layer; il++)
         for (int m = 0; m < REPACK_MATS; m++) {
             dsf_wmat *w = repack_mat(e, il, m);
             int64_t rows = repack_rows(e, w);
-            if (!rows) continue;
+            if (!rows || !dist_holds(d, il)) continue;
             int i = j->n++;
             j->dst[i] = w;
             j->src[i] = *w;
             j->src[i].n_out = rows;
-            j->first[i + 1] = j->first[i] + rows;
+            j->lo[i] = e0 * w->n_out;
+            j->first[i + 1] = j->first[i] + (e1 - e0) * w->n_out;
             bytes += repack_codes_bytes(&j->src[i]) + repack_scales_bytes(&j->src[i]);
-            orig += (uint64_t)rows * w->row_bytes;
+            touched += (repack_codes_bytes(&j->src[i]) + repack_scales_bytes(&j->src[i])) / (uint64_t)e->shape.n_expert *
+                       (uint64_t)(e1 - e0);
+            orig += (uint64_t)(e1 - e0) * (uint64_t)w->n_out * w->row_bytes;
         }
-    if (!repack_wanted(e, p, bytes, orig)) {
+    if (!repack_wanted(e, p, touched, orig)) {
         free(j);
         return;
     }
@@ -162,17 +171,19 @@ void residency_repack_experts(dsf_engine *e, const dsf_engine_params *p) {
     }
     dsf_parallel_for(e->pool, j->first[j->n], 256, repack_range, j);
     for (int i = 0; i < j->n; i++) {
-        release_file_range(j->src[i].data, (uint64_t)j->src[i].n_out * j->src[i].row_bytes);
+        release_file_range(j->src[i].data + (uint64_t)j->lo[i] * j->src[i].row_bytes,
+                           (uint64_t)(j->first[i + 1] - j->first[i]) * j->src[i].row_bytes);
         *j->dst[i] = mxfp4r_view(j->dst[i], j->codes[i], j->scales[i]);
     }
     e->repack_map = map;
     e->repack_size = (size_t)bytes;
+    e->repack_touched = (size_t)touched;
     e->copied_orig += orig;
     /* the time is mostly the first touch of fresh memory (kernel zeroing; under some
      * hypervisors well below 1 GB/s): say so when it is noticeable */
     const double dt = dsf_now() - t0;
     dsf_log(dt >= 1.0 ? 1 : 2, "dsflash: repacked the routed experts (%d tensors, %.2f GB) for the %s kernels in %.1f s "
-            "(--no-repack or DSF_REPACK=0 reads them from the file)", j->n, bytes / 1e9, e->kern->name, dt);
+            "(--no-repack or DSF_REPACK=0 reads them from the file)", j->n, touched / 1e9, e->kern->name, dt);
     free(j);
 }
 
@@ -190,13 +201,14 @@ static int dense_mats(dsf_engine *e, dsf_wmat **m, int cap) {
         if ((uintptr_t)(w).data >= lo && (uintptr_t)(w).data < hi && (w).n_out > 0 && n < cap) m[n++] = &(w); \
     } while (0)
     for (int64_t il = 0; il < e->shape.n_layer; il++) {
+        if (!dist_holds(e->dist, il)) continue; /* another rank's layer (model/dist.h) */
         dsf_layer *L = &e->w.layers[il];
         dsf_wmat *const all[17] = {&L->wq_a,     &L->wq_b,       &L->wkv,        &L->wo_a,    &L->wo_b,    &L->hc_attn_fn,
                                    &L->hc_ffn_fn, &L->comp_wkv,   &L->comp_wgate, &L->idx_k,   &L->idx_q_b, &L->idx_proj,
                                    &L->engram_kv, &L->router,     &L->gate_sh,    &L->up_sh,   &L->down_sh};
         for (int k = 0; k < 17; k++) DENSE(*all[k]);
     }
-    DENSE(e->w.output);
+    if (dist_is_head(e->dist)) DENSE(e->w.output);
 #undef DENSE
     return n;
 }

@@ -13,6 +13,7 @@
 #include "model/forward.h"
 #include "model/session.h"
 #include "model/engram_io.h"
+#include "model/dist.h"
 #include "base/util.h"
 
 #include <math.h>
@@ -23,21 +24,41 @@
 
 /* Tokens per forward of a prefill. 512 rather than 256: each routed expert sees twice the
  * tokens per call, so each weight is read half as often; scratch grows with it (+0.2 GB per
- * session on the bench model). DSF_CHUNK overrides it. */
+ * session on the bench model). DSF_CHUNK overrides it (on rank 0 of an MPI job: the other
+ * ranks take rank 0's). */
 #define DSF_DEFAULT_CHUNK 512
 
 dsf_session *dsf_session_new(dsf_engine *e, int max_ctx, char *err) {
+    int64_t chunk = DSF_DEFAULT_CHUNK;
+    const char *kc = dsf_knob("DSF_CHUNK");
+    if (kc && atoi(kc) > 0) chunk = atoi(kc);
+    dsf_session *s = session_new(e, max_ctx, chunk, err);
+    if (s && dist_op_new(s, max_ctx, err) < 0) { /* the other ranks of an MPI job make theirs */
+        char keep[DSF_ERR_LEN];
+        snprintf(keep, sizeof keep, "%s", err);
+        dsf_session_free(s);
+        dsf_seterr(err, "%s", keep);
+        return NULL;
+    }
+    return s;
+}
+
+dsf_session *session_new(dsf_engine *e, int max_ctx, int64_t chunk, char *err) {
     const dsf_shape *sh = &e->shape;
+    const dist_plan *d = e->dist;
     if (max_ctx <= 0) max_ctx = sh->n_ctx_train > 0 && sh->n_ctx_train < 4096 ? (int)sh->n_ctx_train : 4096;
     if (sh->n_ctx_train > 0 && max_ctx > sh->n_ctx_train)
         dsf_log(2, "dsflash: context %d exceeds the model's context_length %lld", max_ctx, (long long)sh->n_ctx_train);
-    /* Refuse up front what would not fit in memory (STYLE: compute session memory first). */
+    /* Refuse up front what would not fit in memory (STYLE: compute session memory first); a
+     * rank of an MPI job holds its stage's layers only. */
     const int packed = kv_pack_default(e->numerics == DSF_NUMERICS_REFERENCE);
     int64_t wrow, crow, irow;
     kv_row_bytes(sh, packed, &wrow, &crow, &irow);
-    double per_tok = 4.0 + (double)sh->n_layer * (double)wrow;
-    for (int64_t il = 0; il < sh->n_layer; il++)
-        if (sh->kv_src[il] == il) per_tok += (double)(crow + irow) / (double)sh->ratio[il];
+    double per_tok = 4.0;
+    for (int64_t il = 0; il < sh->n_layer; il++) {
+        if (dist_holds(d, il)) per_tok += (double)wrow;
+        if (sh->kv_src[il] == il && (!d || d->hold_src[il])) per_tok += (double)(crow + irow) / (double)sh->ratio[il];
+    }
     double need = per_tok * (double)max_ctx;
     double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     if (ram > 0 && need > 0.8 * ram) {
@@ -47,11 +68,9 @@ dsf_session *dsf_session_new(dsf_engine *e, int max_ctx, char *err) {
     }
     dsf_session *s = dsf_xcalloc(1, sizeof *s);
     s->e = e;
-    int64_t chunk = DSF_DEFAULT_CHUNK;
-    const char *kc = dsf_knob("DSF_CHUNK");
-    if (kc && atoi(kc) > 0) chunk = atoi(kc);
     if (chunk > max_ctx) chunk = max_ctx;
-    if (kv_init(&s->kv, &e->shape, max_ctx, chunk, packed, &s->bytes, err) < 0) {
+    if (kv_init_held(&s->kv, &e->shape, max_ctx, chunk, packed, d ? d->hold : NULL, d ? d->hold_src : NULL, &s->bytes,
+                     err) < 0) {
         free(s);
         return NULL;
     }
@@ -61,12 +80,24 @@ dsf_session *dsf_session_new(dsf_engine *e, int max_ctx, char *err) {
         dsf_seterr(err, "out of memory allocating the forward scratch");
         return NULL;
     }
+    if (d && d->split_experts) { /* a stage member keeps its expert outputs (moe.c) */
+        const size_t rows = (size_t)chunk * (size_t)(sh->n_expert_used + 1);
+        s->sc.ystore = malloc(rows * (size_t)sh->n_embd * sizeof(float));
+        s->sc.eslot = malloc((size_t)chunk * sizeof(int32_t));
+        s->bytes += rows * (size_t)sh->n_embd * sizeof(float) + (size_t)chunk * sizeof(int32_t);
+        if (!s->sc.ystore || !s->sc.eslot) {
+            dsf_session_free(s);
+            dsf_seterr(err, "out of memory allocating the experts' outputs of a stage member");
+            return NULL;
+        }
+    }
     if (e->eio) s->sc.ereq = engram_req_new(e->eio, (int)sh->n_engram, chunk * sh->ple_cols, &s->bytes);
     return s;
 }
 
 void dsf_session_free(dsf_session *s) {
     if (!s) return;
+    dist_op_free(s);
     engram_req_free(s->sc.ereq);
     scratch_free(&s->sc);
     kv_free(&s->kv, &s->e->shape);
@@ -113,7 +144,8 @@ static int check_tokens(const dsf_session *s, const int32_t *tokens, int n, char
  * rollback clears them again); the span rows wait in kv->erows from n_erows on. */
 static int eval_chunks(dsf_session *s, const int32_t *tokens, const int8_t *types, const uint64_t *keys, int n,
                        float *logits, bool all_rows, char *err) {
-    const int64_t V = s->e->shape.n_vocab;
+    const int64_t V = s->e->shape.n_vocab, start = s->kv.n;
+    char failed[DSF_ERR_LEN] = "";
     for (int64_t i = 0; i < n;) {
         int64_t T = n - i < s->sc.max_chunk ? n - i : s->sc.max_chunk;
         float *lg = NULL;
@@ -126,20 +158,28 @@ static int eval_chunks(dsf_session *s, const int32_t *tokens, const int8_t *type
         }
         if (forward_chunk(s, tokens + i, T, lg, all_rows, err) < 0 ||
             (lg && check_logits(lg, all_rows ? T : 1, V, all_rows ? n0 : n0 + T - 1, err) < 0)) {
-            char keep[DSF_ERR_LEN];
-            snprintf(keep, sizeof keep, "%s", err);
             /* the call changes no state (unless the rollback's own re-prefill fails: then
-             * the session is empty, and says so) */
+             * the session is empty, and says so); in an MPI job the other ranks run every
+             * chunk they were told of, so rank 0 does too before it rolls back */
+            if (!failed[0]) snprintf(failed, sizeof failed, "%s", err);
+            if (s->e->dist && !comm_failed()) {
+                i += T;
+                continue;
+            }
             if (dsf_session_rollback(s, (int)(n0 - i), err) < 0) return -1;
-            return dsf_seterr(err, "%s", keep);
+            return dsf_seterr(err, "%s", failed);
         }
         i += T;
+    }
+    if (failed[0]) {
+        if (dsf_session_rollback(s, (int)start, err) < 0) return -1;
+        return dsf_seterr(err, "%s", failed);
     }
     return 0;
 }
 
 int dsf_session_eval(dsf_session *s, const int32_t *tokens, int n, float *logits, bool all_rows, char *err) {
-    if (check_tokens(s, tokens, n, err) < 0) return -1;
+    if (check_tokens(s, tokens, n, err) < 0 || dist_op_eval(s, tokens, NULL, n, err) < 0) return -1;
     return eval_chunks(s, tokens, NULL, NULL, n, logits, all_rows, err);
 }
 
@@ -182,6 +222,7 @@ int dsf_session_eval_media(dsf_session *s, const int32_t *tokens, const dsf_medi
         return dsf_seterr(err, "this model cannot take images: its layers carry no image routing bias "
                                "(blk.N.exp_probs_b_vl.bias; vision.md §6)");
     if (nspan && !m->embd) return dsf_seterr(err, "%lld image-span positions but no embedding rows", (long long)nspan);
+    if (dist_op_eval(s, tokens, m, n, err) < 0) return -1;
     if (nspan) {
         const int64_t D = s->e->shape.n_embd;
         erows_reserve(s, nspan);
@@ -223,7 +264,25 @@ int dsf_batch_eval(dsf_session **ss, const int32_t *tokens, int n, float *logits
             return dsf_seterr(err, "batch entries 0 and %d store their KV rows differently (packed / fp32)", i);
         if (ss[i]->kv.max_ctx > own->kv.max_ctx) own = ss[i];
     }
-    /* the scratch of the participant with the largest context serves the whole batch */
+    if (dist_op_batch(ss, tokens, n, err) < 0) return -1;
+    /* the scratch of the participant with the largest context serves the whole batch; in an MPI
+     * job every group runs (the other ranks run them all) before a failure is handled */
+    char first[DSF_ERR_LEN] = "";
+    for (int i = 0; i < n && e->dist;) {
+        int64_t g = n - i < own->sc.max_chunk ? n - i : own->sc.max_chunk;
+        for (int64_t k = 0; k < g; k++) own->sc.tkv[k] = &ss[i + k]->kv;
+        float *lg = logits ? logits + (size_t)i * (size_t)V : NULL;
+        if (forward_tokens(e, &own->sc, own->sc.tkv, tokens + i, g, lg, 0, err) < 0 && !first[0])
+            snprintf(first, sizeof first, "%s", err);
+        for (int64_t k = 0; lg && !first[0] && k < g; k++)
+            if (check_logits(lg + k * V, 1, V, ss[i + k]->kv.n - 1, err) < 0) snprintf(first, sizeof first, "batch entry %d: %s", (int)(i + k), err);
+        i += (int)g;
+    }
+    if (e->dist) {
+        if (!first[0]) return 0;
+        for (int j = 0; j < n; j++) dsf_session_rollback(ss[j], ss[j]->kv.n - 1, err);
+        return dsf_seterr(err, "%s", first);
+    }
     for (int i = 0; i < n;) {
         int64_t g = n - i < own->sc.max_chunk ? n - i : own->sc.max_chunk;
         for (int64_t k = 0; k < g; k++) own->sc.tkv[k] = &ss[i + k]->kv;
@@ -255,6 +314,7 @@ static int needs_carry(const dsf_shape *sh) {
 int dsf_session_rollback(dsf_session *s, int n, char *err) {
     if (n < 0 || n > s->kv.n)
         return dsf_seterr(err, "cannot roll back to %d tokens: the session holds %lld", n, (long long)s->kv.n);
+    if (dist_op_rollback(s, n, err) < 0) return -1;
     dsf_kvstate *kv = &s->kv;
     /* spec §5.3: everything is indexed by position, so truncation is exact, except (a) the
      * ratio-2 compressor's pending token, recomputed by re-feeding that token, and (b) window

@@ -113,6 +113,9 @@ typedef struct {
     float *eg, *eu;              /* [T][ff] */
     float *ey;                   /* [T][D] */
     float *acc;                  /* [T][D] fp32 accumulator */
+    float *ystore;               /* [T][n_used + 1][D]: a stage member's expert outputs by position
+                                  * in increasing id, then the shared one (model/dist.h), or NULL */
+    int32_t *eslot;              /* [T]: the ystore row of each row of the current expert, or NULL */
     /* Engram */
     struct engram_req *ereq;     /* the chunk's table rows, read by the engine's readers
                                   * (engram_io.h; dsf_session_new; NULL without Engram) */
@@ -130,6 +133,7 @@ typedef struct {
 
 struct dsf_session {
     dsf_engine *e;
+    uint64_t dist_id; /* the same session on every rank of an MPI job (model/dist.h), 0 otherwise */
     dsf_kvstate kv;
     dsf_scratch sc;
     size_t bytes;
@@ -147,6 +151,13 @@ static inline uint8_t *kv_ik(const dsf_kvstate *kv, int64_t il, int64_t j) { ret
 #define DSF_ROLLBACK_MARGIN 1024
 #define KV_IDX_DEC 16384 /* floats of indexer.c's stack block of decoded index keys */
 
+/* session.c: a session with max_chunk chunk (dsf_session_new takes it from DSF_CHUNK; the
+ * other ranks of an MPI job from rank 0). snapshot.c: the snapshot of the state this process
+ * holds (all of it, or its stage's layers in an MPI job: dist.h), and its restore. */
+dsf_session *session_new(dsf_engine *e, int max_ctx, int64_t chunk, char *err);
+int session_save_local(const dsf_session *s, uint8_t **out, size_t *len, char *err);
+int session_restore_local(dsf_session *s, const uint8_t *data, size_t len, char *err);
+
 /* kvcache.c: max_chunk bounds the tokens of one forward (the ring must hold window +
  * max_chunk - 1 rows so that a chunk never overwrites what its own queries read); packed:
  * the row formats above (only for reference numerics: plain rows are not QDQ'd). */
@@ -158,6 +169,11 @@ int kv_row_bytes(const dsf_shape *s, int packed, int64_t *wrow, int64_t *crow, i
 /* Whether a session of engine numerics ref stores packed rows: reference numerics, unless
  * DSF_KV_PACK=0 asks for fp32 rows (benchmarks and the tests that compare the two). */
 int kv_pack_default(int ref);
+/* kv_init for a rank that holds part of the layers (model/dist.h): window rows (and the carry)
+ * only of the layers with hold[il], compressed rows and index keys only of the KV sources
+ * with hold_src[il] (its own and those it mirrors); NULL holds all. */
+int kv_init_held(dsf_kvstate *kv, const dsf_shape *s, int64_t max_ctx, int64_t max_chunk, int packed,
+                 const uint8_t *hold, const uint8_t *hold_src, size_t *bytes, char *err);
 void kv_free(dsf_kvstate *kv, const dsf_shape *s);
 /* packed: room for attn.c's decoded keys (sessions whose kvstate is packed). */
 int scratch_init(dsf_scratch *sc, const dsf_shape *s, int64_t max_chunk, int64_t max_ctx, int packed, size_t *bytes);

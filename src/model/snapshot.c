@@ -12,6 +12,7 @@
 #include "dsflash.h"
 #include "model/session.h"
 #include "model/snapshot.h"
+#include "model/dist.h"
 #include "kernels/quant.h"
 #include "base/util.h"
 
@@ -69,24 +70,44 @@ uint64_t dsf_engine_state_id(dsf_engine *e) {
     uint64_t d = data_id(e), m = snap_mode(e);
     h = fnv1a(h, &d, sizeof d);
     h = fnv1a(h, &m, sizeof m);
+    if (e->dist && e->dist->n_stages > 1) h = fnv1a(h, &e->dist->signature, sizeof e->dist->signature); /* parts of a split */
     return h ? h : 1;
+}
+
+/* Which layers a snapshot holds: 0 for all (one process, or one MPI stage); otherwise the
+ * split's signature with this rank's stage (model/dist.h), never 0. */
+static uint32_t held_id(const dsf_session *s) {
+    const dist_plan *d = s->e->dist;
+    if (!d || d->n_stages == 1) return 0;
+    uint32_t id = (uint32_t)(d->signature ^ (d->signature >> 32)) + (uint32_t)d->stage * 0x9e3779b9u;
+    return id ? id : 1;
+}
+
+int dsf_session_save(const dsf_session *s, uint8_t **out, size_t *len, char *err) {
+    return s->e->dist ? dist_save(s, out, len, err) : session_save_local(s, out, len, err);
+}
+
+int dsf_session_restore(dsf_session *s, const uint8_t *data, size_t len, char *err) {
+    return s->e->dist ? dist_restore(s, data, len, err) : session_restore_local(s, data, len, err);
 }
 
 typedef struct {
     char magic[8];
     uint32_t version, numerics;
     uint64_t model_id, data_id, n, n_layer, head_dim, idx_dim;
-    uint32_t kv_format, reserved; /* kv_format: 1 packed rows, 0 fp32 rows */
+    uint32_t kv_format, held; /* kv_format: 1 packed rows, 0 fp32 rows; held: held_id */
 } snap_header;
 
 /* The bytes of the rows a snapshot of n tokens holds (everything after the token ids). */
 static uint64_t rows_bytes(const dsf_shape *sh, const dsf_kvstate *kv, int64_t n) {
     const int64_t nw = n < sh->window ? n : sh->window;
-    uint64_t b = (uint64_t)(sh->n_layer * nw) * (uint64_t)kv->wrow;
+    uint64_t b = 0;
+    for (int64_t il = 0; il < sh->n_layer; il++)
+        if (kv->win[il]) b += (uint64_t)nw * (uint64_t)kv->wrow;
     for (int64_t il = 0; il < sh->n_layer; il++) {
-        if (sh->kv_src[il] != il) continue;
+        if (sh->kv_src[il] != il || !kv->ckv[il]) continue;
         b += (uint64_t)(n / sh->ratio[il]) * (uint64_t)(kv->crow + kv->irow);
-        if (sh->ratio[il] > 1 && n % sh->ratio[il]) b += (uint64_t)(2 * sh->head_dim) * sizeof(float);
+        if (kv->carry[il] && sh->ratio[il] > 1 && n % sh->ratio[il]) b += (uint64_t)(2 * sh->head_dim) * sizeof(float);
     }
     return b;
 }
@@ -96,12 +117,12 @@ static uint64_t rows_bytes(const dsf_shape *sh, const dsf_kvstate *kv, int64_t n
 static int check_packed(const dsf_shape *sh, const dsf_kvstate *kv, const uint8_t *p, int64_t n, char *err) {
     const int64_t dh = sh->head_dim, id = sh->idx_dim, nw = n < sh->window ? n : sh->window;
     for (int64_t il = 0; il < sh->n_layer; il++)
-        for (int64_t k = 0; k < nw; k++, p += kv->wrow)
+        for (int64_t k = 0; kv->win[il] && k < nw; k++, p += kv->wrow)
             if (!packed_fp8_valid(p, p + dh, dh))
                 return dsf_seterr(err, "snapshot window row %lld of layer %lld holds a NaN code or a scale out of "
                                        "range (not a QDQ_FP8 row)", (long long)(n - nw + k), (long long)il);
     for (int64_t il = 0; il < sh->n_layer; il++) {
-        if (sh->kv_src[il] != il) continue;
+        if (sh->kv_src[il] != il || !kv->ckv[il]) continue;
         const int64_t rows = n / sh->ratio[il];
         for (int64_t j = 0; j < rows; j++, p += kv->crow)
             if (!packed_fp4_e4m3_valid(p + dh / 2, dh))
@@ -111,7 +132,7 @@ static int check_packed(const dsf_shape *sh, const dsf_kvstate *kv, const uint8_
             if (!packed_fp4_valid(p + id / 2, id))
                 return dsf_seterr(err, "snapshot index key %lld of layer %lld has a scale out of range", (long long)j,
                                   (long long)il);
-        if (sh->ratio[il] > 1 && n % sh->ratio[il]) p += 2 * dh * (int64_t)sizeof(float);
+        if (kv->carry[il] && sh->ratio[il] > 1 && n % sh->ratio[il]) p += 2 * dh * (int64_t)sizeof(float);
     }
     return 0;
 }
@@ -181,7 +202,7 @@ static void restore_media(dsf_session *s, rdr *r, int64_t n, int64_t n_span, boo
     kv->media = true;
 }
 
-int dsf_session_save(const dsf_session *s, uint8_t **out, size_t *len, char *err) {
+int session_save_local(const dsf_session *s, uint8_t **out, size_t *len, char *err) {
     const dsf_shape *sh = &s->e->shape;
     const int64_t n = s->kv.n, dh = sh->head_dim, id = sh->idx_dim;
     dsf_buf b = {0};
@@ -197,6 +218,7 @@ int dsf_session_save(const dsf_session *s, uint8_t **out, size_t *len, char *err
     h.head_dim = (uint64_t)dh;
     h.idx_dim = (uint64_t)id;
     h.kv_format = (uint32_t)s->kv.packed;
+    h.held = held_id(s);
     dsf_buf_append(&b, &h, sizeof h);
     dsf_buf_append(&b, s->kv.tokens, (size_t)n * sizeof(int32_t));
     const uint64_t n_span = (uint64_t)s->kv.n_erows;
@@ -209,13 +231,14 @@ int dsf_session_save(const dsf_session *s, uint8_t **out, size_t *len, char *err
     /* the window rows the next token can see: positions [n - nw, n), as stored */
     const int64_t nw = n < sh->window ? n : sh->window;
     for (int64_t il = 0; il < sh->n_layer; il++)
-        for (int64_t p = n - nw; p < n; p++) dsf_buf_append(&b, kv_win(&s->kv, il, p), (size_t)s->kv.wrow);
+        for (int64_t p = n - nw; s->kv.win[il] && p < n; p++) dsf_buf_append(&b, kv_win(&s->kv, il, p), (size_t)s->kv.wrow);
     for (int64_t il = 0; il < sh->n_layer; il++) {
-        if (sh->kv_src[il] != il) continue;
+        if (sh->kv_src[il] != il || !s->kv.ckv[il]) continue;
         int64_t rows = n / sh->ratio[il];
         dsf_buf_append(&b, s->kv.ckv[il], (size_t)(rows * s->kv.crow));
         dsf_buf_append(&b, s->kv.ik[il], (size_t)(rows * s->kv.irow));
-        if (sh->ratio[il] > 1 && n % sh->ratio[il]) dsf_buf_append(&b, s->kv.carry[il], (size_t)(2 * dh) * sizeof(float));
+        if (s->kv.carry[il] && sh->ratio[il] > 1 && n % sh->ratio[il])
+            dsf_buf_append(&b, s->kv.carry[il], (size_t)(2 * dh) * sizeof(float));
     }
     uint64_t sum = fnv1a(FNV_INIT, b.data, b.len);
     dsf_buf_append(&b, &sum, sizeof sum);
@@ -225,7 +248,7 @@ int dsf_session_save(const dsf_session *s, uint8_t **out, size_t *len, char *err
     return 0;
 }
 
-int dsf_session_restore(dsf_session *s, const uint8_t *data, size_t len, char *err) {
+int session_restore_local(dsf_session *s, const uint8_t *data, size_t len, char *err) {
     const dsf_shape *sh = &s->e->shape;
     snap_header h;
     if (len < sizeof h + 8) return dsf_seterr(err, "snapshot truncated (%zu bytes)", len);
@@ -244,6 +267,9 @@ int dsf_session_restore(dsf_session *s, const uint8_t *data, size_t len, char *e
         return dsf_seterr(err, "snapshot was made in numerics mode %s%s, the engine runs %s%s",
                           h.numerics & 0xFF ? "plain" : "reference", h.numerics & SNAP_Q8K ? " with Q8_K activations" : "",
                           s->e->numerics ? "plain" : "reference", s->e->act_q8k ? " with Q8_K activations" : "");
+    if (h.held != held_id(s))
+        return dsf_seterr(err, "the snapshot holds another part of the layers (it was made by another split over MPI "
+                               "ranks, or by a single process)");
     if (h.kv_format != (uint32_t)s->kv.packed)
         return dsf_seterr(err, "snapshot stores %s KV rows, the session %s ones (DSF_KV_PACK differs)",
                           h.kv_format ? "packed" : "fp32", s->kv.packed ? "packed" : "fp32");
@@ -276,13 +302,13 @@ int dsf_session_restore(dsf_session *s, const uint8_t *data, size_t len, char *e
     int bad = take_bytes(&r, s->kv.tokens, (size_t)n * sizeof(int32_t));
     restore_media(s, &r, n, (int64_t)n_span, h.version == SNAP_VERSION);
     for (int64_t il = 0; il < sh->n_layer && !bad; il++)
-        for (int64_t p = n - nw; p < n && !bad; p++) bad |= take_bytes(&r, kv_win(&s->kv, il, p), (size_t)s->kv.wrow);
+        for (int64_t p = n - nw; s->kv.win[il] && p < n && !bad; p++) bad |= take_bytes(&r, kv_win(&s->kv, il, p), (size_t)s->kv.wrow);
     for (int64_t il = 0; il < sh->n_layer && !bad; il++) {
-        if (sh->kv_src[il] != il) continue;
+        if (sh->kv_src[il] != il || !s->kv.ckv[il]) continue;
         int64_t rows = n / sh->ratio[il];
         bad |= take_bytes(&r, s->kv.ckv[il], (size_t)(rows * s->kv.crow));
         bad |= take_bytes(&r, s->kv.ik[il], (size_t)(rows * s->kv.irow));
-        if (!bad && sh->ratio[il] > 1 && n % sh->ratio[il])
+        if (!bad && s->kv.carry[il] && sh->ratio[il] > 1 && n % sh->ratio[il])
             bad |= take_bytes(&r, s->kv.carry[il], (size_t)(2 * sh->head_dim) * sizeof(float));
     }
     DSF_ASSERT(!bad && r.left == 0);
