@@ -15,6 +15,7 @@
 #include "model/engram_io.h"
 #include "base/util.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,9 +186,21 @@ static int stage_run(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, co
     return rc;
 }
 
+/* The fault tests' knob DSF_DIST_FAULT=RANK:N:SIG: rank RANK raises signal SIG (9 kills it,
+ * 19 stops it) as its N-th forward begins. */
+static void fault_knob(const dist_plan *d) {
+    static long seen;
+    const char *k = dsf_knob("DSF_DIST_FAULT");
+    int rank, sig;
+    long n;
+    if (!k || sscanf(k, "%d:%ld:%d", &rank, &n, &sig) != 3 || rank != d->rank) return;
+    if (++seen == n) raise(sig);
+}
+
 int dist_forward(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, const int32_t *tok, int64_t T,
                  float *logits, int64_t logit_row0, char *err) {
     const dist_plan *d = e->dist;
+    fault_knob(d);
     const int S = d->n_stages;
     const int64_t V = e->shape.n_vocab;
     dsf_kvstate **kv = dsf_xmalloc((size_t)T * sizeof *kv); /* tkv may be sc->tkv, which fwd_begin rewrites */

@@ -162,7 +162,8 @@ static int eval_chunks(dsf_session *s, const int32_t *tokens, const int8_t *type
              * the session is empty, and says so); in an MPI job the other ranks run every
              * chunk they were told of, so rank 0 does too before it rolls back */
             if (!failed[0]) snprintf(failed, sizeof failed, "%s", err);
-            if (s->e->dist && !comm_failed()) {
+            if (s->e->dist && comm_failed()) return dsf_seterr(err, "%s", failed); /* the job is over */
+            if (s->e->dist) {
                 i += T;
                 continue;
             }
@@ -280,7 +281,7 @@ int dsf_batch_eval(dsf_session **ss, const int32_t *tokens, int n, float *logits
     }
     if (e->dist) {
         if (!first[0]) return 0;
-        for (int j = 0; j < n; j++) dsf_session_rollback(ss[j], ss[j]->kv.n - 1, err);
+        for (int j = 0; j < n && !comm_failed(); j++) dsf_session_rollback(ss[j], ss[j]->kv.n - 1, err);
         return dsf_seterr(err, "%s", first);
     }
     for (int i = 0; i < n;) {
