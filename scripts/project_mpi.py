@@ -188,36 +188,38 @@ def main():
             plans.append(plan(a.bin, model, "pipeline,experts", n, 2))
         reads = [stage_reads(p, routed, layers, n_exp, a.topk) for p in plans]
         mem = [max(w for *_, w in p) / 1e9 for p in plans]
-        for name, link, lat in FABRICS:
+        per_fabric = []
+        for _, link, lat in FABRICS:
             def comm(b, m):
                 return m * lat + b / (link * 1e9)
-
-            def stages(rd):
-                """each stage's time: its read, its members' chain of partial sums"""
-                return [(d + r) / bw + comm(mem_b, mem_m) * (m - 1) * nl for d, r, m, nl in rd]
 
             t_cut = comm(cut_b, cut_m)
             tok = []
             for rd in reads:
-                t = stages(rd)
-                cuts = (len(t) - 1) * t_cut
-                one = 1.0 / (sum(t) + cuts)
+                # each stage's time: its read, its members' chain of partial sums
+                t = [(d + r) / bw + comm(mem_b, mem_m) * (m - 1) * nl for d, r, m, nl in rd]
+                one = 1.0 / (sum(t) + (len(t) - 1) * t_cut)
                 many = 1.0 / (max(t) + (t_cut if len(t) > 1 else 0.0))  # as many sequences as stages
                 tok.append((one, many))
-            rows.append((n, name, tok, mem))
+            per_fabric.append(tok)
+        rows.append((n, per_fabric, mem))
 
     print()
-    print("decode tok/s of the real model, one machine per rank (\"S seqs\": as many sequences at once as stages,")
-    print("their total); GB = the largest rank's weights")
-    hdr = ("N", "fabric", "pipeline 1 seq", "pipeline N seqs", "experts", "pipeline,experts --stages 2: 1 seq",
-           "2 seqs", "GB per rank: pipeline / experts / both")
+    print("decode tok/s of the real model, one machine per rank, as %s / %s; \"S seqs\": as many sequences" %
+          tuple(f[0].split(" (")[0] for f in FABRICS))
+    print("at once as stages, their total; GB: the largest rank's weights")
+    hdr = ("N", "pipeline, 1 seq", "pipeline, N seqs", "experts", "pipeline,experts --stages 2, 1 seq", "2 seqs",
+           "GB per rank: pipeline / experts / both")
     print("| " + " | ".join(hdr) + " |")
     print("|" + "---|" * len(hdr))
-    for n, name, tok, mem in rows:
-        pe = tok[2] if len(tok) > 2 else None
-        print("| %d | %s | %.1f | %.1f | %.1f | %s | %s | %s |" %
-              (n, name, tok[0][0], tok[0][1], tok[1][0], "%.1f" % pe[0] if pe else "-", "%.1f" % pe[1] if pe else "-",
-               " / ".join("%.0f" % m for m in mem)))
+    for n, pf, mem in rows:
+        def pair(mode, k):
+            if mode >= len(pf[0]):
+                return "-"
+            return " / ".join("%.1f" % f[mode][k] for f in pf)
+
+        print("| %d | %s | %s | %s | %s | %s | %s |" % (n, pair(0, 0), pair(0, 1), pair(1, 0), pair(2, 0), pair(2, 1),
+                                                       " / ".join("%.0f" % m for m in mem)))
     if tmp:
         tmp.cleanup()
 
