@@ -640,10 +640,11 @@ void dsf_dist_end(int code);
 int dsf_dist_describe(const dsf_engine *e, const char *parallel, int ranks, const char *split, int stages,
                       void (*emit)(void *ud, const char *line), void *ud, char *err);
 
-/* The traffic of each rank since the last reset (rank 0 asks the others). */
+/* The traffic of each rank since the last reset (rank 0 asks the others), and its memory. */
 typedef struct {
     uint64_t bytes_sent, msgs_sent, bytes_recv, msgs_recv;
-    double wait_s; /* seconds spent waiting on other ranks */
+    double wait_s;      /* seconds spent waiting on other ranks */
+    uint64_t rss_bytes; /* the rank's resident memory (VmRSS) when asked; 0 unknown */
 } dsf_dist_rank_stats;
 /* Fills out[0..min(size, max)) (rank order); returns the count, 0 without a job, -1 with err. */
 int dsf_dist_stats(dsf_engine *e, dsf_dist_rank_stats *out, int max, char *err);

@@ -13,8 +13,12 @@
  *
  * `dsflash bench -m MODEL`: prefill + greedy decode through the public engine API, with the
  * same probes interleaved (read probes between blocks of decode steps, peak probes around
- * the prefill), run on the engine's own thread pool. */
+ * the prefill), run on the engine's own thread pool. As an MPI job (mpirun ... --parallel MODE)
+ * rank 0 runs it and the other ranks follow inside dsf_engine_open; the decode is then timed as
+ * one block (a probe on rank 0 between steps would count as MPI wait on the others) and the
+ * report adds each phase's traffic (bench_dist.c). */
 #include "bench_constrain.h"
+#include "bench_dist.h"
 #include "bench_engram.h"
 #include "bench_vision.h"
 #include "cmd.h"
@@ -704,6 +708,7 @@ typedef struct {
     int block, n_blocks, steps;
     double decode_tps, step_bytes, frac, bw_med;
     long rss;
+    bench_dist_phase dpre, ddec; /* an MPI job's traffic per phase (n = 0: single process) */
 } bench_run;
 
 /* Decode: blocks of steps, each bracketed by read probes. Returns 0, or 1 (said) on failure. */
@@ -712,7 +717,10 @@ static int bench_decode(bench_run *b) {
     dsf_pool *pool = b->pool;
     dsf_session *ss = b->ss;
     char err[DSF_ERR_LEN] = "";
-    int block = 1; /* one step per block: a step (~0.1-0.2 s) is shorter than the bandwidth modes last */
+    /* one step per block: a step (~0.1-0.2 s) is shorter than the bandwidth modes last; an MPI
+     * job's decode is one block, so that its wall time holds nothing but the steps */
+    const bool job = dsf_dist_size() > 1;
+    int block = job ? b->n_gen : 1;
     int n_blocks = b->n_gen / block;
     double *fr = malloc((size_t)(n_blocks + 1) * sizeof *fr), *bw = malloc((size_t)(n_blocks + 1) * sizeof *bw);
     double p_prev = probe_read(pool, k, b->arena, b->arena_n), t_dec = 0;
@@ -728,6 +736,7 @@ static int bench_decode(bench_run *b) {
         for (int j = 0; j < block; j++) blk_bytes += cost_decode_bytes(ss, pos + j, b->tok_bytes, b->il_bytes);
         dec_bytes += blk_bytes;
         if (b->cold && b->eg.on) bench_engram_evict(&b->eg); /* untimed: every step finds its rows on the disk */
+        if (job) bench_dist_begin(b->e);
         double tb = dsf_now();
         for (int j = 0; j < block; j++) {
             /* the engine's greedy sampler: the step a user's greedy decode takes */
@@ -746,6 +755,7 @@ static int bench_decode(bench_run *b) {
         }
         double dt = dsf_now() - tb;
         t_dec += dt;
+        if (job && bench_dist_end(b->e, &b->ddec, dt, block) < 0) return 1;
         double p_next = probe_read(pool, k, b->arena, b->arena_n);
         bw[bi] = 0.5 * (p_prev + p_next);
         fr[bi] = blk_bytes / dt / 1e9 / bw[bi];
@@ -806,6 +816,7 @@ static int bench_report(const bench_run *b) {
     printf("  decode %d tokens (blocks of %d): %.2f tok/s, %.2f GB/s of weights; read bandwidth (median of "
            "neighbouring probes) %.2f GB/s -> fraction %.3f (median over %d blocks)\n",
            steps, b->block, decode_tps, step_bytes * decode_tps / 1e9, bw_med, frac, b->n_blocks);
+    bench_dist_print(e, &b->dpre, &b->ddec);
     if (csv) {
         FILE *cf = fopen(csv, "a");
         if (!cf) {
@@ -820,9 +831,11 @@ static int bench_report(const bench_run *b) {
                 prefill_gflops / peak, decode_tps, step_bytes, bw_med, frac, rss / 1024.0);
         fclose(cf);
     }
+    char job[2048];
+    bench_dist_keys(&b->dpre, &b->ddec, job, sizeof job);
     printf("decode_bw_fraction=%.3f prefill_peak_fraction=%.3f decode_tps=%.3f prefill_tps=%.2f bytes_per_token=%.0f "
-           "read_bw=%.2f peak_gflops=%.1f threads=%d kernels=%s\n",
-           frac, prefill_gflops / peak, decode_tps, prefill_tps, step_bytes, bw_med, peak, n_threads, k->name);
+           "read_bw=%.2f peak_gflops=%.1f threads=%d kernels=%s%s\n",
+           frac, prefill_gflops / peak, decode_tps, prefill_tps, step_bytes, bw_med, peak, n_threads, k->name, job);
     return 0;
 }
 
@@ -857,12 +870,15 @@ static int bench_prefill(bench_run *b) {
     /* prefill, bracketed by dot-peak probes */
     const int pk_bf16 = kern_peak_probe(k, 1, 1, &(float){0}) > 0;
     double pk0 = probe_peak_max(pool, k, pk_bf16);
+    const bool job = dsf_dist_size() > 1;
+    if (job) bench_dist_begin(e);
     double t0 = dsf_now();
     if (dsf_session_eval(ss, b->toks, n_prompt, b->logits, false, err) < 0) {
         fprintf(stderr, "dsflash bench: prefill: %s\n", err);
         return 1;
     }
     double t_prefill = dsf_now() - t0;
+    if (job && bench_dist_end(e, &b->dpre, t_prefill, n_prompt) < 0) return 1;
     double pk1 = probe_peak_max(pool, k, pk_bf16);
     /* the prefill's FLOPs: every matmul for every prompt token, but the LM head only for the
      * last one (the eval returns the last row's logits), and the indexer's query projections
@@ -1000,13 +1016,18 @@ static void usage(FILE *f) {
                "                ms per image, GFLOP/s and the fraction of the BF16 dot peak probed around\n"
                "                it; P an mmproj GGUF, or synth (random BF16 weights of the release shapes);\n"
                "                the bf16 tower (reference numerics) unless --plain\n"
-               "  --threads N   worker threads (default: online CPUs)\n"
+               "  --threads N   worker threads (default: online CPUs; in an MPI job, per rank: the online\n"
+               "                CPUs shared among the job's ranks on this machine)\n"
                "  --set NAME    kernel table (default: the one DSF_KERNELS / the CPU selects)\n"
                "  --arena-mb MB weight arena / probe buffer, larger than the last-level cache (default 1024)\n"
                "  --only LIST   --kernels: only the cases whose label contains one of the comma-separated\n"
                "                substrings (e.g. 'wq_,wo_b,w1 ': the FP8_B32 / BF16 pairs)\n"
                "  --reps N      passes per kernel, each bracketed by probes (default 5, max 16)\n"
                "\n"
+               "As an MPI job (mpirun -np N dsflash bench -m MODEL --parallel pipeline|experts|pipeline,experts):\n"
+               "rank 0 runs the bench, the decode is timed as one block, and it adds per phase (prefill, decode)\n"
+               "the bytes and messages all ranks sent per token, each rank's share of the time spent waiting on\n"
+               "MPI, and each rank's resident memory (README \"Several machines (MPI)\").\n"
                "The last line is machine-readable (key=value).\n",
             GEN_CLI_ENGRAM_HELP);
 }
@@ -1018,7 +1039,7 @@ static int cmd_bench(int argc, char **argv) {
     }
     int kernels = 0, reps = 5, n_prompt = 512, n_gen = 64, plain = 0, cold = 0, repack = 0, resident = 0, act_q8k = 0;
     const char *model = NULL, *csv = NULL, *constrain = NULL, *vision = NULL, *vgrid = NULL;
-    long threads = sysconf(_SC_NPROCESSORS_ONLN);
+    long threads = bench_dist_default_threads();
     const char *set = NULL, *only = NULL;
     uint64_t arena_mb = 1024;
     spec_opts so = {0};
@@ -1101,6 +1122,12 @@ static int cmd_bench(int argc, char **argv) {
         }
     }
     if (threads < 1) threads = 1;
+    if (dsf_dist_size() > 1 && (!model || so.draft)) { /* every rank would run it alone */
+        if (dsf_dist_rank() == 0)
+            fprintf(stderr, "dsflash bench: --parallel runs only bench -m MODEL (not --kernels, --constrain, "
+                            "--vision or --draft)\n");
+        return 2;
+    }
     if (constrain) return bench_constrain(constrain, reps * 10);
     if (vision) return bench_vision(vision, vgrid, (int)threads, plain);
     if (kernels == !!model) {

@@ -1,9 +1,12 @@
 /* cmd_inspect.c: `dsflash inspect MODEL.gguf`: metadata, layer roles and tensors; with --plan,
- * the memory the model needs, from its header alone. On a vision projector (clip / deepseek41v,
- * gguf-layout.md §5) it says so and prints the tower's shape from the keys and the tensors. */
+ * the memory the model needs, from its header alone; with --parallel, how an MPI job of N ranks
+ * would spread it (dsf_dist_describe), from its header alone too. On a vision projector (clip /
+ * deepseek41v, gguf-layout.md §5) it says so and prints the tower's shape from the keys and the
+ * tensors. Never starts MPI (tools/dsflash.c leaves inspect's --parallel to it). */
 #include "cmd.h"
 #include "dsflash.h"
 #include "model/plan.h"
+#include "model/model.h"
 #include "io/gguf.h"
 #include "kernels/quant.h"
 #include "base/util.h"
@@ -30,7 +33,13 @@ static const char *USAGE =
     "             what decode streams every token (kept resident) and what it reads a row at a time\n"
     "             (token embedding, Engram table: through the page cache), the KV state per token and\n"
     "             for a context of N tokens (--ctx, default 4096), and whether that fits in --ram GiB\n"
-    "             (default: this machine's memory); exit status 3 if it does not fit\n";
+    "             (default: this machine's memory); exit status 3 if it does not fit\n"
+    "       dsflash inspect --parallel MODE --ranks N [--pp-split L,..] [--stages S] MODEL.gguf\n"
+    "  --parallel from the header alone (a header-only file will do; no MPI needed): how an MPI job\n"
+    "             of N ranks would spread the model (MODE pipeline, experts or pipeline,experts, as\n"
+    "             for mpirun ... --parallel): the bytes per token each cut carries (the stream and\n"
+    "             every layer dependency that crosses it), and each rank's stage, layers, experts,\n"
+    "             weight bytes and KV bytes per token of context (README \"Several machines\")\n";
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define PLAN_CHUNK 512 /* the sessions' default prefill chunk (session.c) */
@@ -40,14 +49,21 @@ static void emit(void *ud, const char *line) {
     puts(line);
 }
 
-static int plan(const char *path, double ram_gib, long long ctx) {
+/* The GGUF header at path (no tensor data needed), or NULL (said). */
+static gguf_file *open_header(const char *path) {
     char err[DSF_ERR_LEN];
     gguf_file *g = gguf_open_header(path, err);
     if (!g) {
         dsf_err_oneline(err);
         fprintf(stderr, "dsflash inspect: %s\n", err);
-        return 1;
     }
+    return g;
+}
+
+static int plan(const char *path, double ram_gib, long long ctx) {
+    char err[DSF_ERR_LEN];
+    gguf_file *g = open_header(path);
+    if (!g) return 1;
     model_plan_t p;
     if (model_plan(g, ctx, PLAN_CHUNK, &p, err) < 0) {
         dsf_err_oneline(err);
@@ -175,6 +191,62 @@ static int try_projector(const char *path, int *rc) {
     return is_clip;
 }
 
+/* `inspect --parallel`: the plan of dsf_dist_describe for the model whose header is at path, on
+ * an engine of that header alone (the shape and the tensor table: all the plan reads; no
+ * weight is bound). 0, 1 (said) on a bad file or an impossible split, 2 on a bad option. */
+static int describe_parallel(int argc, char **argv) {
+    const char *mode = NULL, *split = NULL, *path = NULL;
+    long ranks = 0, stages = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char *end = NULL;
+        if (!strcmp(a, "--parallel") && v) mode = v, i++;
+        else if (!strcmp(a, "--pp-split") && v) split = v, i++;
+        else if ((!strcmp(a, "--ranks") || !strcmp(a, "--stages")) && v) {
+            long n = strtol(v, &end, 10);
+            if (*end || n < 1 || n > 64) {
+                fprintf(stderr, "dsflash inspect: %s wants 1..64, got '%s'\n", a, v);
+                return 2;
+            }
+            *(a[2] == 'r' ? &ranks : &stages) = n;
+            i++;
+        } else if (a[0] != '-' && !path) path = a;
+        else {
+            fprintf(stderr, "dsflash inspect: unknown or incomplete option '%s'\n%s", a, USAGE);
+            return 2;
+        }
+    }
+    if (!mode || !ranks || !path) {
+        fprintf(stderr, "dsflash inspect: --parallel wants a MODE, --ranks N and a MODEL.gguf\n%s", USAGE);
+        return 2;
+    }
+    const bool both = !strcmp(mode, "pipeline,experts") || !strcmp(mode, "experts,pipeline");
+    if ((stages && !both) || (split && strcmp(mode, "pipeline") && !both)) {
+        fprintf(stderr, "dsflash inspect: %s\n", stages && !both ? "--stages needs --parallel pipeline,experts"
+                                                               : "--pp-split needs --parallel pipeline");
+        return 2;
+    }
+    char err[DSF_ERR_LEN];
+    gguf_file *g = open_header(path);
+    if (!g) return 1;
+    dsf_engine e;
+    memset(&e, 0, sizeof e);
+    e.gguf = g;
+    e.numerics = DSF_NUMERICS_REFERENCE; /* the default: the KV bytes of packed rows */
+    int rc = shape_load(&e.shape, g, err);
+    if (rc == 0) {
+        rc = dsf_dist_describe(&e, mode, (int)ranks, split, (int)stages, emit, NULL, err);
+        shape_free(&e.shape);
+    }
+    gguf_close(g);
+    if (rc < 0) {
+        dsf_err_oneline(err);
+        fprintf(stderr, "dsflash inspect: %s: %s\n", path, err);
+        return 1;
+    }
+    return 0;
+}
+
 static int cmd_inspect(int argc, char **argv) {
     if (dsf_cmd_wants_help(argc, argv)) {
         fputs(USAGE, stdout);
@@ -194,6 +266,8 @@ static int cmd_inspect(int argc, char **argv) {
         }
         return plan(argv[2], ram, ctx);
     }
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--parallel")) return describe_parallel(argc, argv);
     if (argc != 2) {
         fputs(USAGE, stderr);
         return 2;
@@ -216,4 +290,4 @@ static int cmd_inspect(int argc, char **argv) {
     return 0;
 }
 
-DSF_COMMAND(inspect, "print a model's metadata, layer roles and tensors (--plan: the memory it needs)", cmd_inspect)
+DSF_COMMAND(inspect, "print a model's metadata, layer roles and tensors (--plan: the memory it needs; --parallel: an MPI job's plan)", cmd_inspect)

@@ -61,7 +61,8 @@ int main(int argc, char **argv) {
     /* an MPI job (--parallel): every rank runs the command; the engine it opens is spread
      * over them (dsflash.h, dsf_dist_init) */
     char err[DSF_ERR_LEN];
-    if (dsf_dist_init(&argc, &argv, err) < 0) {
+    /* inspect --parallel describes a job without starting one (cmd_inspect.c) */
+    if (strcmp(argv[1], "inspect") != 0 && dsf_dist_init(&argc, &argv, err) < 0) {
         fprintf(stderr, "dsflash: %s\n", err);
         return 2;
     }

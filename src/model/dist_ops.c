@@ -238,34 +238,54 @@ int dist_restore(dsf_session *s, const uint8_t *data, size_t len, char *err) {
 
 /* ---- statistics --------------------------------------------------------------------- */
 
+/* A follower's answer to OP_STATS. */
+typedef struct {
+    comm_stats st;
+    uint64_t rss;
+} stats_reply;
+
+/* This process's VmRSS in bytes (0 unknown). */
+static uint64_t vm_rss(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kib = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %llu kB", &kib) == 1) break;
+    fclose(f);
+    return (uint64_t)kib << 10;
+}
+
 int dsf_dist_stats(dsf_engine *e, dsf_dist_rank_stats *out, int max, char *err) {
     if (!e->dist) return 0;
     const int N = e->dist->size < max ? e->dist->size : max;
     comm_stats st;
     comm_stats_get(&st);
-    out[0] = (dsf_dist_rank_stats){st.bytes_sent, st.msgs_sent, st.bytes_recv, st.msgs_recv, st.wait_s};
+    out[0] = (dsf_dist_rank_stats){st.bytes_sent, st.msgs_sent, st.bytes_recv, st.msgs_recv, st.wait_s, vm_rss()};
     if (!root(e)) return 1;
     op_head h = {0, OP_STATS, 0, 0, 0, 0};
     if (send_all(e, h, NULL, err) < 0) return -1;
     for (int p = 1; p < e->dist->size; p++) {
-        comm_stats r;
+        stats_reply r;
         if (comm_recv(p, COMM_TAG_REPLY, &r, sizeof r, false, err) < 0) return -1;
-        if (p < N) out[p] = (dsf_dist_rank_stats){r.bytes_sent, r.msgs_sent, r.bytes_recv, r.msgs_recv, r.wait_s};
+        if (p < N)
+            out[p] = (dsf_dist_rank_stats){r.st.bytes_sent, r.st.msgs_sent, r.st.bytes_recv, r.st.msgs_recv, r.st.wait_s, r.rss};
     }
     return N;
 }
 
+/* Every rank resets after the reset's own messages, so that they count in no phase. */
 void dsf_dist_stats_reset(dsf_engine *e) {
     if (!e->dist) return;
-    comm_stats_reset();
     if (root(e)) {
         op_head h = {0, OP_STATS, 0, 1, 0, 0};
         send_all(e, h, NULL, NULL);
         for (int p = 1; p < e->dist->size; p++) {
-            comm_stats r;
+            stats_reply r;
             comm_recv(p, COMM_TAG_REPLY, &r, sizeof r, false, NULL);
         }
     }
+    comm_stats_reset();
 }
 
 /* ---- the followers ------------------------------------------------------------------ */
@@ -455,10 +475,12 @@ _Noreturn void dist_follow(dsf_engine *e) {
             break;
         }
         case OP_STATS: {
-            comm_stats st;
-            comm_stats_get(&st);
+            stats_reply r;
+            memset(&r, 0, sizeof r);
+            comm_stats_get(&r.st);
+            r.rss = vm_rss();
+            if (comm_send(0, COMM_TAG_REPLY, &r, sizeof r, err) < 0) die(err);
             if (h.a) comm_stats_reset();
-            if (comm_send(0, COMM_TAG_REPLY, &st, sizeof st, err) < 0) die(err);
             break;
         }
         default: die("rank 0 sent an unknown op");
