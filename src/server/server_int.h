@@ -190,8 +190,9 @@ typedef struct {
     void (*stream_text)(srv_server *s, job *j, const char *text, size_t len, dsf_buf *out);
     /* scheduler: one DSML event of a chat-shaped generation (NULL: not streamed this way) */
     void (*stream_dsml)(srv_server *s, job *j, const dsf_dsml_event *ev, dsf_buf *out);
-    /* scheduler: the stream's last bytes after the generation (err: it failed with that message) */
-    void (*stream_end)(srv_server *s, job *j, const dsf_gen_result *res, const srv_usage *u, const char *err,
+    /* scheduler: the stream's last bytes after the generation (err: it failed with that error:
+     * 500 generation_failed, or 503 mpi_job_failed when the MPI job failed) */
+    void (*stream_end)(srv_server *s, job *j, const dsf_gen_result *res, const srv_usage *u, const srv_error *err,
                        dsf_buf *out);
     /* scheduler, non-streaming: the reply body (malloc'ed JSON) */
     char *(*reply)(srv_server *s, job *j, const dsf_gen_result *res, const srv_usage *u);

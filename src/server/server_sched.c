@@ -137,7 +137,7 @@ static void job_complete(slot *sl, int rc, dsf_gen_result *res, bool cancelled, 
         else srv_fail(&e, 500, NULL, "generation_failed", "%s", err);
         j->outcome = fail ? "failed" : "error";
         j->status = e.status;
-        if (j->req.stream) EMIT(s, j, api->stream_end(s, j, res, &u, e.message, &b_));
+        if (j->req.stream) EMIT(s, j, api->stream_end(s, j, res, &u, &e, &b_));
         else j->body = api->error_body(&e);
     } else {
         j->outcome = srv_finish_reason(res);
