@@ -110,10 +110,14 @@ static void *stop_main(void *arg) {
 }
 
 /* ==== an MPI job ============================================================================
- * mpirun sends SIGTERM to every survivor when a rank dies and SIGKILL 1 s later: the handler
- * ends rank 0's waits on the other ranks at once (dsf_dist_signal_stop), so that the
+ * mpirun sends SIGTERM to every survivor when a rank dies and SIGKILL 1 s later, or as soon as
+ * one of them exits (Open MPI 4.1 moves on to the next signal when a process ends). On rank 0
+ * the handler ends the waits on the other ranks at once (dsf_dist_signal_stop), so that the
  * scheduler's engine call returns and answers its requests 503, and wakes the main thread
- * through a pipe. Any thread may run it (a signal mask cannot cover MPI's own threads). */
+ * through a pipe; any thread may run it (a signal mask cannot cover MPI's own threads). The
+ * other ranks ignore both signals: were they to exit at once, the SIGKILL would cut rank 0's
+ * answers short; they end with rank 0 (its QUIT, or the launcher's SIGKILL once it has
+ * exited) or when a wait of theirs fails. */
 
 static int g_sig_pipe[2] = {-1, -1};
 
@@ -127,8 +131,13 @@ static void on_job_signal(int sig) {
 }
 
 /* Before srv_start (the engine's followers wait inside it): SIGTERM and SIGINT go to
- * on_job_signal. 0, or -1 with a message. */
+ * on_job_signal on rank 0 and are ignored elsewhere. 0, or -1 with a message. */
 static int mpi_signals(void) {
+    if (dsf_dist_rank() > 0) {
+        signal(SIGTERM, SIG_IGN);
+        signal(SIGINT, SIG_IGN);
+        return 0;
+    }
     if (pipe(g_sig_pipe) < 0) {
         fprintf(stderr, "dsflash serve: cannot create a pipe (%s)\n", strerror(errno));
         return -1;
