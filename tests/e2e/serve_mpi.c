@@ -379,6 +379,9 @@ static void fault_case(test_ctx *t, int np, const char *parallel, const char *fa
            late.status, late.error);
     CHECKF(rc > 0, "%s: mpirun's exit status %d (want non-zero; -1: still running after 30 s)", what, rc);
     CHECKF(left == 0, "%s: %d processes left after mpirun ended", what, left);
+    /* rank 0 ended by itself (after a kill: before mpirun's SIGKILL, 1 s after its SIGTERM) */
+    CHECKF(log_has(s, "dsflash serve: the MPI job failed: ") && log_has(s, "dsflash serve: stopped"),
+           "%s: rank 0 did not stop by itself (log %s)", what, s->log);
     /* both requests were running when the fault struck: their log lines count generated tokens */
     uint8_t *log = NULL;
     size_t n = 0;
