@@ -1,7 +1,13 @@
 /* cmd_serve.c: `dsflash serve`, the OpenAI-compatible HTTP server (src/server/). Owns only
- * argument handling, signals and the process lifetime. */
+ * argument handling, signals and the process lifetime.
+ * In an MPI job (mpirun ... --parallel) every rank runs this; the ranks other than 0 never
+ * return from srv_start (they follow rank 0's engine inside dsf_engine_open). Rank 0 serves,
+ * and ends the job at the first failure: a SIGTERM or SIGINT (mpirun's stop when a rank died,
+ * SIGKILL following 1 s later) or a rank that stopped answering (srv_failure). */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -63,12 +69,16 @@ static void usage(void) {
            "  --act-q8k            quantize the activations of K / IQ weights to Q8_K as ggml does (faster\n"
            "                       there; changes the results: opt-in)\n"
            "  --port-file FILE     write the bound port to FILE once listening\n"
+           "  --parallel MODE      as an MPI job: mpirun -np N dsflash serve ... --parallel pipeline|experts|\n"
+           "                       pipeline,experts spreads the model over the ranks; rank 0 serves HTTP\n"
            "%s%s"
            "\nDecoding slots share one batched forward per token (weights read once for all).\n"
            "One log line per request goes to stderr (DSF_LOG=0 silences it; DSF_LOG=2 adds one line\n"
            "per decode forward with its batch size).\n"
            "SIGTERM or SIGINT: stop accepting, answer new requests 503, let running ones finish (--shutdown-grace),\n"
-           "flush, exit 0. A second SIGINT exits at once.\n",
+           "flush, exit 0. A second SIGINT exits at once. In an MPI job, SIGTERM or SIGINT (mpirun's stop, e.g.\n"
+           "when a rank died) or a rank silent for --mpi-liveness: every request, running or new, gets 503 naming\n"
+           "the failure (/health too), then exit 1 at once.\n",
            GEN_CLI_ENGRAM_HELP, GEN_CLI_DRAFT_HELP);
 }
 
@@ -97,6 +107,64 @@ static void *stop_main(void *arg) {
     srv_stop(st->s);
     atomic_store(&st->done, true);
     return NULL;
+}
+
+/* ==== an MPI job ============================================================================
+ * mpirun sends SIGTERM to every survivor when a rank dies and SIGKILL 1 s later, or as soon as
+ * one of them exits (Open MPI 4.1 moves on to the next signal when a process ends). On rank 0
+ * the handler ends the waits on the other ranks at once (dsf_dist_signal_stop), so that the
+ * scheduler's engine call returns and answers its requests 503, and wakes the main thread
+ * through a pipe; any thread may run it (a signal mask cannot cover MPI's own threads). The
+ * other ranks ignore both signals: were they to exit at once, the SIGKILL would cut rank 0's
+ * answers short; they end with rank 0 (its QUIT, or the launcher's SIGKILL once it has
+ * exited) or when a wait of theirs fails. */
+
+static int g_sig_pipe[2] = {-1, -1};
+
+static void on_job_signal(int sig) {
+    dsf_dist_signal_stop();
+    int keep = errno;
+    unsigned char b = (unsigned char)sig;
+    if (write(g_sig_pipe[1], &b, 1) < 0) { /* full: a wake-up is pending already */
+    }
+    errno = keep;
+}
+
+/* Before srv_start (the engine's followers wait inside it): SIGTERM and SIGINT go to
+ * on_job_signal on rank 0 and are ignored elsewhere. 0, or -1 with a message. */
+static int mpi_signals(void) {
+    if (dsf_dist_rank() > 0) {
+        signal(SIGTERM, SIG_IGN);
+        signal(SIGINT, SIG_IGN);
+        return 0;
+    }
+    if (pipe(g_sig_pipe) < 0) {
+        fprintf(stderr, "dsflash serve: cannot create a pipe (%s)\n", strerror(errno));
+        return -1;
+    }
+    for (int k = 0; k < 2; k++) fcntl(g_sig_pipe[k], F_SETFL, fcntl(g_sig_pipe[k], F_GETFL) | O_NONBLOCK);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_job_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    return 0;
+}
+
+/* Rank 0 serving: waits for a signal or a failure found by a wait, answers what runs 503 and
+ * stops. Returns the exit status, 1: the job is over either way. */
+static int mpi_serve_until_failure(srv_server *s) {
+    const char *fail;
+    while (!(fail = srv_failure(s))) {
+        struct pollfd p = {.fd = g_sig_pipe[0], .events = POLLIN};
+        poll(&p, 1, 50); /* a failure found by the scheduler's wait sends no signal: look again */
+    }
+    fprintf(stderr, "dsflash serve: the MPI job failed: %s: answering every request 503 and exiting\n", fail);
+    srv_abort(s, 0.5); /* mpirun's SIGKILL follows its SIGTERM 1 s later */
+    fprintf(stderr, "dsflash serve: stopped\n");
+    return 1;
 }
 
 /* Each connection holds a descriptor: take the hard limit (say so: a low one caps --max-conn). */
@@ -245,15 +313,18 @@ static int cmd_serve(int argc, char **argv) {
     /* base64 images take 4/3 of their bytes: with a projector the default body limit grows */
     if (p.mmproj_path && !body_set) p.max_body = 64u << 20;
 
-    /* Every thread inherits this mask; the main thread waits for the signals synchronously. */
+    /* Every thread inherits this mask; the main thread waits for the signals synchronously.
+     * An MPI job takes them with a handler instead (mpi_signals). */
+    const bool mpi = dsf_dist_size() > 1;
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    if (mpi && mpi_signals() < 0) return 1;
+    if (!mpi) pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    raise_nofile();
+    if (dsf_dist_rank() == 0) raise_nofile();
     char err[DSF_ERR_LEN] = "";
     srv_server *s = srv_start(&p, err);
     if (!s) {
@@ -270,6 +341,7 @@ static int cmd_serve(int argc, char **argv) {
             return 1;
         }
     }
+    if (mpi) return mpi_serve_until_failure(s);
     int sig = 0;
     sigwait(&set, &sig);
     fprintf(stderr, "dsflash serve: %s: draining (up to %d s; SIGINT again exits at once)\n",

@@ -18,13 +18,14 @@
 #include <unistd.h>
 
 static char g_fail[512];
-static atomic_int g_failed;
+static atomic_int g_failed; /* 0: no failure; 1: its message is being written; 2: written */
 static volatile sig_atomic_t g_stop;
 
 bool comm_failed(void) { return atomic_load(&g_failed) != 0 || g_stop; }
 const char *comm_failure(void) {
-    if (!atomic_load(&g_failed) && g_stop)
-        return "the MPI launcher is stopping the job (a rank died or was killed; mpirun names it)";
+    int f = atomic_load(&g_failed);
+    if (!f && g_stop) return "the MPI launcher is stopping the job (a rank died or was killed; mpirun names it)";
+    while (f == 1) f = atomic_load(&g_failed); /* another thread is writing it (a few microseconds) */
     return g_fail;
 }
 void comm_note_stop(void) { g_stop = 1; }
@@ -78,6 +79,7 @@ static int fail(char *err, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(g_fail, sizeof g_fail, fmt, ap);
         va_end(ap);
+        atomic_store(&g_failed, 2); /* readers on other threads (a server's) see it whole */
     }
     return dsf_seterr(err, "%s", comm_failure());
 }

@@ -55,7 +55,10 @@
  * on open connections with 503, lets queued and running jobs finish for up to
  * --shutdown-grace seconds and calls the prefix cache's flush hook; srv_stop then cancels
  * what is left, resumes every suspended connection (stopping libmicrohttpd with one
- * suspended is an API violation) and joins the threads.
+ * suspended is an API violation) and joins the threads. A failed MPI job (srv_failure, server.h)
+ * has no grace: the scheduler answers every job 503 without calling the engine again, every
+ * other request gets 503 (/health naming the failure), and srv_abort waits only until those
+ * answers are sent, then srv_stop.
  *
  * Locking: srv->mu protects the queue, slot ownership, every job's output buffer and flags,
  * and the suspension of a job's connection (MHD_suspend/resume_connection are called under
@@ -126,7 +129,8 @@ static enum MHD_Result send_api_error(srv_server *s, struct MHD_Connection *c, c
                                       const char *url, const srv_error *e, const srv_api *api) {
     char *body = api ? api->error_body(e) : srv_error_json(e);
     /* refused for the server's state (connection limit, shutdown): the connection closes */
-    bool close = e->code && (!strcmp(e->code, "too_many_connections") || !strcmp(e->code, "server_stopping"));
+    bool close = e->code && (!strcmp(e->code, "too_many_connections") || !strcmp(e->code, "server_stopping") ||
+                             !strcmp(e->code, "mpi_job_failed"));
     enum MHD_Result r = send_body(c, e->status, body, NULL, close);
     free(body);
     log_line(s, cs ? cs->req_no : 0, method, url, -1, 0, 0, 0, 0, e->status, e->message, cs ? cs->t0 : dsf_now());
@@ -347,6 +351,40 @@ static enum MHD_Result handle_webui(srv_server *s, struct MHD_Connection *c, con
     return ret;
 }
 
+/* GET /health: the slots and the decode batching; 503 naming the failure once an MPI job failed. */
+static enum MHD_Result handle_health(srv_server *s, struct MHD_Connection *c, conn_state *cs, const char *method,
+                                     const char *url) {
+    unsigned long long fw = atomic_load(&s->st_forwards), tk = atomic_load(&s->st_tokens);
+    const char *fail = srv_failure(s);
+    json_t *h = json_pack("{s:s,s:i,s:{s:I,s:I,s:i,s:f}}", "status", fail ? "failed" : "ok", "slots", s->n_slots, "decode",
+                          "forwards", (json_int_t)fw, "tokens", (json_int_t)tk, "max_batch",
+                          atomic_load(&s->st_max_batch), "avg_batch", fw ? (double)tk / (double)fw : 0.0);
+    if (s->p.spec.draft) {
+        unsigned long long ver = atomic_load(&s->st_sp_verified), acc = atomic_load(&s->st_sp_accepted);
+        json_object_set_new(h, "speculative",
+                            json_pack("{s:s,s:I,s:I,s:I,s:I,s:f}", "draft", s->p.spec.draft, "rounds",
+                                      (json_int_t)atomic_load(&s->st_sp_rounds), "drafted",
+                                      (json_int_t)atomic_load(&s->st_sp_drafted), "verified", (json_int_t)ver,
+                                      "accepted", (json_int_t)acc, "acceptance", ver ? (double)acc / (double)ver : 0.0));
+    }
+    if (fail) { /* the error object of the API's error JSON, beside the counters */
+        srv_error e;
+        srv_fail_mpi(&e, fail);
+        char *eb = srv_error_json(&e);
+        json_t *ej = json_loads(eb, 0, NULL);
+        free(eb);
+        json_object_set_new(h, "error", json_incref(json_object_get(ej, "error")));
+        json_decref(ej);
+    }
+    char *body = json_dumps(h, JSON_COMPACT);
+    json_decref(h);
+    const int status = fail ? 503 : 200;
+    enum MHD_Result r = send_body(c, status, body, NULL, fail != NULL);
+    free(body);
+    log_line(s, cs->req_no, method, url, -1, 0, 0, 0, 0, status, fail ? "failed" : "ok", cs->t0);
+    return r;
+}
+
 static bool path_is(const char *url, const char *p) {
     if (!strcmp(url, p)) return true;
     /* both /v1/x and /x, as OpenAI-compatible servers accept */
@@ -413,7 +451,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         log_line(s, cs->req_no, method, url, -1, 0, 0, 0, 0, 200, "ok", cs->t0);
         return r;
     }
-    if (atomic_load(&s->draining)) {
+    const char *fail = srv_failure(s);
+    if (fail && !path_is(url, "/health") && !path_is(url, "/v1/health")) { /* the MPI job failed: nothing is served */
+        srv_fail_mpi(&e, fail);
+        return send_error(s, c, cs, method, url, &e);
+    }
+    if (atomic_load(&s->draining) && !fail) {
         srv_fail(&e, 503, NULL, "server_stopping", "the server is shutting down");
         return send_error(s, c, cs, method, url, &e);
     }
@@ -433,25 +476,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (path_is(url, "/health") || path_is(url, "/v1/health")) {
         if (!get) goto not_allowed;
-        unsigned long long fw = atomic_load(&s->st_forwards), tk = atomic_load(&s->st_tokens);
-        json_t *h = json_pack("{s:s,s:i,s:{s:I,s:I,s:i,s:f}}", "status", "ok", "slots", s->n_slots, "decode",
-                              "forwards", (json_int_t)fw, "tokens", (json_int_t)tk, "max_batch",
-                              atomic_load(&s->st_max_batch), "avg_batch", fw ? (double)tk / (double)fw : 0.0);
-        if (s->p.spec.draft) {
-            unsigned long long ver = atomic_load(&s->st_sp_verified), acc = atomic_load(&s->st_sp_accepted);
-            json_object_set_new(h, "speculative",
-                                json_pack("{s:s,s:I,s:I,s:I,s:I,s:f}", "draft", s->p.spec.draft, "rounds",
-                                          (json_int_t)atomic_load(&s->st_sp_rounds), "drafted",
-                                          (json_int_t)atomic_load(&s->st_sp_drafted), "verified", (json_int_t)ver,
-                                          "accepted", (json_int_t)acc, "acceptance",
-                                          ver ? (double)acc / (double)ver : 0.0));
-        }
-        char *body = json_dumps(h, JSON_COMPACT);
-        json_decref(h);
-        enum MHD_Result r = send_json(c, 200, body);
-        free(body);
-        log_line(s, cs->req_no, method, url, -1, 0, 0, 0, 0, 200, "ok", cs->t0);
-        return r;
+        return handle_health(s, c, cs, method, url);
     }
     if (path_is(url, "/v1/models")) {
         if (!get) goto not_allowed;
@@ -596,6 +621,7 @@ srv_server *srv_start(const srv_params *p, char *err) {
                           p->shutdown_grace_s), NULL;
     srv_server *s = dsf_xcalloc(1, sizeof *s);
     s->p = *p;
+    s->mpi = dsf_dist_size() > 1;
     if (s->p.max_body == 0) s->p.max_body = 8u << 20;
     if (s->p.max_queue <= 0) s->p.max_queue = 256;
     if (s->p.keepalive_ms <= 0) s->p.keepalive_ms = 5000;
@@ -749,4 +775,32 @@ void srv_stop(srv_server *s) {
     DSF_ASSERT(suspended == 0); /* every job is done, so every connection was resumed */
     MHD_stop_daemon(s->d);
     free_server(s);
+}
+
+/* ==== a failed MPI job ===================================================================== */
+
+const char *srv_failure(const srv_server *s) { return s && s->mpi ? dsf_dist_failure() : NULL; }
+
+void srv_fail_mpi(srv_error *e, const char *fail) {
+    srv_fail(e, 503, NULL, "mpi_job_failed", "the MPI job serving this model failed: %s", fail);
+}
+
+void srv_abort(srv_server *s, double wait_s) {
+    if (!s) return;
+    const double t0 = dsf_now();
+    int left = 0, busy = 0;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        pthread_cond_broadcast(&s->sched_cv); /* an idle scheduler looks at the queue again */
+        left = s->n_queued;
+        for (int i = 0; i < s->n_slots; i++) left += s->slots[i].j != NULL;
+        pthread_mutex_unlock(&s->mu);
+        busy = srv_conn_busy(s);
+        if ((!left && !busy) || dsf_now() - t0 >= wait_s) break;
+        struct timespec ts = {0, 5 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    dsf_log(1, "serve: the MPI job failed: %d request%s left unanswered, %d answer%s unsent after %.3f s; stopping", left,
+            left == 1 ? "" : "s", busy, busy == 1 ? "" : "s", dsf_now() - t0);
+    srv_stop(s);
 }

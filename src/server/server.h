@@ -81,6 +81,21 @@ void srv_drain(srv_server *s);
 /* Stops listening, cancels every request, joins the threads and frees everything. */
 void srv_stop(srv_server *s);
 
+/* ==== an MPI job (dsflash.h "several processes"; rank 0 serves) ============================
+ * The job fails when a rank dies (the launcher then stops the survivors: the caller's
+ * SIGTERM handler calls dsf_dist_signal_stop) or stops answering (a wait on it fails after
+ * --mpi-liveness). From then on every generation request, running or new, gets 503 with the
+ * failure's message in its API's error shape (a stream: an error event, then its end), and
+ * /health answers 503 naming it. */
+
+/* The failure of the server's MPI job (dsf_dist_failure), else NULL; always NULL in a single
+ * process. Any thread. */
+const char *srv_failure(const srv_server *s);
+/* After a failure: waits at most wait_s seconds until every request has been answered (the
+ * scheduler answers them 503 at its engine call's return) and its answer sent, then srv_stop
+ * (no draining, no grace). */
+void srv_abort(srv_server *s, double wait_s);
+
 /* ==== requests (server_api.c) ============================================================ */
 
 typedef enum {

@@ -70,6 +70,14 @@ void srv_conn_received(srv_server *s, struct MHD_Connection *c) { set_deadline(s
 
 void srv_conn_answered(srv_server *s, struct MHD_Connection *c) { set_deadline(s, c, dsf_now() + s->p.read_timeout_s); }
 
+int srv_conn_busy(srv_server *s) {
+    int n = 0;
+    pthread_mutex_lock(&s->conn_mu);
+    for (srv_conn *k = s->conns; k; k = k->next) n += k->deadline == 0; /* no deadline while answering */
+    pthread_mutex_unlock(&s->conn_mu);
+    return n;
+}
+
 void *srv_conn_watch_main(void *arg) {
     srv_server *s = arg;
     /* the period bounds how late a keep-alive comment or a hang-up is noticed */

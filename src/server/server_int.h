@@ -157,6 +157,7 @@ struct srv_server {
     bool watch_running;
     atomic_bool watch_stop;
     struct srv_metrics *metrics; /* metrics.c */
+    bool mpi;                 /* rank 0 of an MPI job of several ranks (srv_failure) */
     /* the prefix cache's hooks (NULL: none): its counters, and its flush at shutdown */
     void (*cache_stats)(srv_server *s, srv_cache_stats *out);
     void (*cache_flush)(srv_server *s);
@@ -189,8 +190,9 @@ typedef struct {
     void (*stream_text)(srv_server *s, job *j, const char *text, size_t len, dsf_buf *out);
     /* scheduler: one DSML event of a chat-shaped generation (NULL: not streamed this way) */
     void (*stream_dsml)(srv_server *s, job *j, const dsf_dsml_event *ev, dsf_buf *out);
-    /* scheduler: the stream's last bytes after the generation (err: it failed with that message) */
-    void (*stream_end)(srv_server *s, job *j, const dsf_gen_result *res, const srv_usage *u, const char *err,
+    /* scheduler: the stream's last bytes after the generation (err: it failed with that error:
+     * 500 generation_failed, or 503 mpi_job_failed when the MPI job failed) */
+    void (*stream_end)(srv_server *s, job *j, const dsf_gen_result *res, const srv_usage *u, const srv_error *err,
                        dsf_buf *out);
     /* scheduler, non-streaming: the reply body (malloc'ed JSON) */
     char *(*reply)(srv_server *s, job *j, const dsf_gen_result *res, const srv_usage *u);
@@ -254,6 +256,8 @@ void srv_conn_notify(void *cls, struct MHD_Connection *c, void **socket_context,
 void srv_conn_received(srv_server *s, struct MHD_Connection *c);
 /* The answer on c is complete: the next request must arrive within --read-timeout. */
 void srv_conn_answered(srv_server *s, struct MHD_Connection *c);
+/* Connections whose request has arrived and whose answer is not yet complete (srv_abort). */
+int srv_conn_busy(srv_server *s);
 /* The watcher thread: read deadlines, hang-ups and keep-alives of waiting jobs (arg: the server). */
 void *srv_conn_watch_main(void *arg);
 
@@ -275,6 +279,8 @@ char *srv_metrics_text(srv_server *s);
 
 /* Under srv->mu: hands queued jobs to free slots (longest common prefix, then LRU). */
 void srv_assign(srv_server *s);
+/* The 503 of a failed MPI job (srv_failure's message fail) into e. */
+void srv_fail_mpi(srv_error *e, const char *fail);
 /* The scheduler thread (arg: the srv_server). */
 void *srv_sched_main(void *arg);
 

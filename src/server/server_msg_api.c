@@ -111,14 +111,12 @@ static int kept_calls(const job *j, const dsf_gen_result *res) {
     return !j->req.parallel_tool_calls && n > 1 ? 1 : n;
 }
 
-static void msg_end(srv_server *s, job *j, const dsf_gen_result *res, const srv_usage *u, const char *err,
+static void msg_end(srv_server *s, job *j, const dsf_gen_result *res, const srv_usage *u, const srv_error *err,
                     dsf_buf *out) {
     (void)s;
     msg_stream *st = stream_of(j);
     if (err) {
-        srv_error e;
-        srv_fail(&e, 500, NULL, "api_error", "%s", err);
-        char *body = srv_msg_error_json(&e);
+        char *body = srv_msg_error_json(err);
         dsf_buf_appendf(out, "event: error\ndata: %s\n\n", body);
         free(body);
         return;

@@ -70,12 +70,10 @@ static void chat_dsml(srv_server *s, job *j, const dsf_dsml_event *ev, dsf_buf *
     sse(out, ch);
 }
 
-static void oai_end(srv_server *s, job *j, const dsf_gen_result *res, const srv_usage *u, const char *err,
+static void oai_end(srv_server *s, job *j, const dsf_gen_result *res, const srv_usage *u, const srv_error *err,
                     dsf_buf *out) {
     if (err) {
-        srv_error e;
-        srv_fail(&e, 500, NULL, "generation_failed", "%s", err);
-        char *body = srv_error_json(&e);
+        char *body = srv_error_json(err);
         dsf_buf_appendf(out, "data: %s\n\n", body);
         free(body);
     } else {

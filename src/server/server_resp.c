@@ -167,14 +167,14 @@ static resp_usage usage_of(const job *j, const srv_usage *u) {
     return ru;
 }
 
-static void resp_end(srv_server *s, job *j, const dsf_gen_result *res, const srv_usage *u, const char *err,
+static void resp_end(srv_server *s, job *j, const dsf_gen_result *res, const srv_usage *u, const srv_error *err,
                      dsf_buf *out) {
     resp_job *rj = state(j);
     bool length = !err && res->finish == DSF_FINISH_LENGTH;
     const json_t *items = resp_stream_close(&rj->st, length ? "incomplete" : "completed", out);
     resp_usage ru = usage_of(j, u);
     json_t *r = resp_object(&j->meta, rj->rq.echo, err ? "failed" : length ? "incomplete" : "completed",
-                            json_incref((json_t *)items), &ru, length ? "max_output_tokens" : NULL, err);
+                            json_incref((json_t *)items), &ru, length ? "max_output_tokens" : NULL, err ? err->message : NULL);
     if (!err) store_response(s, j, r, items);
     resp_stream_end(&rj->st, r, out);
 }

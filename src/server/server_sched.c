@@ -128,17 +128,17 @@ static void job_complete(slot *sl, int rc, dsf_gen_result *res, bool cancelled, 
     srv_usage u = {.prompt_tokens = j->req.n_prompt, .completion_tokens = res->n_completion,
                    .cached_tokens = j->n_cached};
     const srv_api *api = srv_api_of(j->req.kind);
+    const char *fail = rc ? srv_failure(s) : NULL; /* the MPI job failed: 503, naming why */
     if (cancelled) {
         j->outcome = "cancelled";
     } else if (rc) {
-        j->outcome = "error";
-        j->status = 500;
-        if (j->req.stream) EMIT(s, j, api->stream_end(s, j, res, &u, err, &b_));
-        else {
-            srv_error e;
-            srv_fail(&e, 500, NULL, "generation_failed", "%s", err);
-            j->body = api->error_body(&e);
-        }
+        srv_error e;
+        if (fail) srv_fail_mpi(&e, fail);
+        else srv_fail(&e, 500, NULL, "generation_failed", "%s", err);
+        j->outcome = fail ? "failed" : "error";
+        j->status = e.status;
+        if (j->req.stream) EMIT(s, j, api->stream_end(s, j, res, &u, &e, &b_));
+        else j->body = api->error_body(&e);
     } else {
         j->outcome = srv_finish_reason(res);
         j->status = 200;
@@ -322,6 +322,28 @@ static bool slot_spec_round(srv_server *s, slot *sl) {
     return false;
 }
 
+/* The MPI job failed (srv_failure: every engine call fails at once now): every job on a slot
+ * gets its 503 without another engine call; queued jobs follow as srv_assign hands them over. */
+static void sched_fail(srv_server *s, job **assigned, const char *fail) {
+    srv_error e;
+    srv_fail_mpi(&e, fail);
+    for (int i = 0; i < s->n_slots; i++) {
+        slot *sl = &s->slots[i];
+        if (!sl->cur && assigned[i]) { /* not started: the same answer as a failed prefill */
+            sl->cur = assigned[i];
+            pthread_mutex_lock(&s->mu);
+            sl->cur->ready = true; /* a stream waiting for its images starts, and reads the error event */
+            pthread_mutex_unlock(&s->mu);
+            job_abort_prefill(sl, e.message);
+        } else if (sl->phase == SL_PREFILL) {
+            job_abort_prefill(sl, e.message);
+        } else if (sl->phase == SL_DECODE) {
+            dsf_gen_fail(sl->g, e.message);
+            job_end_generation(sl);
+        }
+    }
+}
+
 /* Under srv->mu: hands queued jobs to free slots (longest common prefix, then LRU). */
 void srv_assign(srv_server *s) {
     /* while stopping, slot threads may already have exited: queued jobs are cancelled by
@@ -370,6 +392,11 @@ void *srv_sched_main(void *arg) {
         }
         bool stopping = s->stopping;
         pthread_mutex_unlock(&s->mu);
+        const char *fail = srv_failure(s);
+        if (fail && !stopping) {
+            sched_fail(s, assigned, fail);
+            continue;
+        }
 
         /* (1) new jobs in, cancelled jobs out (all of them when stopping) */
         for (int i = 0; i < s->n_slots; i++) {

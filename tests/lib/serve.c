@@ -18,14 +18,19 @@ void test_sleep_ms(int ms) {
 }
 
 int test_server_start(test_server *s, const char *model, const char *extra, char *msg, size_t cap) {
+    return test_server_start_with(s, NULL, model, extra, msg, cap);
+}
+
+int test_server_start_with(test_server *s, const char *prefix, const char *model, const char *extra, char *msg,
+                           size_t cap) {
     static int n;
-    char pf[512];
-    snprintf(pf, sizeof pf, "%s/port-%d-%d", test_tmpdir(), (int)getpid(), n);
+    char *pf = s->port_file;
+    snprintf(pf, sizeof s->port_file, "%s/port-%d-%d", test_tmpdir(), (int)getpid(), n);
     snprintf(s->log, sizeof s->log, "%s/serve-%d-%d.log", test_tmpdir(), (int)getpid(), n++);
     unlink(pf);
     dsf_buf cb = {0};
-    dsf_buf_appendf(&cb, "exec %s serve -m %s --port 0 --port-file %s --threads 1 %s 2>%s >/dev/null", test_bin(), model,
-                    pf, extra ? extra : "", s->log);
+    dsf_buf_appendf(&cb, "exec %s %s serve -m %s --port 0 --port-file %s --threads 1 %s 2>%s >/dev/null",
+                    prefix ? prefix : "", test_bin(), model, pf, extra ? extra : "", s->log);
     const char *cmd = (const char *)cb.data;
     pid_t pid = fork();
     if (pid < 0) {

@@ -9,12 +9,17 @@
 typedef struct {
     pid_t pid;
     int port;
-    char log[512]; /* the server's stderr */
+    char log[512];       /* the server's stderr */
+    char port_file[512]; /* unique to this server: every process of it has the path in its command line */
 } test_server;
 
 /* Starts `dsflash serve -m model --port 0 --threads 1 extra` (the binary under test) and waits
  * for its port (up to 60 s). The child dies with the test process. 0, or -1 with why in msg. */
 int test_server_start(test_server *s, const char *model, const char *extra, char *msg, size_t cap);
+/* The same with a shell prefix before the binary (environment assignments, test_mpirun(N) and
+ * its options: s->pid is then mpirun, and rank 0 serves); prefix NULL: test_server_start. */
+int test_server_start_with(test_server *s, const char *prefix, const char *model, const char *extra, char *msg,
+                           size_t cap);
 /* SIGTERM, then waits; the exit status (0 = clean), or -1 if it had to be killed. */
 int test_server_stop(test_server *s);
 /* Sends sig, then waits up to wait_s seconds: the exit status (128 + N after signal N), or
