@@ -627,7 +627,8 @@ int dsf_dist_size(void); /* 1 without a job */
  * when a rank dies): every wait on another rank then fails at once. */
 void dsf_dist_signal_stop(void);
 /* Why the job failed (a rank died or hangs, a wait timed out, the launcher stops the job), or
- * NULL while it has not. */
+ * NULL while it has not. It checks every rank's liveness as it is called, so a process that
+ * waits on no rank (an idle server polling it) learns of a silent rank too. */
 const char *dsf_dist_failure(void);
 /* Ends this process of the job with code (finalizes MPI unless the job failed); a no-op
  * without a job. On rank 0 dsf_engine_close already ended the other ranks. */

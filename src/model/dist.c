@@ -93,7 +93,7 @@ int dsf_dist_init(int *argc, char ***argv, char *err) {
 int dsf_dist_rank(void) { return comm_rank(); }
 int dsf_dist_size(void) { return comm_size(); }
 void dsf_dist_signal_stop(void) { comm_note_stop(); }
-const char *dsf_dist_failure(void) { return comm_failed() ? comm_failure() : NULL; }
+const char *dsf_dist_failure(void) { return comm_check() ? NULL : comm_failure(); }
 void dsf_dist_end(int code) {
     if (!G.on) return;
     comm_exit(code, code != 0);

@@ -57,6 +57,7 @@ int comm_isend_blob(int peer, int tag, const void *buf, size_t n, comm_req *r, c
     return comm_isend(peer, tag, buf, n, r, err);
 }
 int comm_wait(comm_req *r, char *err) { (void)r, (void)err; return 0; }
+bool comm_check(void) { return true; }
 void comm_stats_get(comm_stats *s) { memset(s, 0, sizeof *s); }
 void comm_stats_reset(void) {}
 _Noreturn void comm_exit(int code, bool failed) { (void)failed; exit(code); }
@@ -130,6 +131,14 @@ static int silent_rank(void) {
     for (int p = 0; p < C.size; p++)
         if (p != C.rank && now - atomic_load(&C.seen[p]) > C.liveness_s) return p;
     return -1;
+}
+
+bool comm_check(void) {
+    if (!C.started || C.size < 2 || comm_failed()) return !comm_failed();
+    const int dead = silent_rank();
+    if (dead >= 0)
+        fail(NULL, "rank %d (host %s) has not answered for %.0f s: it died or hangs", dead, comm_host(dead), C.liveness_s);
+    return !comm_failed();
 }
 
 static void *heartbeat(void *arg) {

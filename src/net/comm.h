@@ -57,6 +57,9 @@ int comm_wait(comm_req *r, char *err);
  * and the message (empty while it has not). */
 bool comm_failed(void);
 const char *comm_failure(void);
+/* Checks every rank's liveness now (a process that waits on nothing, e.g. an idle server,
+ * asks): false, with the failure recorded, when a rank has been silent too long. */
+bool comm_check(void);
 /* Async-signal-safe: the launcher asked this process to stop (the caller's SIGTERM handler;
  * comm_start installs one that calls it when the program has none). */
 void comm_note_stop(void);
