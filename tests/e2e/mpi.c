@@ -32,6 +32,7 @@ static const char *const CASES[] = {"plain-prefill", "plain-decode", "contract-p
                                     "contract-decode", "plain-long", "text-prompt"};
 enum { N_CASES = 6 };
 static const char *const MODES[] = {"reference", "plain"};
+#define VOCAB 1024 /* tiny41's and tiny-roles' */
 
 /* An option set; a position K in args is n * num / den of the case's n tokens. */
 typedef struct {
@@ -102,14 +103,18 @@ static int run_logits(int np, const char *par, const char *model, const char *to
     return test_run(cmd, msg, cap);
 }
 
-/* Whether files a and b hold the same bytes (both must exist). */
-static bool same_file(const char *a, const char *b) {
-    long na = 0, nb = 0;
+/* -1 when files a and b hold the same bytes; else the first float that differs (0 when
+ * either is missing or their sizes differ). */
+static long first_diff(const char *a, const char *b) {
+    long na = 0, nb = 0, at = 0;
     unsigned char *x = test_slurp(a, &na), *y = test_slurp(b, &nb);
-    bool same = x && y && na == nb && memcmp(x, y, (size_t)na) == 0;
+    if (x && y && na == nb) {
+        while (at < na && x[at] == y[at]) at++;
+        at = at == na ? -1 : at / 4;
+    }
     free(x);
     free(y);
-    return same;
+    return at;
 }
 
 /* The first n rows of the logits file against the case's golden, by the tolerances of
@@ -157,9 +162,11 @@ static void run_matrix(test_ctx *t, const char *tag, const char *model, int np, 
         CHECKF(rc == 0, "%s %s %s, one process: exit %d: %s", r->label, MODES[r->mode], o->what, rc, msg);
         rc = run_logits(np, par, model, r->tokfile, r->n, MODES[r->mode], o, many, msg, sizeof msg);
         CHECKF(rc == 0, "%s %s %s, np %d --parallel %s: exit %d: %s", r->label, MODES[r->mode], o->what, np, par, rc, msg);
-        if (!same_file(one, many)) {
+        const long at = first_diff(one, many);
+        if (at >= 0) {
             if (!diff++)
-                snprintf(first, sizeof first, "%s %s, %s: the logits differ from one process's", r->label, MODES[r->mode], o->what);
+                snprintf(first, sizeof first, "%s %s, %s: the logits differ from one process's from row %ld (of [%d x %d])",
+                         r->label, MODES[r->mode], o->what, at / VOCAB, o->batch, r->n);
         } else if (r->g && (gchk++, golden_ok(r->g, r->contract, many, msg, sizeof msg) < 0)) {
             if (!gbad++) snprintf(first, sizeof first, "%s %s, %s: against the golden: %.500s", r->label, MODES[r->mode], o->what, msg);
         }
@@ -238,7 +245,7 @@ TEST(mpi_roles_single_process) {
         CHECKF(run_logits(0, NULL, model, c.tokfile[ci], c.g[ci].n, MODES[m], &OPTS[2], b, msg, sizeof msg) == 0, "%s", msg);
         long na = 0, nb = 0;
         float *x = (float *)test_slurp(a, &na), *y = (float *)test_slurp(b, &nb);
-        CHECK(x && y && na == nb && na == (long)c.g[ci].n * 1024 * 4);
+        CHECK(x && y && na == nb && na == (long)c.g[ci].n * VOCAB * 4);
         double worst = 0;
         int finite = 1;
         for (long i = 0; i < na / 4; i++) {
@@ -309,7 +316,7 @@ TEST(mpi_batch_matches_separate_runs) {
         CHECKF(run_logits(0, NULL, model, c.tokfile[ci], n, MODES[m], &b, out, msg, sizeof msg) == 0, "%s", msg);
         long nb = 0;
         unsigned char *all = test_slurp(out, &nb);
-        const size_t R = (size_t)n * 1024 * sizeof(float);
+        const size_t R = (size_t)n * VOCAB * sizeof(float);
         CHECKF(all && nb == (long)(K * R), "%ld bytes, want %zu", nb, K * R);
         for (int i = 0; i < K; i++) {
             FILE *f = fopen(rot, "w");
