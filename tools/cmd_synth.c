@@ -1,4 +1,4 @@
-/* cmd_synth.c: `dsflash synth --preset tiny|bench|bench-moe|real OUT.gguf [--seed S] [--header-only]
+/* cmd_synth.c: `dsflash synth --preset tiny|tiny-roles|bench|bench-moe|real OUT.gguf [--seed S] [--header-only]
  * [--dspark DRAFT.gguf] [--type T] [--expert-type T] [--recipe R] [--fp8-exact | --native]`: writes a random-weight deepseek41 GGUF in the exact layout
  * (src/convert/synth.c), or its header alone; `dsflash synth --mmproj-preset tinyvl|release OUT.gguf` a
  * random-weight deepseek41v projector instead (src/convert/synth_mmproj.c). */
@@ -15,7 +15,7 @@
 #include <strings.h>
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: dsflash synth --preset tiny|bench|bench-moe|real OUT.gguf [--seed S] [--header-only]\n"
+    fprintf(f, "usage: dsflash synth --preset tiny|tiny-roles|bench|bench-moe|real OUT.gguf [--seed S] [--header-only]\n"
                "                     [--dspark DRAFT.gguf] [--type TYPE] [--expert-type TYPE] [--recipe R]\n"
                "                     [--engram-rows N] [--fp8-exact | --native]\n"
                "       dsflash synth --mmproj-preset tinyvl|release OUT.gguf [--seed S] [--header-only] [--type BF16|F32]\n"
@@ -23,6 +23,8 @@ static void usage(FILE *f) {
                "Writes a random-weight deepseek41 GGUF in the exact layout of a converted V4.1-Flash.\n"
                "  tiny    tiny41's topology (hidden 128, 8 layers, every layer role) with a usable\n"
                "          1024-token byte-level BPE tokenizer and the V4.1 special tokens (~4 MB)\n"
+               "  tiny-roles tiny's widths on 12 layers with roles shaped like the release's (two ratio-2\n"
+               "          groups, a ratio-1 candidate group with re-indexing layers, Engram before 1 and 5)\n"
                "  bench   every real per-layer shape and dtype of V4.1-Flash, 8 layers, 32 experts,\n"
                "          vocab 129280 (~11 GB; ~4.5 GB of weights read per decoded token)\n"
                "  bench-moe the real 384 experts (top 6) at the real widths on 1 layer (every layer role):\n"
@@ -153,7 +155,7 @@ static int cmd_synth(int argc, char **argv) {
         return 2;
     }
     if (!synth_data_bytes(preset)) {
-        fprintf(stderr, "dsflash synth: unknown preset '%s' (tiny, bench, bench-moe, real)\n", preset);
+        fprintf(stderr, "dsflash synth: unknown preset '%s' (tiny, tiny-roles, bench, bench-moe, real)\n", preset);
         return 2;
     }
     char err[DSF_ERR_LEN] = "", note[DSF_ERR_LEN] = "";
@@ -174,4 +176,4 @@ static int cmd_synth(int argc, char **argv) {
     return 0;
 }
 
-DSF_COMMAND(synth, "write a random-weight deepseek41 GGUF (--preset tiny|bench|bench-moe|real)", cmd_synth)
+DSF_COMMAND(synth, "write a random-weight deepseek41 GGUF (--preset tiny|tiny-roles|bench|bench-moe|real)", cmd_synth)

@@ -1,6 +1,6 @@
 /* synth.c: the layout of synthetic deepseek41 GGUF files (see synth.h).
  *
- * Owns: the three presets' parameters, which layers own compressor / indexer / Engram tensors
+ * Owns: the presets' parameters, which layers own compressor / indexer / Engram tensors
  * (gguf-layout §3.2: membership in the source lists; the derived roles are model/roles.c's),
  * the tensor set of §3.2 with its dtypes (dense BF16 or F32, F32 norms/router/hc/sinks/biases/engram_gate,
  * MXFP4 or F32 experts, the Engram table as dense), the keys of §2.3/§2.4 with the Engram/PLE
@@ -44,6 +44,20 @@ static const struct {
       .vocab = 1024, .ctx = 4096, .orig_ctx = 64, .yarn_factor = 4.0f,
       .n_ratio = 9, .ratios = {0, 0, 2, 2, 2, 1, 1, 1, 0},
       .n_kvsrc = 3, .kvsrc = {2, 4, 5}, .n_idxsrc = 4, .idxsrc = {2, 4, 5, 7}, .n_engram = 2, .engram = {1, 4},
+      PRESET_COMMON}},
+    /* tiny's widths on the release's shape of roles (architecture.md §1.3), for the MPI tests'
+     * second topology: 12 layers, window-only 0-1, two ratio-2 groups (KV + index sources 2
+     * and 5; 3-4 and 6 reuse them), a ratio-1 group 7-11 whose source 7 is the candidate source,
+     * 9 and 11 re-indexing with 7's keys inside its candidates (8 and 10 reuse a top-k), Engram
+     * before 1 and before 5, a group's source as on the release's layer 14. */
+    {"tiny-roles",
+     {.name = "dsflash-synth-tiny-roles", .n_embd = 128, .n_layer = 12, .n_head = 4, .head_dim = 64, .n_rot = 16,
+      .q_lora = 64, .o_groups = 2, .o_lora = 32, .window = 8, .n_expert = 8, .n_used = 2, .ff = 64, .n_shared = 1,
+      .idx_heads = 8, .idx_dim = 32, .idx_topk = 8, .cand_layer = 7, .cand_blocks = 3, .cand_bsize = 4,
+      .hc = 4, .sinkhorn = 20, .ngram = 4, .heads_per_ngram = 2, .engram_dim = 32, .engram_vocab = 101,
+      .vocab = 1024, .ctx = 4096, .orig_ctx = 64, .yarn_factor = 4.0f,
+      .n_ratio = 13, .ratios = {0, 0, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 0},
+      .n_kvsrc = 3, .kvsrc = {2, 5, 7}, .n_idxsrc = 5, .idxsrc = {2, 5, 7, 9, 11}, .n_engram = 2, .engram = {1, 5},
       PRESET_COMMON}},
     {"bench",
      {.name = "dsflash-synth-bench", .n_embd = 5120, .n_layer = 8, .n_head = 64, .head_dim = 512, .n_rot = 64,
@@ -630,7 +644,7 @@ int synth_write_ex(const char *name, const char *path, uint64_t seed, const synt
     const preset *p = find_preset(name);
     if (!o) o = &defaults;
     if (note && cap) note[0] = 0;
-    if (!p) return dsf_seterr(err, "unknown preset '%s' (tiny, bench, bench-moe, real)", name ? name : "(null)");
+    if (!p) return dsf_seterr(err, "unknown preset '%s' (tiny, tiny-roles, bench, bench-moe, real)", name ? name : "(null)");
     preset big;
     const uint64_t ncol = (uint64_t)p->n_engram * (p->ngram > 1 ? p->ngram - 1 : 0) * p->heads_per_ngram;
     if (o->engram_rows && ncol) {
@@ -664,7 +678,7 @@ int synth_write_dspark(const char *name, const char *path, uint64_t seed, const 
     static const synth_write_opts defaults = {.type = SYNTH_TYPE_KEEP, .expert_type = SYNTH_TYPE_KEEP};
     const preset *p = find_preset(name);
     if (!o) o = &defaults;
-    if (!p) return dsf_seterr(err, "unknown preset '%s' (tiny, bench, bench-moe, real)", name ? name : "(null)");
+    if (!p) return dsf_seterr(err, "unknown preset '%s' (tiny, tiny-roles, bench, bench-moe, real)", name ? name : "(null)");
     preset d = *p; /* the stages: blocks with ratio 0 and no roles */
     d.n_layer = DSPARK_STAGES;
     d.n_ratio = 0;

@@ -1,10 +1,13 @@
 /* synth.h: the one builder of random-weight deepseek41 GGUF files, in the exact layout of
- * gguf-layout.md §2-§3. It serves `dsflash synth` (four presets) and the tests' models
+ * gguf-layout.md §2-§3. It serves `dsflash synth` (five presets) and the tests' models
  * (tests/tmodel.h), which describe any topology with the same parameters.
  *
  * Presets:
  *   "tiny":  the topology of testdata/tiny41 (hidden 128, 8 layers, every layer role) with a
  *            usable byte-level BPE tokenizer (vocab 1024) for demos and server tests;
+ *   "tiny-roles": tiny's widths on 12 layers whose roles are shaped like the release's (two
+ *            ratio-2 groups, a ratio-1 candidate-source group with re-indexing layers, Engram
+ *            before 1 and 5), the MPI tests' second topology;
  *   "bench": every real per-layer shape and dtype of V4.1-Flash, 8 layers with every layer
  *            role, 32 routed experts, vocab 129280 (about 11 GB on disk) for benchmarks;
  *   "bench-moe": the real widths and 384 experts (top 6) on 1 layer with every layer role

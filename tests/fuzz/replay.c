@@ -7,7 +7,7 @@
  * truncated or random input (GGUF, model metadata, safetensors, tokenizer text and ids,
  * vocabularies, chat-request JSON, DSML output in random splits, HTTP request bodies (chat,
  * completions, Anthropic Messages and Responses), session snapshots, logits with NaN/inf,
- * stop strings, DSpark draft metadata, PNG and JPEG images with the preprocessing behind
+ * stop strings, the MPI followers' eval and batch payloads, DSpark draft metadata, PNG and JPEG images with the preprocessing behind
  * them, deepseek41v projector metadata, a serve request's images: base64, image headers, data:
  * URLs). What each harness checks is written at the top of its file in tests/fuzz. The seeds are the files in
  * tests/fuzz/seeds/fuzz_NAME (read from the repository root, as `make test` runs) plus a
@@ -21,6 +21,7 @@
 #include "fuzz_common.h"
 #include "fuzz_chat.c"
 #include "fuzz_dataurl.c"
+#include "fuzz_distmsg.c"
 #include "fuzz_dsml.c"
 #include "fuzz_grammar.c"
 #include "fuzz_image.c"
@@ -345,6 +346,16 @@ TEST(replay_dataurl) {
 }
 
 /* Valid entries (header + payload) with each flag combination, and a short file. */
+TEST(replay_distmsg) {
+    fi_seeds s = {0};
+    fi_add_dir(&s, "fuzz_distmsg");
+    /* flags (eval, n from the length), n_embd, count bits, 2 tokens; then a batch of 1 */
+    fi_add(&s, "\x00\x04\x00\x00\x00\x00\x01\x00\x00\x00\x02\x00\x00\x00", 14);
+    fi_add(&s, "\x01\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x05\x00\x00\x00", 18);
+    int total, acc = fi_run("distmsg", &s, 3000, fz_distmsg_one, &total);
+    FI_CHECK_MIX(acc, total);
+}
+
 TEST(replay_pcache) {
     fi_seeds s = {0};
     fi_add_dir(&s, "fuzz_pcache");
