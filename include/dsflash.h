@@ -611,7 +611,7 @@ void dsf_gen_fail(dsf_gen *g, const char *msg);
  * value: -1 with err and finish DSF_FINISH_ERROR after a failed step). */
 int dsf_gen_end(dsf_gen *g, dsf_gen_result *out, char *err);
 
-/* ==== several processes: an MPI job (docs/ARCHITECTURE.md "Several machines") ========== */
+/* ==== several processes: an MPI job (README "Several machines (MPI)"; docs/ARCHITECTURE.md net/, model/dist) */
 
 /* Call first in main. Takes the job's options out of argv: --parallel pipeline|experts|
  * pipeline,experts (starts MPI; the engine opened next is spread over the ranks: stages of

@@ -1,5 +1,5 @@
-/* dist.h: an engine spread over the ranks of an MPI job (docs/ARCHITECTURE.md "Several
- * machines"). Not a public interface.
+/* dist.h: an engine spread over the ranks of an MPI job (README "Several machines (MPI)";
+ * docs/ARCHITECTURE.md, model/). Not a public interface.
  *
  * The ranks form stages: stage s owns the layers [l0[s], l1[s]) (stage 0 also the embedding,
  * the last stage the head) and holds only their weights and KV. The members of a stage split
