@@ -39,7 +39,7 @@ static void sums(const bench_dist_phase *ph, double *bytes, double *msgs) {
     for (int r = 0; r < ph->n; r++) *bytes += (double)ph->st[r].bytes_sent, *msgs += (double)ph->st[r].msgs_sent;
 }
 
-static void print_phase(const char *name, const bench_dist_phase *ph) {
+void bench_dist_print_phase(const char *name, const bench_dist_phase *ph) {
     double bytes, msgs;
     sums(ph, &bytes, &msgs);
     const double tk = ph->tokens > 0 ? ph->tokens : 1;
@@ -60,8 +60,8 @@ void bench_dist_print(const dsf_engine *e, const bench_dist_phase *prefill, cons
     for (int s = 0; s < d->n_stages; s++) printf("%s%d", s ? "," : " ", d->first[s + 1] - d->first[s]);
     printf("; each rank's layers, experts and weight bytes: its log line (stderr); the read probes and fractions are "
            "rank 0's\n");
-    print_phase("prefill", prefill);
-    print_phase("decode", decode);
+    bench_dist_print_phase("prefill", prefill);
+    bench_dist_print_phase("decode", decode);
     printf("  MPI, resident memory (VmRSS after the decode; rank 0's holds the probe arena, --arena-mb):");
     for (int r = 0; r < decode->n; r++)
         printf(" rank %d %.1f MiB%s", r, (double)decode->st[r].rss_bytes / 1048576.0, r + 1 < decode->n ? "," : "");

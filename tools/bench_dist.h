@@ -23,6 +23,8 @@ int bench_dist_end(dsf_engine *e, bench_dist_phase *ph, double wall, int tokens)
  * per token (all ranks' sends), tok/s and each rank's share of the wall time spent waiting on
  * MPI; each rank's resident memory (at the end of decode). Nothing in a single process. */
 void bench_dist_print(const dsf_engine *e, const bench_dist_phase *prefill, const bench_dist_phase *decode);
+/* One phase's line: tok/s, bytes and messages per token, each rank's wait fraction. */
+void bench_dist_print_phase(const char *name, const bench_dist_phase *ph);
 /* The keys of the machine-readable last line (" ranks=N ..."), appended to buf; "" in a single
  * process. */
 void bench_dist_keys(const bench_dist_phase *prefill, const bench_dist_phase *decode, char *buf, size_t size);

@@ -19,6 +19,7 @@
  * report adds each phase's traffic (bench_dist.c). */
 #include "bench_constrain.h"
 #include "bench_dist.h"
+#include "bench_batch.h"
 #include "bench_engram.h"
 #include "bench_vision.h"
 #include "cmd.h"
@@ -709,6 +710,7 @@ typedef struct {
     double decode_tps, step_bytes, frac, bw_med;
     long rss;
     bench_dist_phase dpre, ddec; /* an MPI job's traffic per phase (n = 0: single process) */
+    bench_batch_result bat;      /* --batch (nseq = 0: not run) */
 } bench_run;
 
 /* Decode: blocks of steps, each bracketed by read probes. Returns 0, or 1 (said) on failure. */
@@ -817,6 +819,7 @@ static int bench_report(const bench_run *b) {
            "neighbouring probes) %.2f GB/s -> fraction %.3f (median over %d blocks)\n",
            steps, b->block, decode_tps, step_bytes * decode_tps / 1e9, bw_med, frac, b->n_blocks);
     bench_dist_print(e, &b->dpre, &b->ddec);
+    if (b->bat.nseq) bench_batch_print(&b->bat);
     if (csv) {
         FILE *cf = fopen(csv, "a");
         if (!cf) {
@@ -915,6 +918,8 @@ static void engine_params(dsf_engine_params *ep, int n_threads, int plain, int r
     ep->act_q8k = act_q8k;
 }
 
+static int g_batch; /* --batch N: also N sequences decoded together (bench_batch.h) */
+
 static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads, const char *csv, int plain,
                        uint64_t arena_mb, int cold, int repack, int resident, int act_q8k, const int engram[2]) {
     char err[DSF_ERR_LEN] = "";
@@ -963,6 +968,7 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
         b->toks[i] = 3 + (int32_t)((s >> 33) % (uint64_t)(b->n_vocab > 4 ? b->n_vocab - 3 : 1));
     }
     if (bench_prefill(b) || bench_decode(b)) return 1;
+    if (g_batch && bench_batch(e, g_batch, 16, n_gen, &b->bat)) return 1;
     b->rss = rss_kib("VmHWM:");
     if (cold) bench_engram_report(&b->eg, e, b->steps);
     if (bench_report(b)) return 1;
@@ -977,7 +983,7 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: dsflash bench -m MODEL [--prompt N] [--gen N] [--threads N] [--csv FILE] [--plain] [--cold]\n"
+    fprintf(f, "usage: dsflash bench -m MODEL [--prompt N] [--gen N] [--batch N] [--threads N] [--csv FILE] [--plain] [--cold]\n"
                "                     [--no-repack] [--mmap] [--act-q8k] [--engram-readers N] [--engram-cache MB]\n"
                "       dsflash bench --kernels [--threads N] [--set ref|avx2|avx512] [--arena-mb MB] [--reps N] [--only LIST]\n"
                "       dsflash bench --constrain VOCAB.gguf [--reps N]\n"
@@ -994,6 +1000,9 @@ static void usage(FILE *f) {
                "  --no-repack   keep the routed experts in the file instead of repacking them in memory\n"
                "  --mmap        read the dense weights from the file mapping instead of copying them\n"
                "                into memory\n"
+               "  --batch N     after the decode, N sequences (16-token prompts) decoded together for --gen\n"
+               "                steps, one dsf_batch_eval per step (the server's batched decode): tok/s of all\n"
+               "                of them (in an MPI job with its traffic and wait fractions)\n"
                "  --cold        first drop the model file's cached pages, so that the engine reads it\n"
                "                afresh into 2 MiB page-cache folios (pages cached earlier in 4 KiB\n"
                "                folios stay that way and cost TLB misses; see docs/PERFORMANCE.md); and\n"
@@ -1079,6 +1088,14 @@ static int cmd_bench(int argc, char **argv) {
             resident = -1;
         } else if (!strcmp(a, "--act-q8k")) {
             act_q8k = 1;
+        } else if (!strcmp(a, "--batch") && v) {
+            long n = strtol(v, &end, 10);
+            if (*end || n < 1 || n > 256) {
+                fprintf(stderr, "dsflash bench: --batch wants 1..256 sequences, got '%s'\n", v);
+                return 2;
+            }
+            g_batch = (int)n;
+            i++;
         } else if ((!strcmp(a, "--prompt") || !strcmp(a, "--gen")) && v) {
             long n = strtol(v, &end, 10);
             if (*end || n < (a[2] == 'p' ? 2 : 1) || n > 1000000) {

@@ -6,8 +6,7 @@
  * top-k and candidate lists the next layers reuse); the last stage's leader computes the head
  * and sends the logits to rank 0. A send does not wait for the receiver: rank 0 goes on with
  * the next chunk of a prefill while the later stages work on this one. A batch of several
- * sequences (batched decode) goes through in micro-batches, one per stage, so that every
- * stage has work.
+ * sequences (batched decode) goes through whole, or in micro-batches on request (below).
  * Must not: change a value (the stages run forward.c's steps on the same inputs). */
 #include "model/dist.h"
 #include "model/forward.h"
@@ -205,14 +204,20 @@ int dist_forward(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, const 
     const int64_t V = e->shape.n_vocab;
     dsf_kvstate **kv = dsf_xmalloc((size_t)T * sizeof *kv); /* tkv may be sc->tkv, which fwd_begin rewrites */
     memcpy(kv, tkv, (size_t)T * sizeof *kv);
-    /* micro-batches at sequence boundaries: as many as stages, when the chunk holds several
-     * sequences (a prefill chunk is one sequence: chunks pipeline instead) */
+    /* A batch of several sequences goes through the stages whole by default: split into
+     * micro-batches (DSF_DIST_MICROBATCH=M, at most one per stage and sequence), the stages
+     * overlap, but each micro-batch reads its stage's weights again, and decode is bound by
+     * those reads: 2 ranks, bench model, 4 sequences: 6.42 tok/s in 2 micro-batches against
+     * 8.99 whole; 32 sequences: 7.86 against 12.43 (docs/PERFORMANCE.md, MPI). A prefill chunk
+     * is one sequence: a prefill's chunks pipeline instead. */
     int64_t cut[DIST_MAX_STAGES + 1];
     int nmb = 1;
     cut[0] = 0;
     int64_t nseq = 1;
     for (int64_t t = 1; t < T; t++) nseq += kv[t] != kv[t - 1];
-    const int want_mb = S > 1 && nseq > 1 ? (int)(nseq < S ? nseq : S) : 1;
+    const char *mk = dsf_knob("DSF_DIST_MICROBATCH");
+    const int64_t ask = mk && atoi(mk) > 1 ? atoi(mk) : 1, most = nseq < S ? nseq : S;
+    const int want_mb = (int)(ask < most ? ask : most);
     for (int m = 1; m < want_mb; m++) {
         int64_t c = T * m / want_mb;
         while (c < T && c > cut[nmb - 1] && kv[c] == kv[c - 1]) c++;

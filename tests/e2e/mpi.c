@@ -9,7 +9,7 @@
  * The matrix (each mpirun costs ~0.5-1 s, so a covering subset): per configuration (ranks,
  * --parallel, forced cuts) 8 runs in which every golden case, both modes and every option set
  * (prefill in one call, chunked prefill, decode, rollback, rollback re-prefilled from the
- * history, snapshot, batched decode) appear at least once; the pairing rotates with the
+ * history, snapshot, batched decode whole and in micro-batches) appear at least once; the pairing rotates with the
  * configuration, so each case meets both modes and most option sets across configurations.
  * The forced cuts 3,7 and 6,7 (and 6 with two stages) cross compressed rows, a top-k list
  * and the candidate list (tiny41's role table: layer 3 reuses 2's rows and top-k, 6 reuses 5's,
@@ -38,20 +38,23 @@ static const char *const MODES[] = {"reference", "plain"};
 typedef struct {
     const char *what, *args;
     int num, den;
-    bool margin0; /* DSF_ROLLBACK_MARGIN=0 on every rank: the rollback re-prefills from the history */
+    const char *env; /* NAME=VALUE on every rank, or "": DSF_ROLLBACK_MARGIN=0 makes the rollback re-prefill
+                      * from the history; DSF_DIST_MICROBATCH=3 sends a batch through the stages in
+                      * micro-batches (off by default: model/dist_pipe.c) */
     int batch;    /* sessions written ([batch][n][V]) */
 } optset;
 
 static const optset OPTS[] = {
-    {"prefill in one call", "", 0, 1, false, 1},
-    {"chunked prefill", "--chunk 7", 0, 1, false, 1},
-    {"decode", "--chunk 1", 0, 1, false, 1},
-    {"rollback", "--chunk 5 --rollback-to %d", 1, 3, false, 1},
-    {"rollback re-prefilled", "--chunk 9 --rollback-to %d", 1, 2, true, 1},
-    {"snapshot", "--chunk 4 --snapshot-at %d", 2, 5, false, 1},
-    {"batched decode", "--batch 3", 0, 1, false, 3},
+    {"prefill in one call", "", 0, 1, "", 1},
+    {"chunked prefill", "--chunk 7", 0, 1, "", 1},
+    {"decode", "--chunk 1", 0, 1, "", 1},
+    {"rollback", "--chunk 5 --rollback-to %d", 1, 3, "", 1},
+    {"rollback re-prefilled", "--chunk 9 --rollback-to %d", 1, 2, "DSF_ROLLBACK_MARGIN=0", 1},
+    {"snapshot", "--chunk 4 --snapshot-at %d", 2, 5, "", 1},
+    {"batched decode", "--batch 3", 0, 1, "", 3},
+    {"batched decode in micro-batches", "--batch 3", 0, 1, "DSF_DIST_MICROBATCH=3", 3},
 };
-enum { N_OPTS = 7 };
+enum { N_OPTS = 8 };
 
 typedef struct {
     golden g[N_CASES];
@@ -91,14 +94,18 @@ static int run_logits(int np, const char *par, const char *model, const char *to
                       const optset *o, const char *out, char *msg, size_t cap) {
     char args[128], cmd[4096];
     snprintf(args, sizeof args, o->args, n * o->num / o->den);
-    const char *env = o->margin0 ? "DSF_ROLLBACK_MARGIN=0 " : "";
+    char env[96] = "", xenv[96] = "";
+    if (o->env[0]) {
+        snprintf(env, sizeof env, "%s ", o->env);
+        snprintf(xenv, sizeof xenv, "-x %.*s", (int)strcspn(o->env, "="), o->env);
+    }
     if (np == 0)
         snprintf(cmd, sizeof cmd, "%s%s logits -m %s --tokens-file %s --numerics %s --threads 1 %s --out %s 2>&1", env,
                  test_bin(), model, tokfile, mode, args, out);
     else
         snprintf(cmd, sizeof cmd, "%s%s %s %s logits -m %s --tokens-file %s --numerics %s --threads 1 %s --parallel %s "
                                   "--out %s 2>&1",
-                 env, test_mpirun(np), o->margin0 ? "-x DSF_ROLLBACK_MARGIN" : "", test_bin(), model, tokfile, mode,
+                 env, test_mpirun(np), xenv, test_bin(), model, tokfile, mode,
                  args, par, out);
     return test_run(cmd, msg, cap);
 }
@@ -312,7 +319,7 @@ TEST(mpi_batch_matches_separate_runs) {
     snprintf(one, sizeof one, "%s/one.f32", test_tmpdir());
     snprintf(rot, sizeof rot, "%s/rot.tok", test_tmpdir());
     for (int m = 0; m < 2; m++) {
-        const optset b = {"batched decode", "--batch 3 --prefill 5 --chunk 2", 0, 1, false, 3};
+        const optset b = {"batched decode", "--batch 3 --prefill 5 --chunk 2", 0, 1, "", 3};
         CHECKF(run_logits(0, NULL, model, c.tokfile[ci], n, MODES[m], &b, out, msg, sizeof msg) == 0, "%s", msg);
         long nb = 0;
         unsigned char *all = test_slurp(out, &nb);
