@@ -4,6 +4,8 @@
  * goldens' independent checker (skipped where python3 is absent); the expanded prompt printed
  * by --print-tokens against the reference's tokens and types; and the command's refusals. */
 #include "test.h"
+#include "helpers.h"
+#include "mpi.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -146,4 +148,50 @@ TEST(vl_logits_refusals) {
     int rc = test_run(cmd, out, sizeof out);
     CHECKF(rc == 1 && strstr(out, "cannot take images"), "exit %d: %s", rc, out);
     remove(outp);
+}
+
+/* Guards against: image spans going wrong in an MPI job (issue 39): the span rows reach only
+ * stage 0 (model/dist_ops.c), their types and keys every rank (routing with bias_vl, Engram
+ * DEAD), and a snapshot or rollback keeps them. The logits of a text+image case (one image with
+ * decode steps after the prefill; two images in one prompt) must be byte-identical to the same
+ * binary in one process, under every --parallel choice. */
+TEST(vl_logits_mpi_same_as_one_process) {
+    const char *why = test_mpi_missing();
+    if (why) SKIP("%s", why);
+    static const char *const cases[] = {"grad-decode", "two-plain", "grad-contract"};
+    static const struct {
+        int np;
+        const char *par;
+    } jobs[] = {{2, "pipeline"}, {3, "pipeline,experts"}, {2, "experts"}};
+    char one[4096], job[4096], cmd[32768], full[40000], out[4096];
+    snprintf(one, sizeof one, "%s", test_tmpfile("vl_mpi_one.f32"));
+    snprintf(job, sizeof job, "%s", test_tmpfile("vl_mpi_job.f32"));
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        if (case_cmd(cases[c], one, "", cmd, sizeof cmd, NULL) < 0) SKIP("needs ../shared/" VDIR);
+        snprintf(full, sizeof full, "%s 2>&1", cmd);
+        CHECKF(test_run(full, out, sizeof out) == 0, "%s in one process: %s", cases[c], out);
+        long na = 0;
+        unsigned char *a = test_slurp(one, &na);
+        CHECK(a && na > 0);
+        for (size_t j = 0; j < sizeof jobs / sizeof *jobs; j++) {
+            char extra[64];
+            snprintf(extra, sizeof extra, "--parallel %s", jobs[j].par);
+            if (case_cmd(cases[c], job, extra, cmd, sizeof cmd, NULL) < 0) SKIP("needs ../shared/" VDIR);
+            snprintf(full, sizeof full, "%s %s 2>&1", test_mpirun(jobs[j].np), cmd);
+            remove(job);
+            const int rc = test_run(full, out, sizeof out);
+            long nb = 0;
+            unsigned char *b = rc == 0 ? test_slurp(job, &nb) : NULL;
+            const bool same = b && nb == na && memcmp(a, b, (size_t)na) == 0;
+            free(b);
+            if (!same) free(a);
+            CHECKF(rc == 0, "%s, np %d --parallel %s: exit %d: %s", cases[c], jobs[j].np, jobs[j].par, rc, out);
+            CHECKF(same, "%s, np %d --parallel %s: the logits differ from one process's", cases[c], jobs[j].np,
+                   jobs[j].par);
+        }
+        free(a);
+    }
+    printf("  tinyvl: 3 cases x 3 jobs byte-identical to one process\n");
+    remove(one);
+    remove(job);
 }
