@@ -7,7 +7,7 @@
  * bytes per token wins (for the released roles: cuts at 2, 8, 14 and 20 carry nothing but the
  * stream; at 24, 28, 32 and 36 layer 20's new rows and candidates; elsewhere also a top-k).
  * Owns: the public dsf_dist_* calls (dsflash.h).
- * Must not: send anything (dist_pipe.c, dist_moe.c, dist_ops.c do). */
+ * Must not: send anything (distpipe.c, distmoe.c, distops.c, distfollow.c, distsnap.c do). */
 #include "model/dist.h"
 #include "base/util.h"
 

@@ -7,9 +7,11 @@
  * one member per stage; `experts`: one stage; `pipeline,experts`: both.
  *
  * What a cut carries (the stream, and every layer dependency that crosses it: gguf-layout.md
- * §2.5) is computed once here (dist_cut); the forward's messages (dist_pipe.c), the
- * experts' fixed-order combination (dist_moe.c) and rank 0's mirrored session operations
- * (dist_ops.c) use it.
+ * §2.5) is computed once here (dist_cut); the forward's messages (distpipe.c), the
+ * experts' fixed-order combination (distmoe.c), rank 0's mirrored session operations
+ * (distops.c), the followers' loop (distfollow.c) and the snapshots of a split session
+ * (distsnap.c) use it. (Separate files, so that no two of them link each other in a circle:
+ * `make links`.)
  * Invariant: every rank's values are bit for bit those of one process. */
 #ifndef DSF_DIST_H
 #define DSF_DIST_H
@@ -72,18 +74,19 @@ static inline bool dist_is_head(const dist_plan *d) { return !d || (d->stage == 
 void dist_cut_of(const dsf_shape *sh, int64_t c, dist_cut *out);
 double dist_cut_bytes(const dsf_shape *sh, const dist_cut *cut, int packed);
 
-/* dist_pipe.c: forward_tokens on a spread engine (forward.c calls it when e->dist). */
+/* distpipe.c: forward_tokens on a spread engine (forward.c calls it through e->dist_forward,
+ * which dsf_engine_open sets). */
 int dist_forward(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, const int32_t *tok, int64_t T,
                  float *logits, int64_t logit_row0, char *err);
 
-/* dist_moe.c: the fixed-order combination of a stage's experts (moe.c). acc [T][D] holds
+/* distmoe.c: the fixed-order combination of a stage's experts (moe.c). acc [T][D] holds
  * this member's partial start on return of dist_moe_begin (zeros for member 0, the previous
  * member's sum otherwise); dist_moe_end passes the sum on and leaves the stage's total in acc
  * on every member. */
 void dist_moe_begin(const struct fwd_ctx *f, float *acc);
 void dist_moe_end(const struct fwd_ctx *f, float *acc);
 
-/* dist_ops.c: rank 0 tells the other ranks what each public session call does, so that they
+/* distops.c: rank 0 tells the other ranks what each public session call does, so that they
  * run the same call on their part of the state. Each returns 0 (nothing to do when
  * single-process) or -1 with err when the job has failed. */
 int dist_op_new(dsf_session *s, int max_ctx, char *err);
@@ -91,10 +94,7 @@ void dist_op_free(dsf_session *s);
 int dist_op_eval(dsf_session *s, const int32_t *tokens, const dsf_media *m, int n, char *err);
 int dist_op_batch(dsf_session **ss, const int32_t *tokens, int n, char *err);
 int dist_op_rollback(dsf_session *s, int n, char *err);
-/* Snapshots: the stage leaders' parts in one container (rank 0), split again on restore. */
-int dist_save(const dsf_session *s, uint8_t **out, size_t *len, char *err);
-int dist_restore(dsf_session *s, const uint8_t *data, size_t len, char *err);
-/* The payloads of the eval and batch ops, checked against the header's counts (pure: the
+/* distfollow.c: the payloads of the eval and batch ops, checked against the header's counts (pure: the
  * fuzzer's entry points). An eval holds n tokens, and with media their types, keys and (for
  * stage 0) the span rows; a batch n session ids and n tokens. -1 with err naming the
  * mismatch; the out arrays are malloc'ed. */
@@ -108,10 +108,48 @@ typedef struct {
 int dist_parse_eval(const uint8_t *p, size_t len, int64_t n, bool media, int64_t n_embd, dist_eval_msg *out, char *err);
 void dist_eval_msg_free(dist_eval_msg *m);
 int dist_parse_batch(const uint8_t *p, size_t len, int64_t n, uint64_t **sids, int32_t **tokens, char *err);
-/* A follower rank (rank > 0): runs rank 0's operations until it closes the engine, then ends
- * the process (comm_exit). */
-_Noreturn void dist_follow(dsf_engine *e);
+/* distfollow.c: a follower rank (rank > 0) runs rank 0's operations until rank 0 closes the
+ * engine: 0 then (dsf_engine_open closes the engine and ends the process); a failure ends the
+ * process at once, named. */
+int dist_follow(dsf_engine *e);
 /* rank 0, dsf_engine_close: tells the followers to end. */
 void dist_op_quit(dsf_engine *e);
+
+
+/* ---- the op protocol (distops.c sends, distfollow.c runs, distsnap.c uses both) ---------- */
+
+#define DIST_OP_MAGIC 0x5053464fu /* "OFSP" */
+#define DIST_MAX_PAYLOAD ((size_t)1 << 40)
+enum { OP_QUIT = 1, OP_NEW, OP_FREE, OP_EVAL, OP_BATCH, OP_ROLLBACK, OP_SAVE, OP_RESTORE, OP_STATS };
+
+/* An op: a header, then len payload bytes (eval: tokens, types, keys, rows; batch: ids, tokens;
+ * restore: the rank's part). */
+typedef struct {
+    uint32_t magic, op;
+    uint64_t sid;
+    int64_t a, b;
+    uint64_t len;
+} op_head;
+
+/* A follower's answer to an op that needs one (new, restore). */
+typedef struct {
+    int32_t status;
+    char err[DSF_ERR_LEN];
+} op_reply;
+
+/* A follower's answer to OP_STATS. */
+typedef struct {
+    comm_stats st;
+    uint64_t rss;
+} stats_reply;
+
+/* distops.c: whether e is rank 0 of a job of several ranks; op h with its payload to the ranks
+ * [r0, r1) (rank 0 skipped), to every follower; every follower's op_reply (the first failure,
+ * named, into err); this process's VmRSS. */
+bool dist_root(const dsf_engine *e);
+int dist_send_op(const dsf_engine *e, op_head h, const void *payload, int r0, int r1, char *err);
+int dist_send_all(const dsf_engine *e, op_head h, const void *payload, char *err);
+int dist_replies(const dsf_engine *e, char *err);
+uint64_t dist_vm_rss(void);
 
 #endif

@@ -100,7 +100,12 @@ dsf_engine *dsf_engine_open(const char *path, const dsf_engine_params *p, char *
     residency_copy_dense(e, p);
     e->model_id = snapshot_model_id(g);
     e->name = dsf_xstrdup(path);
-    if (e->dist && e->dist->rank > 0) dist_follow(e); /* does not return */
+    if (e->dist) e->dist_forward = dist_forward;
+    if (e->dist && e->dist->rank > 0) { /* a follower: rank 0's ops until it closes the engine */
+        const int rc = dist_follow(e);
+        dsf_engine_close(e);
+        comm_exit(rc, rc != 0);
+    }
     return e;
 fail_shape:
     shape_free(&e->shape);

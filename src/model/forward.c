@@ -12,7 +12,6 @@
 #include "model/moe.h"
 #include "model/engram.h"
 #include "model/engram_io.h"
-#include "model/dist.h"
 #include "kernels/quant.h"
 #include "base/util.h"
 
@@ -129,7 +128,7 @@ void fwd_commit(const fwd *f) {
 
 int forward_tokens(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, const int32_t *tok, int64_t T,
                    float *logits, int64_t logit_row0, char *err) {
-    if (e->dist) return dist_forward(e, sc, tkv, tok, T, logits, logit_row0, err);
+    if (e->dist_forward) return e->dist_forward(e, sc, tkv, tok, T, logits, logit_row0, err); /* an MPI job */
     fwd f;
     fwd_begin(&f, e, sc, tkv, tok, T);
     double prof_t0 = fwd_profile_start();

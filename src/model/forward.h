@@ -43,7 +43,7 @@ static inline bool fwd_span(const fwd *f, int64_t t) { return f->ttype && f->tty
  * MoE) on the stream f->sc->X, in place; f->sc->pre holds the previous FFN's pre on entry and
  * this layer's on return. The main layer loop and the DSpark stages (dspark.c) run it. */
 void forward_layer(const fwd *f, int64_t il);
-/* forward.c, the steps of forward_tokens (dist_pipe.c runs them on a stage's layers): set up
+/* forward.c, the steps of forward_tokens (distpipe.c runs them on a stage's layers): set up
  * f for the chunk (positions, history, types); the embedding into the stream; the sequences'
  * new lengths; the head for tokens [t0, T) into logits [T - t0][n_vocab]. */
 void fwd_begin(fwd *f, const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, const int32_t *tok, int64_t T);

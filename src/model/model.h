@@ -115,6 +115,9 @@ typedef struct {
  * the activation prep (FP8 QDQ of FP8/FP4 projections); in plain numerics the raw inputs. */
 typedef void (*dsf_mm_observer)(void *user, const dsf_wmat *w, const float *x, const uint16_t *xb, int64_t T);
 
+struct dsf_scratch_s; /* session.h */
+struct dsf_kvstate_s;
+
 /* RoPE cos/sin are computed per position on the fly from these frequencies. */
 typedef struct {
     float *freq_main;     /* [n_rot/2] */
@@ -142,6 +145,10 @@ struct dsf_engine {
     dsf_mm_observer mm_obs; /* NULL (the default): no observer, one branch per product */
     void *mm_obs_user;
     struct dist_plan *dist; /* spread over the ranks of an MPI job (model/dist.h), or NULL */
+    /* forward_tokens of a spread engine (distpipe.c), called by forward.c (not linked to it:
+     * distpipe.c runs forward.c's steps), or NULL */
+    int (*dist_forward)(const struct dsf_engine *e, struct dsf_scratch_s *sc, struct dsf_kvstate_s **tkv,
+                        const int32_t *tok, int64_t T, float *logits, int64_t logit_row0, char *err);
     struct engram_io *eio; /* the Engram table's readers and hot-row cache (engram_io.h), or NULL
                             * without Engram */
 };

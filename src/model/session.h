@@ -29,7 +29,7 @@
 
 #include "model/model.h"
 
-typedef struct {
+typedef struct dsf_kvstate_s {
     int64_t max_ctx;
     int64_t n;          /* tokens consumed */
     int32_t *tokens;    /* [max_ctx] */
@@ -66,7 +66,7 @@ typedef struct {
 /* The token type (DSF_TOKEN_*) of position p (< n, or of the chunk being evaluated). */
 static inline int kv_type(const dsf_kvstate *kv, int64_t p) { return (int)kv->vtype[p] - 1; }
 
-typedef struct {
+typedef struct dsf_scratch_s {
     int64_t max_chunk;
     int64_t ksel, kcand;         /* idx_topk and cand_topk_blocks capped by what max_ctx can
                                   * reach (the file's values are untrusted sizes) */

@@ -83,14 +83,6 @@ static uint32_t held_id(const dsf_session *s) {
     return id ? id : 1;
 }
 
-int dsf_session_save(const dsf_session *s, uint8_t **out, size_t *len, char *err) {
-    return s->e->dist ? dist_save(s, out, len, err) : session_save_local(s, out, len, err);
-}
-
-int dsf_session_restore(dsf_session *s, const uint8_t *data, size_t len, char *err) {
-    return s->e->dist ? dist_restore(s, data, len, err) : session_restore_local(s, data, len, err);
-}
-
 typedef struct {
     char magic[8];
     uint32_t version, numerics;

@@ -40,7 +40,7 @@ typedef struct {
     int num, den;
     const char *env; /* NAME=VALUE on every rank, or "": DSF_ROLLBACK_MARGIN=0 makes the rollback re-prefill
                       * from the history; DSF_DIST_MICROBATCH=3 sends a batch through the stages in
-                      * micro-batches (off by default: model/dist_pipe.c) */
+                      * micro-batches (off by default: model/distpipe.c) */
     int batch;    /* sessions written ([batch][n][V]) */
 } optset;
 

@@ -1,6 +1,6 @@
 /* mpi_fault.c: a rank of an MPI job that dies or hangs mid-decode (issue 39 "Faults"): the
  * job ends with a non-zero exit, its output names the rank, no dsflash process is left, and
- * it never hangs. The fault is the knob DSF_DIST_FAULT=RANK:N:SIG (src/model/dist_pipe.c:
+ * it never hangs. The fault is the knob DSF_DIST_FAULT=RANK:N:SIG (src/model/distpipe.c:
  * rank RANK raises SIG as its N-th forward begins; 9 kills it, 19 stops it) during
  * `logits --chunk 1` (64 single-token decode steps; N = 30).
  *

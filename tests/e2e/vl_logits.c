@@ -151,7 +151,7 @@ TEST(vl_logits_refusals) {
 }
 
 /* Guards against: image spans going wrong in an MPI job (issue 39): the span rows reach only
- * stage 0 (model/dist_ops.c), their types and keys every rank (routing with bias_vl, Engram
+ * stage 0 (model/distops.c), their types and keys every rank (routing with bias_vl, Engram
  * DEAD), and a snapshot or rollback keeps them. The logits of a text+image case (one image with
  * decode steps after the prefill; two images in one prompt) must be byte-identical to the same
  * binary in one process, under every --parallel choice. */

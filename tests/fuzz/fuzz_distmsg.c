@@ -1,5 +1,5 @@
 /* fuzz_distmsg.c: libFuzzer harness for the payloads of rank 0's eval and batch ops
- * (dist_parse_eval, dist_parse_batch in src/model/dist_ops.c), which every follower rank of an
+ * (dist_parse_eval, dist_parse_batch in src/model/distfollow.c), which every follower rank of an
  * MPI job parses: a corrupted or mismatched message must be refused, never overread.
  *
  * Input: byte 0 = flags (bit 0: 0 eval, 1 batch; bit 1: the eval carries media; bits 2-3: how

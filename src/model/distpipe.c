@@ -1,4 +1,4 @@
-/* dist_pipe.c: forward_tokens on an engine spread over stages (dist.h).
+/* distpipe.c: forward_tokens on an engine spread over stages (dist.h).
  *
  * Stage 0 embeds; each stage runs its layers and its leader sends the stream to every member
  * of the next stage with what crosses the cut (dist_cut: the crossing KV sources' new

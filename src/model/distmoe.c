@@ -1,4 +1,4 @@
-/* dist_moe.c: the members of a stage combine their experts' outputs in a fixed order (dist.h).
+/* distmoe.c: the members of a stage combine their experts' outputs in a fixed order (dist.h).
  * Member m owns the experts [e0, e1) of increasing id ranges, so the single process's additions
  * (increasing expert id, then the shared expert) are member 0's, then member 1's on its sum,
  * and so on: each member waits for the previous one's sum, adds its outputs and passes it on;
