@@ -266,44 +266,29 @@ int dsf_batch_eval(dsf_session **ss, const int32_t *tokens, int n, float *logits
         if (ss[i]->kv.max_ctx > own->kv.max_ctx) own = ss[i];
     }
     if (dist_op_batch(ss, tokens, n, err) < 0) return -1;
-    /* the scratch of the participant with the largest context serves the whole batch; in an MPI
-     * job every group runs (the other ranks run them all) before a failure is handled */
+    /* the scratch of the participant with the largest context serves the whole batch. A failure
+     * rolls back every entry that ran; in an MPI job every group runs first (the other ranks
+     * run them all) */
     char first[DSF_ERR_LEN] = "";
-    for (int i = 0; i < n && e->dist;) {
-        int64_t g = n - i < own->sc.max_chunk ? n - i : own->sc.max_chunk;
-        for (int64_t k = 0; k < g; k++) own->sc.tkv[k] = &ss[i + k]->kv;
-        float *lg = logits ? logits + (size_t)i * (size_t)V : NULL;
-        if (forward_tokens(e, &own->sc, own->sc.tkv, tokens + i, g, lg, 0, err) < 0 && !first[0])
+    int ran = 0;
+    while (ran < n && (!first[0] || e->dist)) {
+        const int64_t g = n - ran < own->sc.max_chunk ? n - ran : own->sc.max_chunk;
+        for (int64_t k = 0; k < g; k++) own->sc.tkv[k] = &ss[ran + k]->kv;
+        float *lg = logits ? logits + (size_t)ran * (size_t)V : NULL;
+        if (forward_tokens(e, &own->sc, own->sc.tkv, tokens + ran, g, lg, 0, err) < 0 && !first[0])
             snprintf(first, sizeof first, "%s", err);
         for (int64_t k = 0; lg && !first[0] && k < g; k++)
-            if (check_logits(lg + k * V, 1, V, ss[i + k]->kv.n - 1, err) < 0) snprintf(first, sizeof first, "batch entry %d: %s", (int)(i + k), err);
-        i += (int)g;
+            if (check_logits(lg + k * V, 1, V, ss[ran + k]->kv.n - 1, err) < 0)
+                snprintf(first, sizeof first, "batch entry %d: %s", ran + (int)k, err);
+        ran += (int)g;
     }
-    if (e->dist) {
-        if (!first[0]) return 0;
-        for (int j = 0; j < n && !comm_failed(); j++) dsf_session_rollback(ss[j], ss[j]->kv.n - 1, err);
-        return dsf_seterr(err, "%s", first);
-    }
-    for (int i = 0; i < n;) {
-        int64_t g = n - i < own->sc.max_chunk ? n - i : own->sc.max_chunk;
-        for (int64_t k = 0; k < g; k++) own->sc.tkv[k] = &ss[i + k]->kv;
-        float *lg = logits ? logits + (size_t)i * (size_t)V : NULL;
-        const bool failed = forward_tokens(e, &own->sc, own->sc.tkv, tokens + i, g, lg, 0, err) < 0;
-        for (int64_t k = 0; (lg || failed) && k < g; k++)
-            if (failed || check_logits(lg + k * V, 1, V, ss[i + k]->kv.n - 1, err) < 0) {
-                char keep[DSF_ERR_LEN];
-                if (failed) snprintf(keep, sizeof keep, "%s", err);
-                else snprintf(keep, sizeof keep, "batch entry %d: %s", (int)(i + k), err);
-                int emptied = -1; /* a rollback whose re-feed failed too (engram_io.h) */
-                for (int j = 0; j < i + (int)g; j++)
-                    if (dsf_session_rollback(ss[j], ss[j]->kv.n - 1, err) < 0) emptied = j;
-                if (emptied >= 0)
-                    return dsf_seterr(err, "%s (batch entry %d could not be restored: it was emptied)", keep, emptied);
-                return dsf_seterr(err, "%s", keep);
-            }
-        i += (int)g;
-    }
-    return 0;
+    if (!first[0]) return 0;
+    if (e->dist && comm_failed()) return dsf_seterr(err, "%s", first); /* the job is over */
+    int emptied = -1; /* a rollback whose re-feed failed too (engram_io.h) */
+    for (int j = 0; j < ran; j++)
+        if (dsf_session_rollback(ss[j], ss[j]->kv.n - 1, err) < 0) emptied = j;
+    if (emptied >= 0) return dsf_seterr(err, "%s (batch entry %d could not be restored: it was emptied)", first, emptied);
+    return dsf_seterr(err, "%s", first);
 }
 
 static int needs_carry(const dsf_shape *sh) {
