@@ -39,11 +39,7 @@ static const char *jstr(const json_t *o, const char *path) {
 }
 
 static long long jint(const json_t *o, const char *path) {
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", path);
-    const json_t *v = o;
-    for (char *tok = strtok(buf, "."); tok && v; tok = strtok(NULL, "."))
-        v = json_is_array(v) ? json_array_get(v, (size_t)atoi(tok)) : json_object_get(v, tok);
+    const json_t *v = json_at(o, path);
     return json_is_integer(v) ? json_integer_value(v) : -1;
 }
 

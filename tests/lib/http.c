@@ -180,11 +180,12 @@ json_t *body_json(const response *r) {
     return json_loadb((const char *)r->body.data, r->body.len, JSON_ALLOW_NUL, &e); /* generated text may hold U+0000 */
 }
 
+/* strtok_r: tests call this from several client threads at once (strtok's state is global) */
 const json_t *json_at(const json_t *o, const char *path) {
-    char buf[256];
+    char buf[256], *save = NULL;
     snprintf(buf, sizeof buf, "%s", path);
     const json_t *v = o;
-    for (char *tok = strtok(buf, "."); tok && v; tok = strtok(NULL, "."))
+    for (char *tok = strtok_r(buf, ".", &save); tok && v; tok = strtok_r(NULL, ".", &save))
         v = json_is_array(v) ? json_array_get(v, (size_t)atoi(tok)) : json_object_get(v, tok);
     return v;
 }
