@@ -273,12 +273,14 @@ static int cmd_logits(int argc, char **argv) {
         if (f && fclose(f)) ok = 0;
         if (!ok) snprintf(err, sizeof err, "cannot write %s: %s", outp, strerror(errno));
     }
+    /* the error first: in an MPI job the launcher kills this rank soon after its stop signal,
+     * and closing the engine can outlast that */
+    if (!ok) fail("%s%s", err, "");
     dsf_session_free(s);
     dsf_engine_close(e);
     free(rows);
     free(tok);
-    if (!ok) return fail("%s%s", err, "");
-    return 0;
+    return ok ? 0 : 1;
 }
 
 DSF_COMMAND(logits, "run tokens through the model and write every row of logits (float32)", cmd_logits)

@@ -213,8 +213,9 @@ int logits_image_main(int argc, char **argv) {
         if (f && fclose(f)) ok = 0;
         if (!ok) snprintf(err, sizeof err, "cannot write %.400s: %s", o.out, strerror(errno));
     }
+    if (!ok) li_fail("%s", err); /* before the engine closes: cmd_logits.c says why */
     free(rows);
     dsf_mm_prompt_free(&p);
     dsf_engine_close(e);
-    return ok ? 0 : li_fail("%s", err);
+    return ok ? 0 : 1;
 }
