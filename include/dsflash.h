@@ -68,6 +68,13 @@ typedef struct {
      * smaller than it is cached whole as its rows are read. The values and the logits are bit
      * for bit the same with any readers and cache. */
     int engram_cache_mb;
+    /* Tokens per forward of a prefill (llama.cpp's --ubatch): > 0 = that many; 0 = auto: the
+     * smallest of 512, 1024, ... 8192 that gives each routed expert 32 tokens of a chunk on
+     * average (512 on 32 experts top-6, 2048 on the released 384 top-6), halved while a
+     * session's chunk memory (its scratch and window-ring rows) would exceed 1/16 of RAM;
+     * DSF_CHUNK=N in the environment overrides auto. Every session of the engine takes it (in
+     * an MPI job, rank 0's). The logits are bit for bit the same whatever the chunk. */
+    int ubatch;
 } dsf_engine_params;
 
 void dsf_engine_params_default(dsf_engine_params *p);
@@ -85,6 +92,8 @@ size_t dsf_engine_repacked_bytes(const dsf_engine *e);
 /* Bytes of dense weights copied into memory at open (0: they are read from the file). */
 size_t dsf_engine_resident_bytes(const dsf_engine *e);
 int dsf_engine_n_ctx_train(const dsf_engine *e);
+/* The tokens per prefill forward its sessions take (dsf_engine_params.ubatch, resolved). */
+int dsf_engine_ubatch(const dsf_engine *e);
 /* Human-readable description of the model (dsflash inspect): metadata, layer roles, tensors. */
 void dsf_engine_describe(const dsf_engine *e, void (*emit)(void *ud, const char *line), void *ud);
 
@@ -540,8 +549,8 @@ void dsf_gen_free(dsf_gen *g);
 /* Makes the session hold exactly prompt[0..n) and keeps the logits after its last token.
  * Reuses the longest common prefix of dsf_session_tokens() and the prompt (rolling the
  * session back to it; at least one token is always evaluated, so a fully cached prompt
- * rolls back by one), then evaluates the rest in chunks of `chunk` tokens (<= 0: default),
- * calling progress after each. n >= 1. On failure (bad id, context too small, cancelled)
+ * rolls back by one), then evaluates the rest in chunks of `chunk` tokens (<= 0: the engine's
+ * dsf_engine_ubatch, one forward each), calling progress after each. n >= 1. On failure (bad id, context too small, cancelled)
  * returns -1 with err; the session then holds some prefix of the prompt. */
 int dsf_gen_prefill(dsf_gen *g, const int32_t *prompt, int n, int chunk, dsf_gen_progress_cb progress,
                     void *ud, char *err);

@@ -811,9 +811,9 @@ static int bench_report(const bench_run *b) {
                pmd < 0.95 ? " (the rest was cached earlier in 4 KiB folios: --cold re-reads the file in 2 MiB "
                             "ones; TLB misses cost bandwidth)"
                           : "");
-    printf("  prefill %d tokens: %.2f s, %.1f tok/s, %.1f GFLOP/s; measured BF16 peak (%s) %.1f GFLOP/s (best of 3 "
+    printf("  prefill %d tokens (ubatch %d): %.2f s, %.1f tok/s, %.1f GFLOP/s; measured BF16 peak (%s) %.1f GFLOP/s (best of 3 "
            "probes before and after: %.1f, %.1f) -> %.3f\n",
-           n_prompt, b->t_prefill, prefill_tps, prefill_gflops, strncmp(k->name, "amx", 3) ? "dot instructions" : "AMX tiles",
+           n_prompt, dsf_engine_ubatch(e), b->t_prefill, prefill_tps, prefill_gflops, strncmp(k->name, "amx", 3) ? "dot instructions" : "AMX tiles",
            peak, b->pk0, b->pk1, prefill_gflops / peak);
     printf("  decode %d tokens (blocks of %d): %.2f tok/s, %.2f GB/s of weights; read bandwidth (median of "
            "neighbouring probes) %.2f GB/s -> fraction %.3f (median over %d blocks)\n",
@@ -842,6 +842,57 @@ static int bench_report(const bench_run *b) {
     return 0;
 }
 
+#define BENCH_MAX_UBATCH 8
+static int g_ubatch[BENCH_MAX_UBATCH], g_n_ubatch; /* --ubatch N[,N...] */
+
+/* --ubatch A,B,...: the prefill of the prompt once at each chunk size, each on a new session,
+ * bracketed by the read and peak probes. The profile's counters of the MXFP4 products (the
+ * routed experts) give their share of the time and the share of their time that reading their
+ * weights at the probed bandwidth would take: the rest is decoding and multiplying. The
+ * engine's chunk is the first size again afterwards. Returns 0, or 1 (said) on failure. */
+static int bench_ubatch_sweep(bench_run *b) {
+    char err[DSF_ERR_LEN] = "";
+    dsf_engine *e = b->e;
+    const dsf_shape *sh = &e->shape;
+    const int pk_bf16 = kern_peak_probe(b->k, 1, 1, &(float){0}) > 0;
+    fwd_profile_collect();
+    for (int i = 0; i < g_n_ubatch; i++) {
+        e->chunk = g_ubatch[i];
+        dsf_session *s = dsf_session_new(e, b->n_prompt + 1, err);
+        if (!s) {
+            fprintf(stderr, "dsflash bench: --ubatch %d: %s\n", g_ubatch[i], err);
+            return 1;
+        }
+        const double bw0 = probe_read(b->pool, b->k, b->arena, b->arena_n), pk0 = probe_peak_max(b->pool, b->k, pk_bf16);
+        fwd_profile_reset();
+        const double t0 = dsf_now();
+        const int rc = dsf_session_eval(s, b->toks, b->n_prompt, b->logits, false, err);
+        const double t = dsf_now() - t0;
+        double xs, xb, xf;
+        fwd_profile_mxfp4(&xs, &xb, &xf);
+        const double flops = cost_prefill_flops(s, b->n_prompt, b->tok_flops, b->head_flops, b->il_flops);
+        dsf_session_free(s);
+        if (rc < 0) {
+            fprintf(stderr, "dsflash bench: prefill at --ubatch %d: %s\n", g_ubatch[i], err);
+            return 1;
+        }
+        const double pk1 = probe_peak_max(b->pool, b->k, pk_bf16), bw1 = probe_read(b->pool, b->k, b->arena, b->arena_n);
+        const double peak = pk0 > pk1 ? pk0 : pk1, bw = 0.5 * (bw0 + bw1);
+        const double tpe = sh->n_expert ? (double)g_ubatch[i] * (double)sh->n_expert_used / (double)sh->n_expert : 0;
+        const double read_share = xs > 0 ? xb / (bw * 1e9) / xs : 0;
+        printf("  prefill %d tokens at ubatch %d (%.1f tokens per routed expert): %.1f tok/s, %.1f GFLOP/s -> %.3f of "
+               "the peak (%.1f); MXFP4 products %.0f %% of the time at %.1f GFLOP/s, their weights %.2f GB/s: reading "
+               "them at the probed %.1f GB/s would take %.3f of their time\n",
+               b->n_prompt, g_ubatch[i], tpe, b->n_prompt / t, flops / t / 1e9, flops / t / 1e9 / peak, peak,
+               100 * xs / t, xs > 0 ? xf / xs / 1e9 : 0, xs > 0 ? xb / xs / 1e9 : 0, bw, read_share);
+        printf("ubatch=%d prefill_tps=%.2f prefill_peak_fraction=%.3f mxfp4_time_share=%.3f mxfp4_read_share=%.3f\n",
+               g_ubatch[i], b->n_prompt / t, flops / t / 1e9 / peak, xs / t, read_share);
+    }
+    fwd_profile_reset();
+    e->chunk = g_ubatch[0];
+    return 0;
+}
+
 /* The warm-up eval, then the prefill of the prompt bracketed by dot-peak probes. Returns 0,
  * or 1 (said) on failure. */
 static int bench_prefill(bench_run *b) {
@@ -862,6 +913,15 @@ static int bench_prefill(bench_run *b) {
     dsf_session_free(ws);
     fwd_profile_reset(); /* DSF_PROFILE reports the measured prefill and decode steps only */
     warm_row_tables(b->path, b->cold);
+    /* the indexer projections' cost per layer (cost_prefill_flops) */
+    b->il_bytes = calloc((size_t)e->shape.n_layer + 1, sizeof(double));
+    b->il_flops = calloc((size_t)e->shape.n_layer + 1, sizeof(double));
+    if (!b->il_bytes || !b->il_flops) {
+        fprintf(stderr, "dsflash bench: out of memory\n");
+        return 1;
+    }
+    cost_index_proj(e, b->il_bytes, b->il_flops);
+    if (g_n_ubatch > 1 && bench_ubatch_sweep(b)) return 1;
     probe_read(pool, k, b->arena, b->arena_n);
 
     dsf_session *ss = dsf_session_new(e, n_prompt + b->n_gen + 1, err);
@@ -886,13 +946,6 @@ static int bench_prefill(bench_run *b) {
     /* the prefill's FLOPs: every matmul for every prompt token, but the LM head only for the
      * last one (the eval returns the last row's logits), and the indexer's query projections
      * only in the chunks that compute them (the eval's chunks of max_chunk tokens) */
-    b->il_bytes = calloc((size_t)e->shape.n_layer + 1, sizeof(double));
-    b->il_flops = calloc((size_t)e->shape.n_layer + 1, sizeof(double));
-    if (!b->il_bytes || !b->il_flops) {
-        fprintf(stderr, "dsflash bench: out of memory\n");
-        return 1;
-    }
-    cost_index_proj(e, b->il_bytes, b->il_flops);
     double prefill_flops = cost_prefill_flops(ss, n_prompt, b->tok_flops, b->head_flops, b->il_flops);
     b->t_prefill = t_prefill;
     b->prefill_tps = n_prompt / t_prefill;
@@ -916,6 +969,7 @@ static void engine_params(dsf_engine_params *ep, int n_threads, int plain, int r
     ep->repack = repack;
     ep->resident = resident;
     ep->act_q8k = act_q8k;
+    ep->ubatch = g_n_ubatch ? g_ubatch[0] : 0;
 }
 
 static int g_batch; /* --batch N: also N sequences decoded together (bench_batch.h) */
@@ -985,6 +1039,7 @@ static int bench_model(const char *path, int n_prompt, int n_gen, int n_threads,
 static void usage(FILE *f) {
     fprintf(f, "usage: dsflash bench -m MODEL [--prompt N] [--gen N] [--batch N] [--threads N] [--csv FILE] [--plain] [--cold]\n"
                "                     [--no-repack] [--mmap] [--act-q8k] [--engram-readers N] [--engram-cache MB]\n"
+               "                     [--ubatch N[,N...]]\n"
                "       dsflash bench --kernels [--threads N] [--set ref|avx2|avx512] [--arena-mb MB] [--reps N] [--only LIST]\n"
                "       dsflash bench --constrain VOCAB.gguf [--reps N]\n"
                "       dsflash bench --vision MMPROJ|synth [--vision-grid WxH] [--threads N] [--plain]\n"
@@ -1000,6 +1055,11 @@ static void usage(FILE *f) {
                "  --no-repack   keep the routed experts in the file instead of repacking them in memory\n"
                "  --mmap        read the dense weights from the file mapping instead of copying them\n"
                "                into memory\n"
+               "  --ubatch N    tokens per prefill forward (default: auto, as run and serve pick it); a list\n"
+               "                (up to 8) measures the prompt's prefill at each size first, a line each with\n"
+               "                tok/s, the peak fraction, the MXFP4 products' share of the time and the share\n"
+               "                of theirs that reading their weights at the probed bandwidth would take\n"
+               "                (ubatch=... keys); the run then uses the first\n"
                "  --batch N     after the decode, N sequences (16-token prompts) decoded together for --gen\n"
                "                steps, one dsf_batch_eval per step (the server's batched decode): tok/s of all\n"
                "                of them (in an MPI job with its traffic and wait fractions)\n"
@@ -1088,6 +1148,23 @@ static int cmd_bench(int argc, char **argv) {
             resident = -1;
         } else if (!strcmp(a, "--act-q8k")) {
             act_q8k = 1;
+        } else if (!strcmp(a, "--ubatch") && v) {
+            g_n_ubatch = 0;
+            int ok = 1;
+            for (const char *q = v; ok;) {
+                long n = strtol(q, &end, 10);
+                ok = end != q && n >= 1 && n <= (1 << 20) && (!*end || *end == ',') && g_n_ubatch < BENCH_MAX_UBATCH;
+                if (!ok) break;
+                g_ubatch[g_n_ubatch++] = (int)n;
+                if (!*end) break;
+                q = end + 1;
+            }
+            if (!ok) {
+                fprintf(stderr, "dsflash bench: --ubatch wants up to %d chunk sizes of 1..1048576 tokens (N or "
+                                "N,N,...), got '%s'\n", BENCH_MAX_UBATCH, v);
+                return 2;
+            }
+            i++;
         } else if (!strcmp(a, "--batch") && v) {
             long n = strtol(v, &end, 10);
             if (*end || n < 1 || n > 256) {

@@ -109,7 +109,8 @@ static json_t *string_or_empty(const dsf_buf *b) {
 
 static int cmd_chat(int argc, char **argv) {
     if (dsf_cmd_wants_help(argc, argv)) {
-        printf("%s%s%s%s%s", CHAT_USAGE, GEN_CLI_OPTIONS_HELP, GEN_CLI_IMAGE_HELP, GEN_CLI_ENGRAM_HELP, GEN_CLI_DRAFT_HELP);
+        printf("%s%s%s%s%s%s", CHAT_USAGE, GEN_CLI_OPTIONS_HELP, GEN_CLI_IMAGE_HELP, GEN_CLI_ENGRAM_HELP, GEN_CLI_UBATCH_HELP,
+               GEN_CLI_DRAFT_HELP);
         return 0;
     }
     gen_cli_opts o;

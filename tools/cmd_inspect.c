@@ -7,6 +7,7 @@
 #include "dsflash.h"
 #include "model/plan.h"
 #include "model/model.h"
+#include "model/session.h"
 #include "io/gguf.h"
 #include "kernels/quant.h"
 #include "base/util.h"
@@ -19,7 +20,7 @@
 
 static const char *USAGE =
     "usage: dsflash inspect MODEL.gguf\n"
-    "       dsflash inspect --plan MODEL.gguf [--ram GiB] [--ctx N]\n"
+    "       dsflash inspect --plan MODEL.gguf [--ram GiB] [--ctx N] [--ubatch N]\n"
     "  Prints the metadata, a table of layer roles (ratio, KV source, top-k source, candidate role,\n"
     "  Engram), every tensor with its dtype and bytes, the bytes each dtype takes (tensors, bytes,\n"
     "  share of the file) and the dtypes each tensor class uses (routed and shared experts, dense\n"
@@ -33,7 +34,9 @@ static const char *USAGE =
     "             what decode streams every token (kept resident) and what it reads a row at a time\n"
     "             (token embedding, Engram table: through the page cache), the KV state per token and\n"
     "             for a context of N tokens (--ctx, default 4096), and whether that fits in --ram GiB\n"
-    "             (default: this machine's memory); exit status 3 if it does not fit\n"
+    "             (default: this machine's memory); exit status 3 if it does not fit; the prefill\n"
+    "             chunk the sessions take (--ubatch, default auto as the engine picks it for that\n"
+    "             RAM: 32 tokens per routed expert, within 1/16 of RAM) and its memory\n"
     "       dsflash inspect --parallel MODE --ranks N [--pp-split L,..] [--stages S] MODEL.gguf\n"
     "  --parallel from the header alone (a header-only file will do; no MPI needed): how an MPI job\n"
     "             of N ranks would spread the model (MODE pipeline, experts or pipeline,experts, as\n"
@@ -42,7 +45,6 @@ static const char *USAGE =
     "             weight bytes and KV bytes per token of context (README \"Several machines\")\n";
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
-#define PLAN_CHUNK 512 /* the sessions' default prefill chunk (session.c) */
 
 static void emit(void *ud, const char *line) {
     (void)ud;
@@ -60,12 +62,29 @@ static gguf_file *open_header(const char *path) {
     return g;
 }
 
-static int plan(const char *path, double ram_gib, long long ctx) {
+static int plan(const char *path, double ram_gib, long long ctx, long long ubatch) {
     char err[DSF_ERR_LEN];
     gguf_file *g = open_header(path);
     if (!g) return 1;
+    const char *src = "given";
+    if (ram_gib <= 0) {
+        ram_gib = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE) / GIB;
+        src = "this machine's";
+    }
+    /* the sessions' chunk as the engine picks it (engine.c) for that RAM, reference numerics */
+    dsf_shape sh;
+    if (shape_load(&sh, g, err) < 0) {
+        dsf_err_oneline(err);
+        fprintf(stderr, "dsflash inspect: %s: %s\n", path, err);
+        gguf_close(g);
+        return 1;
+    }
+    const int64_t chunk = ubatch > 0 ? ubatch : chunk_auto(&sh, kv_pack_default(1), ram_gib * GIB);
+    const double cbytes = (double)chunk_bytes(&sh, chunk, kv_pack_default(1));
+    const double tpe = sh.n_expert > 0 ? (double)chunk * (double)sh.n_expert_used / (double)sh.n_expert : 0;
+    shape_free(&sh);
     model_plan_t p;
-    if (model_plan(g, ctx, PLAN_CHUNK, &p, err) < 0) {
+    if (model_plan(g, ctx, chunk, &p, err) < 0) {
         dsf_err_oneline(err);
         fprintf(stderr, "dsflash inspect: %s: %s\n", path, err);
         gguf_close(g);
@@ -99,15 +118,14 @@ static int plan(const char *path, double ram_gib, long long ctx) {
                "(chunk %d)\n",
                m == DSF_NUMERICS_REFERENCE ? "reference" : "plain", p.kv_packed[m] ? "packed" : "fp32",
                p.kv_rows_per_token[m], (long long)p.n_layer, (long long)p.window, (unsigned long long)wrow,
-               (double)p.kv_window[m] / 1e6, (double)p.kv_ring[m] / GIB, (double)p.kv_bytes[m] / GIB, ctx, PLAN_CHUNK);
+               (double)p.kv_window[m] / 1e6, (double)p.kv_ring[m] / GIB, (double)p.kv_bytes[m] / GIB, ctx, (int)chunk);
     }
+    printf("== prefill ==\n");
+    printf("  chunk %lld tokens (%s): %.1f tokens per routed expert on average; its scratch and window-ring rows "
+           "take %.3f GiB per session\n",
+           (long long)chunk, ubatch > 0 ? "--ubatch" : "auto for this RAM", tpe, cbytes / GIB);
     /* the default numerics (reference) */
     const double need = (double)(p.resident + p.kv_bytes[DSF_NUMERICS_REFERENCE]) / GIB;
-    const char *src = "given";
-    if (ram_gib <= 0) {
-        ram_gib = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE) / GIB;
-        src = "this machine's";
-    }
     printf("== memory ==\n");
     if (need <= ram_gib)
         printf("  fits: the resident weights and the KV state take %.3f GiB of the %.3f GiB of %s RAM; %.3f GiB "
@@ -254,17 +272,21 @@ static int cmd_inspect(int argc, char **argv) {
     }
     if (argc >= 3 && !strcmp(argv[1], "--plan")) {
         double ram = 0;
-        long long ctx = 4096;
+        long long ctx = 4096, ubatch = 0;
         for (int i = 3; i < argc; i++) {
             char *end = NULL;
             if (!strcmp(argv[i], "--ram") && i + 1 < argc) ram = strtod(argv[++i], &end);
             else if (!strcmp(argv[i], "--ctx") && i + 1 < argc) ctx = strtoll(argv[++i], &end, 10);
+            else if (!strcmp(argv[i], "--ubatch") && i + 1 < argc) {
+                ubatch = strtoll(argv[++i], &end, 10);
+                if (ubatch < 1 || ubatch > (1 << 20)) end = NULL;
+            }
             if (!end || *end || ram < 0 || ctx < 1 || ctx > (1ll << 31)) {
                 fprintf(stderr, "dsflash inspect: bad option %s\n%s", argv[i], USAGE);
                 return 2;
             }
         }
-        return plan(argv[2], ram, ctx);
+        return plan(argv[2], ram, ctx, ubatch);
     }
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--parallel")) return describe_parallel(argc, argv);

@@ -7,6 +7,7 @@
  * keep it stable. */
 #include "cmd.h"
 #include "dsflash.h"
+#include "frontend.h"
 #include "logits_image.h"
 
 #include <errno.h>
@@ -20,6 +21,7 @@ static const char *USAGE =
     "                      [--rollback-to K] [--snapshot-at K] [--batch K [--prefill P]] [--ctx N] [--act-q8k]\n"
     "  Writes float32 [n_tokens][n_vocab]; row i holds the logits after consuming token i.\n"
     "  --chunk N        feed N tokens per eval (1 = token-by-token decode; default: all at once)\n"
+    "  --ubatch N       tokens per forward within an eval (default 0: auto; the logits do not change)\n"
     "  --rollback-to K  after all tokens, roll back to K and feed tokens[K:] again (rows >= K from that pass)\n"
     "  --snapshot-at K  after K tokens, save the state, drop the session, restore it into a new one, continue\n"
     "  --batch K        K sessions; session i runs the list rotated left by i (tokens[(j + i) % n] at j): each\n"
@@ -183,6 +185,9 @@ static int cmd_logits(int argc, char **argv) {
         else if (!strcmp(a, "--prefill")) { NEEDV(); if (parse_int(v, 0, &prefill)) return fail("bad --prefill '%s'%s", v, ""); }
         else if (!strcmp(a, "--ctx")) { NEEDV(); if (parse_int(v, 1, &ctx)) return fail("bad --ctx '%s'%s", v, ""); }
         else if (!strcmp(a, "--act-q8k")) ep.act_q8k = true;
+        else if (!strcmp(a, "--ubatch")) {
+            if (gen_cli_ubatch_option("logits", argc, argv, &i, &ep.ubatch) < 0) return 1;
+        }
         else if (!strcmp(a, "--numerics")) {
             NEEDV();
             if (!strcmp(v, "reference")) ep.numerics = DSF_NUMERICS_REFERENCE;

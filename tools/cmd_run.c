@@ -27,7 +27,8 @@ static const char *RUN_USAGE =
 
 static int cmd_run(int argc, char **argv) {
     if (dsf_cmd_wants_help(argc, argv)) {
-        printf("%s%s%s%s%s", RUN_USAGE, GEN_CLI_OPTIONS_HELP, GEN_CLI_IMAGE_HELP, GEN_CLI_ENGRAM_HELP, GEN_CLI_DRAFT_HELP);
+        printf("%s%s%s%s%s%s", RUN_USAGE, GEN_CLI_OPTIONS_HELP, GEN_CLI_IMAGE_HELP, GEN_CLI_ENGRAM_HELP, GEN_CLI_UBATCH_HELP,
+               GEN_CLI_DRAFT_HELP);
         return 0;
     }
     gen_cli_opts o;

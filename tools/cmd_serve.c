@@ -42,7 +42,9 @@ static void usage(void) {
            "  --max-body BYTES     request body limit (default 8388608); larger -> 413\n"
            "  --max-queue N        requests waiting for a slot before 503 (default 256)\n"
            "  --keepalive-ms MS    SSE ': keep-alive' comment period while waiting (default 5000)\n"
-           "  --prefill-chunk N    prompt tokens per forward; other slots run between chunks (default 256)\n"
+           "  --prefill-chunk N    prompt tokens per prefill step; other slots run between steps (default: the\n"
+           "                       engine's --ubatch, one forward per step; smaller: less wait for the other\n"
+           "                       slots, slower prefill)\n"
            "  --timeout S          close a connection idle for S seconds (default 600)\n"
            "  --read-timeout S     close a connection whose request (headers and body) has not arrived S seconds\n"
            "                       after it opened or its previous answer ended (default 30; not while answering)\n"
@@ -71,7 +73,7 @@ static void usage(void) {
            "  --port-file FILE     write the bound port to FILE once listening\n"
            "  --parallel MODE      as an MPI job: mpirun -np N dsflash serve ... --parallel pipeline|experts|\n"
            "                       pipeline,experts spreads the model over the ranks; rank 0 serves HTTP\n"
-           "%s%s"
+           "%s%s%s"
            "\nDecoding slots share one batched forward per token (weights read once for all).\n"
            "One log line per request goes to stderr (DSF_LOG=0 silences it; DSF_LOG=2 adds one line\n"
            "per decode forward with its batch size).\n"
@@ -79,7 +81,7 @@ static void usage(void) {
            "flush, exit 0. A second SIGINT exits at once. In an MPI job, SIGTERM or SIGINT (mpirun's stop, e.g.\n"
            "when a rank died) or a rank silent for --mpi-liveness: every request, running or new, gets 503 naming\n"
            "the failure (/health too), then exit 1 at once.\n",
-           GEN_CLI_ENGRAM_HELP, GEN_CLI_DRAFT_HELP);
+           GEN_CLI_ENGRAM_HELP, GEN_CLI_UBATCH_HELP, GEN_CLI_DRAFT_HELP);
 }
 
 static int parse_int(const char *name, const char *v, long long lo, long long hi, long long *out) {
@@ -195,6 +197,7 @@ static int cmd_serve(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         int dr = gen_cli_draft_option(&p.spec, "serve", argc, argv, &i);
         if (!dr) dr = gen_cli_engram_option("serve", argc, argv, &i, &p.engram_readers, &p.engram_cache_mb);
+        if (!dr) dr = gen_cli_ubatch_option("serve", argc, argv, &i, &p.ubatch);
         if (dr < 0) return 2;
         if (dr) continue;
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;

@@ -44,6 +44,10 @@ const char *const GEN_CLI_ENGRAM_HELP =
     "                     that use them; 0 = none (each Engram layer reads its rows when it needs them) [8]\n"
     "  --engram-cache MB  memory for the Engram table's hot rows (raw, CLOCK eviction); 0 = none  [256]\n";
 
+const char *const GEN_CLI_UBATCH_HELP =
+    "  --ubatch N         tokens per forward of a prefill (0 = auto: 32 per routed expert on average,\n"
+    "                     512..8192, within 1/16 of RAM per session; `inspect --plan` shows it) [0]\n";
+
 const char *const GEN_CLI_DRAFT_HELP =
     "  --draft FILE       speculative decoding with this DSpark draft GGUF (same output; faster when\n"
     "                     drafts are accepted). \"oracle[:K]\": the test drafter (the model's own argmax,\n"
@@ -150,10 +154,25 @@ int gen_cli_engram_option(const char *cmd, int argc, char **argv, int *i, int *r
     return 1;
 }
 
+int gen_cli_ubatch_option(const char *cmd, int argc, char **argv, int *i, int *ubatch) {
+    if (strcmp(argv[*i], "--ubatch")) return 0;
+    const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    long l;
+    if (!v || parse_long(v, 0, 1L << 20, &l)) {
+        fprintf(stderr, "dsflash %s: bad --ubatch '%s' (expected 0..1048576 tokens, 0 = auto)\n", cmd, v ? v : "");
+        return -1;
+    }
+    *ubatch = (int)l;
+    ++*i;
+    return 1;
+}
+
 int gen_cli_option(gen_cli_opts *o, int argc, char **argv, int *i) {
     int dr = gen_cli_draft_option(&o->spec, o->cmd, argc, argv, i);
     if (dr) return dr;
     dr = gen_cli_engram_option(o->cmd, argc, argv, i, &o->engram_readers, &o->engram_cache_mb);
+    if (dr) return dr;
+    dr = gen_cli_ubatch_option(o->cmd, argc, argv, i, &o->ubatch);
     if (dr) return dr;
     const char *a = argv[*i];
     static const char *const with_value[] = {"-m", "--model", "-n", "--n-predict", "--temp", "--top-k",
@@ -248,6 +267,7 @@ int gen_cli_load(const gen_cli_opts *o, gen_cli_model *m) {
     ep.act_q8k = o->act_q8k;
     ep.engram_readers = o->engram_readers;
     ep.engram_cache_mb = o->engram_cache_mb;
+    ep.ubatch = o->ubatch;
     m->e = dsf_engine_open(o->model, &ep, err);
     if (!m->e) goto fail;
     m->tok = dsf_tokenizer_load(o->model, err);

@@ -26,6 +26,7 @@ typedef struct {
     bool act_q8k;             /* dsf_engine_params.act_q8k (--act-q8k) */
     int engram_readers;       /* dsf_engine_params.engram_readers (--engram-readers) */
     int engram_cache_mb;      /* dsf_engine_params.engram_cache_mb (--engram-cache) */
+    int ubatch;               /* dsf_engine_params.ubatch (--ubatch) */
     dsf_sampler_params sp;    /* sampling + max_tokens (-n) + stop strings */
     bool seed_set;
     bool think;               /* thinking_mode "thinking" (default) or "chat" */
@@ -49,6 +50,11 @@ int gen_cli_option(gen_cli_opts *o, int argc, char **argv, int *i);
  * "dsflash CMD: ..." on stderr. */
 int gen_cli_engram_option(const char *cmd, int argc, char **argv, int *i, int *readers, int *cache_mb);
 extern const char *const GEN_CLI_ENGRAM_HELP;
+/* --ubatch N (0..1048576, 0 = auto), shared by run, chat, bench, logits and serve: returns 1
+ * (and advances *i past the value) with *ubatch set, 0 if argv[*i] is not --ubatch, -1 after
+ * printing "dsflash CMD: ..." on stderr. */
+int gen_cli_ubatch_option(const char *cmd, int argc, char **argv, int *i, int *ubatch);
+extern const char *const GEN_CLI_UBATCH_HELP;
 /* Checks a reasoning effort: 1..100 or low|medium|high|max|minimal|xhigh. 0 ok / -1 + err. */
 int gen_cli_check_effort(const char *s, char *err);
 /* The option lines shared by both --help texts. */

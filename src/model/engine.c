@@ -9,6 +9,7 @@
 #include "model/model.h"
 #include "model/plan.h"
 #include "model/residency.h"
+#include "model/session.h"
 #include "model/dist.h"
 #include "model/snapshot.h"
 #include "model/engram_io.h"
@@ -34,6 +35,15 @@ void engine_set_mm_observer(dsf_engine *e, dsf_mm_observer fn, void *user) {
     e->mm_obs_user = fn ? user : NULL;
 }
 
+/* The sessions' prefill chunk: p->ubatch, else DSF_CHUNK, else the automatic one (session.h). */
+static int64_t engine_chunk(const dsf_shape *sh, const dsf_engine_params *p) {
+    if (p->ubatch > 0) return p->ubatch;
+    const char *kc = dsf_knob("DSF_CHUNK");
+    if (kc && atoi(kc) > 0) return atoi(kc);
+    const double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    return chunk_auto(sh, kv_pack_default(p->numerics == DSF_NUMERICS_REFERENCE), ram);
+}
+
 /* The Engram table's readers and cache (engram_io.h), sized by p (0: the defaults). */
 static int open_engram_io(dsf_engine *e, const dsf_engine_params *p, char *err) {
     const gguf_tensor *ple = e->w.ple;
@@ -56,6 +66,10 @@ dsf_engine *dsf_engine_open(const char *path, const dsf_engine_params *p, char *
     }
     if (p->numerics != DSF_NUMERICS_REFERENCE && p->numerics != DSF_NUMERICS_PLAIN) {
         dsf_seterr(err, "unknown numerics mode %d", (int)p->numerics);
+        return NULL;
+    }
+    if (p->ubatch < 0) {
+        dsf_seterr(err, "bad ubatch %d (expected tokens per prefill forward, or 0 for auto)", p->ubatch);
         return NULL;
     }
     gguf_file *g = gguf_open(path, err);
@@ -84,6 +98,7 @@ dsf_engine *dsf_engine_open(const char *path, const dsf_engine_params *p, char *
     op_rope_freqs(e->rope.freq_compress, e->shape.n_rot, e->shape.compress_rope_base, e->shape.yarn,
                   e->shape.yarn_factor, e->shape.yarn_orig_ctx, e->shape.yarn_beta_fast, e->shape.yarn_beta_slow);
     e->numerics = p->numerics;
+    e->chunk = engine_chunk(&e->shape, p);
     e->act_q8k = p->act_q8k;
     e->kern = kernels_get();
     int nt = p->n_threads;
@@ -136,6 +151,7 @@ int dsf_engine_n_vocab(const dsf_engine *e) { return (int)e->shape.n_vocab; }
 size_t dsf_engine_repacked_bytes(const dsf_engine *e) { return e->repack_map ? e->repack_touched : 0; }
 size_t dsf_engine_resident_bytes(const dsf_engine *e) { return e->dense_map ? e->dense_size : 0; }
 int dsf_engine_n_ctx_train(const dsf_engine *e) { return (int)e->shape.n_ctx_train; }
+int dsf_engine_ubatch(const dsf_engine *e) { return (int)e->chunk; }
 
 /* ---- describe (dsflash inspect) --------------------------------------------------------- */
 
@@ -223,6 +239,8 @@ void dsf_engine_describe(const dsf_engine *e, void (*emit)(void *ud, const char 
     if (sh->cand_src >= 0)
         EMIT("  candidates: source layer %d, %lld blocks of %lld rows", sh->cand_src, (long long)sh->cand_topk_blocks,
              (long long)sh->cand_block);
+    EMIT("  prefill chunk %lld tokens (%.1f per routed expert on average)", (long long)e->chunk,
+         sh->n_expert > 0 ? (double)e->chunk * (double)sh->n_expert_used / (double)sh->n_expert : 0.0);
     if (e->repack_map)
         EMIT("  routed experts: repacked in memory for the %s kernels (%.2f GB; DSF_REPACK=0 keeps them in the file)",
              e->kern->name, (double)e->repack_size / 1e9);

@@ -20,7 +20,12 @@
 #define KDEC_TOK 16
 #define HUGE_MIN ((size_t)1 << 20)
 #define HUGE_PAGE ((size_t)2 << 20)
+/* fail == NULL: only counts n into *bytes (scratch_bytes' dry run of scratch_init) */
 static void *take(size_t n, size_t *bytes, int *fail) {
+    if (!fail) {
+        *bytes += n;
+        return NULL;
+    }
     if (*fail) return NULL;
     void *p = NULL;
     if (n >= HUGE_MIN) {
@@ -124,10 +129,13 @@ void kv_free(dsf_kvstate *kv, const dsf_shape *s) {
     memset(kv, 0, sizeof *kv);
 }
 
-int scratch_init(dsf_scratch *sc, const dsf_shape *s, int64_t T, int64_t max_ctx, int packed, size_t *bytes) {
+/* scratch_init's arrays, allocated (alloc) or only counted into *bytes (sc's pointers stay
+ * NULL); -1 when an allocation failed (everything freed). */
+static int scratch_layout(dsf_scratch *sc, const dsf_shape *s, int64_t T, int64_t max_ctx, int packed, size_t *bytes,
+                          int alloc) {
     memset(sc, 0, sizeof *sc);
     sc->max_chunk = T;
-    int fail = 0;
+    int fail = 0, *failp = alloc ? &fail : NULL;
     const size_t F = sizeof(float), I = sizeof(int32_t);
     const size_t D = (size_t)s->n_embd, hc = (size_t)s->hc, H = (size_t)s->n_head, dh = (size_t)s->head_dim;
     const size_t ql = (size_t)s->q_lora, oo = (size_t)(s->o_groups * s->o_lora), mix = (2 + hc) * hc;
@@ -146,7 +154,7 @@ int scratch_init(dsf_scratch *sc, const dsf_shape *s, int64_t T, int64_t max_ctx
     if (ctb > nheap) nheap = ctb;
     if (EK > nheap) nheap = EK;
     const size_t cols = (size_t)s->ple_cols, ein = cols * (size_t)s->ple_dim;
-#define TAKE(field, n) sc->field = take((n), bytes, &fail)
+#define TAKE(field, n) sc->field = take((n), bytes, failp)
     TAKE(X, t * hc * D * F);
     TAKE(X1, t * hc * D * F);
     TAKE(pre, t * hc * F);
@@ -233,6 +241,40 @@ int scratch_init(dsf_scratch *sc, const dsf_shape *s, int64_t T, int64_t max_ctx
         return -1;
     }
     return 0;
+}
+
+int scratch_init(dsf_scratch *sc, const dsf_shape *s, int64_t T, int64_t max_ctx, int packed, size_t *bytes) {
+    return scratch_layout(sc, s, T, max_ctx, packed, bytes, 1);
+}
+
+size_t scratch_bytes(const dsf_shape *s, int64_t T, int64_t max_ctx, int packed) {
+    dsf_scratch sc;
+    size_t bytes = 0;
+    scratch_layout(&sc, s, T, max_ctx, packed, &bytes, 0);
+    return bytes;
+}
+
+/* The automatic prefill chunk (session.h). Each routed expert's weights are decoded once per
+ * chunk, so a chunk should give every expert CHUNK_TPE tokens on average: on 384 experts with
+ * top-6 a 512-token chunk gives 8, and the MXFP4 products are then bound by decoding the
+ * weights (docs/PERFORMANCE.md, "Prefill chunk"). The chunk's own memory, its scratch and the
+ * window ring's extra rows, is bounded by CHUNK_RAM_SHARE of RAM per session. */
+#define CHUNK_MIN 512
+#define CHUNK_MAX 8192
+#define CHUNK_TPE 32
+#define CHUNK_RAM_SHARE 16 /* 1/16 of RAM */
+
+size_t chunk_bytes(const dsf_shape *s, int64_t chunk, int packed) {
+    int64_t wrow, crow, irow;
+    kv_row_bytes(s, packed, &wrow, &crow, &irow);
+    return scratch_bytes(s, chunk, chunk, packed) + (size_t)chunk * (size_t)wrow * (size_t)s->n_layer;
+}
+
+int64_t chunk_auto(const dsf_shape *s, int packed, double ram) {
+    int64_t c = CHUNK_MIN;
+    while (c < CHUNK_MAX && c * s->n_expert_used < (int64_t)CHUNK_TPE * s->n_expert) c *= 2;
+    while (c > CHUNK_MIN && ram > 0 && (double)chunk_bytes(s, c, packed) > ram / CHUNK_RAM_SHARE) c /= 2;
+    return c;
 }
 
 void scratch_free(dsf_scratch *sc) {

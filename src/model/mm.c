@@ -160,6 +160,21 @@ void fwd_profile_reset(void) {
     if (prof_enabled()) memset(prof.ph, 0, sizeof prof.ph);
 }
 
+void fwd_profile_collect(void) {
+    if (!prof_enabled()) prof.on = 1; /* no atexit report: only DSF_PROFILE registers it */
+}
+
+void fwd_profile_mxfp4(double *s, double *bytes, double *flop) {
+    const prof_phase *q = &prof.ph[1];
+    *s = *bytes = *flop = 0;
+    for (int a = 0; a < PROF_PATHS; a++)
+        for (int b = 1; b < PROF_TYPES; b++) { /* the two MXFP4 types */
+            *s += q->mm_s[a][b];
+            *bytes += q->mm_bytes[a][b];
+            *flop += q->mm_flop[a][b];
+        }
+}
+
 static void prof_mm(const fwd *f, const dsf_wmat *w, int64_t T, int path, double t0) {
     prof_phase *q = &prof.ph[f->T > 1];
     int type = !wmat_is_mxfp4(w) ? 0 : w->n_in < 4096 ? 2 : 1;

@@ -49,6 +49,12 @@ void fwd_profile_reset(void);
  * fwd_profile_end counts the call of T tokens that started at t0 (nothing when t0 is 0). */
 double fwd_profile_start(void);
 void fwd_profile_end(int64_t T, double t0);
+/* Counts the time split of DSF_PROFILE=1 without the variable and without its report at exit
+ * (bench's --ubatch list reads it through fwd_profile_mxfp4); a no-op when DSF_PROFILE is set. */
+void fwd_profile_collect(void);
+/* What the prefill chunks' products of MXFP4 weights (the routed experts) counted since the
+ * last reset: seconds, weight bytes read (each product's weights once per call), FLOPs. */
+void fwd_profile_mxfp4(double *s, double *bytes, double *flop);
 
 /* Debug dump of a chunk tensor to $DSF_DUMP/<name>.bin (no-op unless set): the first chunk of
  * a sequence (tpos[0] == 0) creates the file, later chunks append. */

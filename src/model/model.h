@@ -130,6 +130,7 @@ struct dsf_engine {
     dsf_weights w;
     dsf_rope rope;
     dsf_numerics numerics;
+    int64_t chunk; /* tokens per prefill forward of its sessions (dsf_engine_params.ubatch) */
     bool act_q8k; /* dsf_engine_params.act_q8k: Q8_K activations for the K / IQ weights (mm.c) */
     const dsf_kernels *kern;
     dsf_pool *pool;

@@ -3,7 +3,7 @@
  * substituted rows kept with the token history, vision.md §5-§8), evaluate a batch of
  * sessions' next tokens, and roll back exactly (architecture.md §5.3), spans included.
  *
- * Owns: chunk sizing (DSF_CHUNK) and the session's lifetime; the request checks (context
+ * Owns: the session's lifetime (its chunk is the engine's); the request checks (context
  * length, token ids) before any state changes.
  * Must not: compute model arithmetic (forward.c does), or allocate in the token loop
  * (kvcache.c sizes everything at creation).
@@ -22,16 +22,10 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Tokens per forward of a prefill. 512 rather than 256: each routed expert sees twice the
- * tokens per call, so each weight is read half as often; scratch grows with it (+0.2 GB per
- * session on the bench model). DSF_CHUNK overrides it (on rank 0 of an MPI job: the other
- * ranks take rank 0's). */
-#define DSF_DEFAULT_CHUNK 512
-
 dsf_session *dsf_session_new(dsf_engine *e, int max_ctx, char *err) {
-    int64_t chunk = DSF_DEFAULT_CHUNK;
-    const char *kc = dsf_knob("DSF_CHUNK");
-    if (kc && atoi(kc) > 0) chunk = atoi(kc);
+    /* the engine's chunk (engine.c: dsf_engine_params.ubatch, DSF_CHUNK or chunk_auto); the
+     * other ranks of an MPI job take rank 0's */
+    const int64_t chunk = e->chunk > 0 ? e->chunk : 512;
     dsf_session *s = session_new(e, max_ctx, chunk, err);
     if (s && dist_op_new(s, max_ctx, err) < 0) { /* the other ranks of an MPI job make theirs */
         char keep[DSF_ERR_LEN];

@@ -151,7 +151,7 @@ static inline uint8_t *kv_ik(const dsf_kvstate *kv, int64_t il, int64_t j) { ret
 #define DSF_ROLLBACK_MARGIN 1024
 #define KV_IDX_DEC 16384 /* floats of indexer.c's stack block of decoded index keys */
 
-/* session.c: a session with max_chunk chunk (dsf_session_new takes it from DSF_CHUNK; the
+/* session.c: a session with max_chunk chunk (dsf_session_new takes the engine's; the
  * other ranks of an MPI job from rank 0). snapshot.c: the snapshot of the state this process
  * holds (all of it, or its stage's layers in an MPI job: dist.h), and its restore. */
 dsf_session *session_new(dsf_engine *e, int max_ctx, int64_t chunk, char *err);
@@ -178,5 +178,15 @@ void kv_free(dsf_kvstate *kv, const dsf_shape *s);
 /* packed: room for attn.c's decoded keys (sessions whose kvstate is packed). */
 int scratch_init(dsf_scratch *sc, const dsf_shape *s, int64_t max_chunk, int64_t max_ctx, int packed, size_t *bytes);
 void scratch_free(dsf_scratch *sc);
+/* The bytes scratch_init takes for these arguments, allocating nothing. */
+size_t scratch_bytes(const dsf_shape *s, int64_t max_chunk, int64_t max_ctx, int packed);
+/* What a chunk of chunk tokens costs a session: its scratch (at a context of chunk tokens)
+ * plus the chunk's rows in every layer's window ring. */
+size_t chunk_bytes(const dsf_shape *s, int64_t chunk, int packed);
+/* The automatic prefill chunk (kvcache.c): the smallest power of two from 512 to 8192 that
+ * gives each routed expert 32 tokens on average (n_expert_used / n_expert of the chunk's
+ * tokens), halved (not below 512) while chunk_bytes exceeds 1/16 of ram bytes (ram <= 0: no
+ * bound). The logits do not depend on the chunk. */
+int64_t chunk_auto(const dsf_shape *s, int packed, double ram);
 
 #endif

@@ -218,7 +218,7 @@ int dsf_gen_prefill_begin_media(dsf_gen *g, const int32_t *prompt, const dsf_med
     g->pf_prompt = prompt;
     g->pf_n = n;
     g->pf_pos = lcp;
-    g->pf_chunk = chunk > 0 ? chunk : DSF_GEN_PREFILL_CHUNK;
+    g->pf_chunk = chunk > 0 ? chunk : dsf_engine_ubatch(g->e); /* one forward per step */
     g->pf_active = true;
     g->prefill_s = dsf_now() - t0;
     return n - lcp;

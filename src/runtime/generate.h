@@ -11,8 +11,6 @@
 
 #include "dsflash.h"
 
-/* Default number of tokens per eval during prefill (one progress callback per chunk). */
-#define DSF_GEN_PREFILL_CHUNK 64
 /* Most top logprobs a caller may ask for per token (OpenAI's limit). */
 #define DSF_GEN_MAX_LOGPROBS 20
 

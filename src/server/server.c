@@ -550,7 +550,7 @@ void srv_params_default(srv_params *p) {
     p->max_body = 8u << 20;
     p->max_queue = 256;
     p->keepalive_ms = 5000;
-    p->prefill_chunk = 256;
+    p->prefill_chunk = 0;
     p->idle_timeout_s = 600;
     p->read_timeout_s = 30;
     p->max_conn = 4096;
@@ -649,6 +649,7 @@ srv_server *srv_start(const srv_params *p, char *err) {
     ep.act_q8k = p->act_q8k;
     ep.engram_readers = p->engram_readers;
     ep.engram_cache_mb = p->engram_cache_mb;
+    ep.ubatch = p->ubatch;
     ep.numerics = p->numerics;
     s->e = dsf_engine_open(p->model_path, &ep, err);
     if (!s->e) goto fail;

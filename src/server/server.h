@@ -43,10 +43,12 @@ typedef struct {
     bool act_q8k;           /* dsf_engine_params.act_q8k */
     int engram_readers;     /* dsf_engine_params.engram_readers */
     int engram_cache_mb;    /* dsf_engine_params.engram_cache_mb */
+    int ubatch;             /* dsf_engine_params.ubatch */
     size_t max_body;        /* request body limit in bytes; default 8 MiB */
     int max_queue;          /* requests waiting for a slot before 503; default 256 */
     int keepalive_ms;       /* SSE keep-alive comment period while nothing is sent; default 5000 */
-    int prefill_chunk;      /* tokens per prefill forward (interleaves slots); default 256 */
+    int prefill_chunk;      /* prompt tokens per prefill step (other slots run between); 0 (the
+                             * default): the engine's dsf_engine_ubatch, one forward per step */
     int idle_timeout_s;     /* an idle connection is closed after this; default 600 */
     int read_timeout_s;     /* a request's headers and body must arrive within this; default 30 */
     int max_conn;           /* open connections beyond which a request gets 503; default 4096 */

@@ -48,6 +48,23 @@ TEST(inspect_plan_cli) {
     CHECKF(rc == 3 && strstr(out, "(whole file)") && strstr(out, "does not fit"), "rc %d: %s", rc, out);
     snprintf(cmd, sizeof cmd, "%s inspect --plan %s --ctx x 2>&1", test_bin(), model);
     CHECK(test_run(cmd, out, sizeof out) == 2);
+    snprintf(cmd, sizeof cmd, "%s inspect --plan %s --ubatch 0 2>&1", test_bin(), model);
+    CHECK(test_run(cmd, out, sizeof out) == 2);
+    /* the prefill chunk on the released shape (384 experts, top-6; dsf_engine_params.ubatch):
+     * 2048 tokens (32 per expert) where RAM allows, 512 on a tiny RAM, --ubatch as given */
+    snprintf(cmd, sizeof cmd, "%s synth --preset real --header-only %s/inspect-real.gguf >/dev/null 2>&1", test_bin(),
+             test_tmpdir());
+    CHECK(test_run(cmd, out, sizeof out) == 0);
+    static const struct {
+        const char *opt, *want;
+    } ck[] = {{"--ram 768", "chunk 2048 tokens (auto for this RAM): 32.0 tokens per routed expert"},
+              {"--ram 4", "chunk 512 tokens (auto for this RAM): 8.0 tokens per routed expert"},
+              {"--ram 768 --ubatch 3000", "chunk 3000 tokens (--ubatch): 46.9 tokens per routed expert"}};
+    for (int k = 0; k < 3; k++) {
+        snprintf(cmd, sizeof cmd, "%s inspect --plan %s/inspect-real.gguf %s 2>&1", test_bin(), test_tmpdir(), ck[k].opt);
+        rc = test_run(cmd, out, sizeof out);
+        CHECKF((rc == 0 || rc == 3) && strstr(out, ck[k].want), "%s: rc %d: %s", ck[k].opt, rc, out);
+    }
 }
 
 /* A copy of src at dst with the first occurrence of `from` (n bytes, after the bytes `after` when

@@ -66,3 +66,60 @@ TEST(plan_reads_a_header_only_file) {
     CHECK(memcmp(&whole, &head, sizeof whole) == 0);
     gguf_close(g);
 }
+
+TEST(plan_chunk_sizing) {
+    /* kvcache.c's chunk sizing: scratch_bytes counts what scratch_init allocates, chunk_bytes is
+     * that plus the chunk's rows in the window rings (what kv_init adds per chunk token), and
+     * chunk_auto follows its rule (dsflash.h, dsf_engine_params.ubatch): the smallest power of
+     * two from 512 to 8192 giving each routed expert 32 tokens on average, halved (not below
+     * 512) while chunk_bytes exceeds 1/16 of the RAM */
+    NEED_SHARED(model, "testdata/tiny41/tiny41.gguf");
+    char err[DSF_ERR_LEN];
+    gguf_file *g = gguf_open(model, err);
+    CHECKF(g, "%s", err);
+    dsf_shape s;
+    CHECKF(shape_load(&s, g, err) == 0, "%s", err);
+    static const int64_t tc[][2] = {{1, 64}, {7, 100}, {512, 4096}, {2048, 2048}};
+    for (int k = 0; k < 4; k++)
+        for (int packed = 0; packed < 2; packed++) {
+            dsf_scratch sc;
+            size_t bytes = 0;
+            CHECK(scratch_init(&sc, &s, tc[k][0], tc[k][1], packed, &bytes) == 0);
+            scratch_free(&sc);
+            CHECKF(scratch_bytes(&s, tc[k][0], tc[k][1], packed) == bytes, "T %lld ctx %lld packed %d: %zu != %zu",
+                   (long long)tc[k][0], (long long)tc[k][1], packed, scratch_bytes(&s, tc[k][0], tc[k][1], packed),
+                   bytes);
+        }
+    for (int packed = 0; packed < 2; packed++) {
+        const int64_t c = 1024, ctx = 1 << 16; /* a ring of window + chunk + margin rows, below ctx */
+        dsf_kvstate kv;
+        size_t with = 0, without = 0, sb = 0;
+        CHECKF(kv_init(&kv, &s, ctx, c, packed, &with, err) == 0, "%s", err);
+        kv_free(&kv, &s);
+        CHECKF(kv_init(&kv, &s, ctx, 0, packed, &without, err) == 0, "%s", err);
+        kv_free(&kv, &s);
+        dsf_scratch sc;
+        CHECK(scratch_init(&sc, &s, c, c, packed, &sb) == 0);
+        scratch_free(&sc);
+        CHECKF(chunk_bytes(&s, c, packed) == sb + (with - without), "packed %d: %zu != %zu + %zu", packed,
+               chunk_bytes(&s, c, packed), sb, with - without);
+    }
+    /* the expert counts of other shapes: the released 384 top-6, the bench preset's 32 top-6 */
+    static const int64_t ex[][3] = {{384, 6, 2048}, {32, 6, 512}, {384, 8, 2048}, {256, 8, 1024},
+                                    {4096, 1, 8192}, {1, 1, 512}, {0, 0, 512}};
+    for (int k = 0; k < 7; k++) {
+        dsf_shape x = s;
+        x.n_expert = ex[k][0];
+        x.n_expert_used = ex[k][1];
+        CHECKF(chunk_auto(&x, 1, 0) == ex[k][2], "%lld experts top-%lld: %lld, want %lld", (long long)ex[k][0],
+               (long long)ex[k][1], (long long)chunk_auto(&x, 1, 0), (long long)ex[k][2]);
+    }
+    dsf_shape x = s;
+    x.n_expert = 384;
+    x.n_expert_used = 6;
+    const double c1k = (double)chunk_bytes(&x, 1024, 1), c2k = (double)chunk_bytes(&x, 2048, 1);
+    CHECK(chunk_auto(&x, 1, 16 * c2k) == 2048 && chunk_auto(&x, 1, 16 * c2k - 1) == 1024);
+    CHECK(chunk_auto(&x, 1, 16 * c1k) == 1024 && chunk_auto(&x, 1, 16 * c1k - 1) == 512 && chunk_auto(&x, 1, 1) == 512);
+    shape_free(&s);
+    gguf_close(g);
+}
