@@ -27,7 +27,7 @@ TOOL_SRC  := $(sort $(wildcard tools/*.c))
 # Tests by tier (tests/{lib,unit,tiny,e2e,fuzz}); the libFuzzer harnesses tests/fuzz/fuzz_*.c are
 # built by `make fuzz` and run in `make test` through tests/fuzz/replay.c.
 TEST_SRC  := $(sort $(filter-out tests/fuzz/fuzz_%.c,$(wildcard tests/*/*.c)))
-LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/src/kernels/matmul_amx_emu.o
 TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ  := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
@@ -59,6 +59,10 @@ $(BUILD)/%_avx512.o: %_avx512.c
 $(BUILD)/%_amx.o: %_amx.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLCFLAGS) $(AMX_FLAGS) -c $< -o $@
+# matmul_amx.c once more, on emulated tiles (src/kernels/amx_emu.h): the tests' "amx-emu" tables
+$(BUILD)/src/kernels/matmul_amx_emu.o: src/kernels/matmul_amx.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALLCFLAGS) $(AVX512_FLAGS) -DDSF_AMX_EMU -c $< -o $@
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLCFLAGS) -c $< -o $@

@@ -106,6 +106,10 @@ extern const dsf_kernels kernels_avx512; /* AVX-512 F/BW/VL/DQ/BF16/VNNI/VBMI (m
  * build has it. kernels_by_name("amx") and ("amx-mxfp4") return them (select.h). */
 void kernels_amx_init(dsf_kernels *k, int mxfp4);
 int kernels_amx_built(void);
+/* The same tables on emulated tiles (matmul_amx.c built with DSF_AMX_EMU, amx_emu.h), named
+ * "amx-emu" and "amx-mxfp4-emu": for the tests, on CPUs with the avx512 table's features. */
+void kernels_amxemu_init(dsf_kernels *k, int mxfp4);
+int kernels_amxemu_built(void);
 
 /* Scalar twin for any type dequant_row() supports. */
 void matmul_any_ref(const dsf_wmat *w, const float *x, int64_t T, float *y, int64_t ldy,

@@ -22,13 +22,28 @@
  * the weights, transposed into pairs, in B (a panel). Each element then sees the same pairs of
  * products in the same order, and the instruction's result for an element does not depend on
  * the tile's other rows and columns or its shape (tests/unit/kernels.c checks this bit for
- * bit: kernels_batch_invariant). */
+ * bit: kernels_batch_invariant).
+ *
+ * Compiled a second time with DSF_AMX_EMU (the Makefile's matmul_amx_emu.o, avx512 flags only),
+ * the same code runs on emulated tiles (amx_emu.h) as kernels_amxemu_init's tables "amx-emu"
+ * and "amx-mxfp4-emu", which the tests run on hosts without AMX. */
 #include "kernels/matmul.h"
 #include "kernels/fp8.h"
 
-#if defined(__x86_64__) && defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512F__)
+#ifdef DSF_AMX_EMU
+#define kernels_amx_init kernels_amxemu_init
+#define kernels_amx_built kernels_amxemu_built
+#endif
+
+#if defined(__x86_64__) && ((defined(__AMX_TILE__) && defined(__AMX_BF16__)) || defined(DSF_AMX_EMU)) && \
+    defined(__AVX512F__)
 #include <immintrin.h>
 #include <string.h>
+#ifdef DSF_AMX_EMU
+#include "kernels/amx_emu.h"
+#else
+#define AMX_TABLE_SUFFIX ""
+#endif
 
 #define INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 16")
@@ -379,7 +394,7 @@ static uint64_t amx_peak_probe(int64_t iters, int bf16, float *sink) {
  * tiles too and has no repacked kernel, so the engine keeps the file's rows. */
 void kernels_amx_init(dsf_kernels *k, int mxfp4) {
     *k = kernels_avx512;
-    k->name = mxfp4 ? "amx-mxfp4" : "amx";
+    k->name = mxfp4 ? "amx-mxfp4" AMX_TABLE_SUFFIX : "amx" AMX_TABLE_SUFFIX;
     k->matmul_xbf16[GGML_TYPE_BF16] = amx_bf16;
     k->fp8b32_xbf16 = amx_fp8b32;
     if (mxfp4) {

@@ -6,7 +6,8 @@
  *
  * Selection: the best table whose every compile flag the CPU supports (a table compiled with
  * -mavx512vbmi may contain such instructions anywhere, so all of them are required); amx also
- * needs the OS to grant the tile state. DSF_KERNELS=ref|avx2|avx512|amx|amx-mxfp4 forces one;
+ * needs the OS to grant the tile state. DSF_KERNELS=ref|avx2|avx512|amx|amx-mxfp4 forces one (and
+ * amx-emu|amx-mxfp4-emu, the amx code on emulated tiles, for tests);
  * an unknown name or one the CPU cannot run prints a warning and falls back to the automatic
  * choice. */
 #include "kernels/select.h"
@@ -81,6 +82,21 @@ static int cpu_has_amx(void) {
     return amx_ok;
 }
 
+/* The amx tables on emulated tiles (matmul.h): any CPU with the avx512 table's features. */
+static dsf_kernels amxemu_table, amxemu_mx_table;
+static pthread_once_t amxemu_once = PTHREAD_ONCE_INIT;
+static int amxemu_ok;
+static void amxemu_setup(void) {
+    amxemu_ok = kernels_amxemu_built() && cpu_has_avx512();
+    if (!amxemu_ok) return;
+    kernels_amxemu_init(&amxemu_table, 0);
+    kernels_amxemu_init(&amxemu_mx_table, 1);
+}
+static const dsf_kernels *amxemu(int mxfp4) {
+    pthread_once(&amxemu_once, amxemu_setup);
+    return !amxemu_ok ? NULL : mxfp4 ? &amxemu_mx_table : &amxemu_table;
+}
+
 const dsf_kernels *kernels_by_name(const char *name) {
     if (!name) return NULL;
     if (!strcmp(name, "ref")) return &kernels_ref;
@@ -88,6 +104,8 @@ const dsf_kernels *kernels_by_name(const char *name) {
     if (!strcmp(name, "avx512")) return cpu_has_avx512() ? &kernels_avx512 : NULL;
     if (!strcmp(name, "amx")) return cpu_has_amx() ? &amx_table : NULL;
     if (!strcmp(name, "amx-mxfp4")) return cpu_has_amx() ? &amx_mx_table : NULL;
+    if (!strcmp(name, "amx-emu")) return amxemu(0);
+    if (!strcmp(name, "amx-mxfp4-emu")) return amxemu(1);
     return NULL;
 }
 
@@ -99,7 +117,7 @@ static const dsf_kernels *pick(void) {
         dsf_log(0, "dsflash: warning: DSF_KERNELS=%s is %s; choosing automatically", want,
                 (!strcmp(want, "avx2") || !strcmp(want, "avx512") || !strncmp(want, "amx", 3))
                     ? "not supported by this CPU"
-                    : "unknown (ref, avx2, avx512, amx, amx-mxfp4)");
+                    : "unknown (ref, avx2, avx512, amx, amx-mxfp4, amx-emu, amx-mxfp4-emu)");
     }
     if (cpu_has_amx()) return &amx_table;
     if (cpu_has_avx512()) return &kernels_avx512;

@@ -217,6 +217,9 @@ TEST(kernels_avx512_vs_ref) { run_table(t, "avx512"); }
 TEST(kernels_avx2_vs_ref) { run_table(t, "avx2"); }
 TEST(kernels_amx_vs_ref) { run_table(t, "amx"); }
 TEST(kernels_amx_mxfp4_vs_ref) { run_table(t, "amx-mxfp4"); }
+/* the amx code on emulated tiles (amx_emu.h): checked on hosts without AMX too */
+TEST(kernels_amx_emu_vs_ref) { run_table(t, "amx-emu"); }
+TEST(kernels_amx_mxfp4_emu_vs_ref) { run_table(t, "amx-mxfp4-emu"); }
 
 TEST(kernels_mxfp4_extreme_scales) {
     /* e = 255 decodes to 2^127 (gguf-layout §1.5, not NaN); e = 0 to 2^-128. Codes limited to
@@ -240,8 +243,8 @@ TEST(kernels_mxfp4_extreme_scales) {
         want[0] += kv * ldexp(1, 127) * x[i];
         want[1] += kv * ldexp(1, -128) * x[i];
     }
-    const char *names[] = {"ref", "avx2", "avx512", "amx", "amx-mxfp4"};
-    for (int n = 0; n < 5; n++) {
+    const char *names[] = {"ref", "avx2", "avx512", "amx", "amx-mxfp4", "amx-emu", "amx-mxfp4-emu"};
+    for (int n = 0; n < 7; n++) {
         const dsf_kernels *k = kernels_by_name(names[n]);
         if (!k) continue;
         float y[2] = {NAN, NAN};
@@ -302,8 +305,8 @@ TEST(kernels_mxfp4_extreme_scale_in_full_group) {
                 mag[tt][r] += fabs(v);
             }
         }
-    const char *names[] = {"ref", "avx2", "avx512", "amx", "amx-mxfp4"};
-    for (int n = 0; n < 5; n++) {
+    const char *names[] = {"ref", "avx2", "avx512", "amx", "amx-mxfp4", "amx-emu", "amx-mxfp4-emu"};
+    for (int n = 0; n < 7; n++) {
         const dsf_kernels *k = kernels_by_name(names[n]);
         if (!k) continue;
         for (int fam = 0; fam < 2; fam++)
@@ -395,14 +398,14 @@ static int check_xbf16(test_ctx *t, const dsf_kernels *k, uint32_t type, int64_t
 }
 
 TEST(kernels_xbf16_vs_ref) {
-    static const char *names[] = {"avx512", "avx2", "ref", "amx", "amx-mxfp4"};
+    static const char *names[] = {"avx512", "avx2", "ref", "amx", "amx-mxfp4", "amx-emu", "amx-mxfp4-emu"};
     static const uint32_t types[] = {GGML_TYPE_BF16,   GGML_TYPE_MXFP4,   GGML_TYPE_F32,    GGML_TYPE_F16,
                                      GGML_TYPE_Q8_0,   GGML_TYPE_Q2_K,    GGML_TYPE_Q3_K,   GGML_TYPE_Q4_K,
                                      GGML_TYPE_Q5_K,   GGML_TYPE_Q6_K,    GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS,
                                      GGML_TYPE_IQ2_S,  GGML_TYPE_IQ4_XS, GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ3_S, GGML_TYPE_IQ1_S, GGML_TYPE_IQ1_M};
     static const int64_t n_ins[] = {32, 96, 2048 + 96};
     static const int64_t Ts[] = {1, 2, 3, 7, 9, 17, 70, 133}; /* 133: two token chunks of XTC, MXTC (128) */
-    for (int n = 0; n < 5; n++) {
+    for (int n = 0; n < 7; n++) {
         const dsf_kernels *k = kernels_by_name(names[n]);
         if (!k) continue;
         for (unsigned a = 0; a < sizeof types / sizeof *types; a++)
@@ -500,6 +503,10 @@ TEST(kernels_batch_invariant) {
     batch_invariant(t, "amx", 1);
     batch_invariant(t, "amx-mxfp4", 0);
     batch_invariant(t, "amx-mxfp4", 1);
+    batch_invariant(t, "amx-emu", 0);
+    batch_invariant(t, "amx-emu", 1);
+    batch_invariant(t, "amx-mxfp4-emu", 0);
+    batch_invariant(t, "amx-mxfp4-emu", 1);
     batch_invariant(t, "avx512", 1);
     batch_invariant(t, "avx512", 2);
     batch_invariant(t, "avx2", 2);
@@ -549,8 +556,8 @@ static int check_repacked(test_ctx *t, int64_t n_in, int64_t n_out, int64_t T, i
         if (memcmp(ra, rb_, (size_t)n_in * sizeof *ra)) rc = -1;
     }
     if (rc) test_fail(t, __FILE__, __LINE__, "mxfp4r n_in=%lld: repacked rows differ", (long long)n_in);
-    const char *names[] = {"avx512", "avx2", "ref", "amx", "amx-mxfp4"};
-    for (int n = 0; n < 5 && !rc; n++) {
+    const char *names[] = {"avx512", "avx2", "ref", "amx", "amx-mxfp4", "amx-emu", "amx-mxfp4-emu"};
+    for (int n = 0; n < 7 && !rc; n++) {
         const dsf_kernels *k = kernels_by_name(names[n]);
         if (!k) continue;
         for (int fam = 0; fam < 2 && !rc; fam++) {

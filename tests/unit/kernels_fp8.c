@@ -164,7 +164,7 @@ static int same_bits(test_ctx *t, const dsf_kernels *k, const mats *m, int64_t T
     return rc;
 }
 
-static const char *const tables[] = {"ref", "avx2", "avx512", "amx", "amx-mxfp4"};
+static const char *const tables[] = {"ref", "avx2", "avx512", "amx", "amx-mxfp4", "amx-emu", "amx-mxfp4-emu"};
 
 /* Every table, both families, T in {1, 2, 3, 7, 16, 33}, shapes that cut the grid's blocks and
  * cross the K chunks of the BF16 kernels (1024, 2048, 4096), odd row ranges; real-like scales
@@ -432,8 +432,8 @@ TEST(kernels_fp8_batch_invariant) {
  * table has none, so the dispatch falls back to the twins; the scalar decoder to BF16 gives the
  * format's values. */
 TEST(kernels_fp8_dispatch) {
-    static const char *const fast[] = {"avx2", "avx512", "amx", "amx-mxfp4"};
-    for (unsigned n = 0; n < 4; n++) {
+    static const char *const fast[] = {"avx2", "avx512", "amx", "amx-mxfp4", "amx-emu", "amx-mxfp4-emu"};
+    for (unsigned n = 0; n < 6; n++) {
         const dsf_kernels *k = kernels_by_name(fast[n]);
         if (k) CHECKF(k->fp8b32 && k->fp8b32_xbf16, "%s lacks an FP8_B32 entry", fast[n]);
     }
