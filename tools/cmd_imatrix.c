@@ -168,6 +168,12 @@ static int collect(const opts *o, const int32_t *tok, int n_tok, int32_t bos, co
                     (long long)imatrix_collector_count(c), n_chunks, ctx, o->out);
     }
     imatrix_collector_free(c);
+    if (rc && err[0]) { /* said before the close: in an MPI job the launcher may kill this rank soon */
+        dsf_err_oneline(err);
+        fail("%s", err);
+        err[0] = 0;
+        rc = -2;
+    }
     dsf_engine_close(e);
     return rc;
 }
@@ -189,6 +195,7 @@ static int cmd_imatrix(int argc, char **argv) {
     if (!rc) rc = collect(&o, tok, n_tok, bos, tmp, err);
     free(tok);
     if (outfile_end(rc, err)) {
+        if (rc == -2) return 1; /* collect said why */
         dsf_err_oneline(err);
         return fail("%s", err[0] ? err : "failed");
     }
