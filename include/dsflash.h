@@ -36,16 +36,18 @@ typedef struct {
     dsf_numerics numerics;
     int n_threads; /* <= 0: all online cores */
     /* Routed experts (MXFP4) repacked into memory at open for the AVX-512 decode kernels:
-     * 0 = auto (reference numerics, AVX-512 kernels, and the model fits in 80 % of RAM with
-     * the copy; DSF_REPACK=0/1 in the environment overrides auto), > 0 = whenever the kernels
-     * can use it, < 0 = never. The copy is as large as the experts in the file; the values
+     * 0 = auto (reference numerics, AVX-512 kernels, and the weights read through the file
+     * mapping fit in 80 % of RAM with the copy: every tensor but the token embedding and the
+     * Engram table, which are read a row at a time; in an MPI job this rank's share. RAM is
+     * DSF_RAM_BYTES when set; DSF_REPACK=0/1 in the environment overrides auto), > 0 =
+     * whenever the kernels can use it, < 0 = never. The copy is as large as the experts in the file; the values
      * and the logits are bit for bit the same either way. */
     int repack;
     /* Dense weights (every matrix a token reads in full: attention, indexer, shared experts,
      * hc mixes, router, Engram projections, LM head) copied at open into anonymous memory in
-     * 2 MiB pages, their file pages then unmapped: 0 = auto (the model fits in 80 % of RAM
-     * with the copies; DSF_RESIDENT=0/1 in the environment overrides auto), > 0 = always,
-     * < 0 = never (they are read from the file mapping). Decode read them ~2 % faster from
+     * 2 MiB pages, their file pages then unmapped: 0 = auto (the mapped weights fit in 80 %
+     * of RAM with the copies, as for repack; DSF_RESIDENT=0/1 in the environment overrides
+     * auto), > 0 = always, < 0 = never (they are read from the file mapping). Decode read them ~2 % faster from
      * the copy on the bench host (docs/perf-log.md, item 41). The values and the logits
      * are bit for bit the same either way. */
     int resident;

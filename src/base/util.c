@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ==== errors ============================================================================== */
 
@@ -162,4 +163,11 @@ void dsf_log(int level, const char *fmt, ...) {
 const char *dsf_knob(const char *name) {
     const char *v = getenv(name);
     return (v && *v) ? v : NULL;
+}
+
+double dsf_ram_bytes(void) {
+    const char *k = dsf_knob("DSF_RAM_BYTES");
+    if (k && strtod(k, NULL) > 0) return strtod(k, NULL);
+    const double r = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    return r > 0 ? r : 0;
 }

@@ -72,5 +72,8 @@ int dsf_log_level(void);
 
 /* The DSF_* environment knobs, read once. */
 const char *dsf_knob(const char *name); /* getenv wrapper; NULL if unset */
+/* The machine's memory in bytes (0 if unknown); DSF_RAM_BYTES=N stands in for it, so that the
+ * tests can exercise the rules that depend on it (residency, the prefill chunk, session memory). */
+double dsf_ram_bytes(void);
 
 #endif

@@ -40,8 +40,7 @@ static int64_t engine_chunk(const dsf_shape *sh, const dsf_engine_params *p) {
     if (p->ubatch > 0) return p->ubatch;
     const char *kc = dsf_knob("DSF_CHUNK");
     if (kc && atoi(kc) > 0) return atoi(kc);
-    const double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-    return chunk_auto(sh, kv_pack_default(p->numerics == DSF_NUMERICS_REFERENCE), ram);
+    return chunk_auto(sh, kv_pack_default(p->numerics == DSF_NUMERICS_REFERENCE), dsf_ram_bytes());
 }
 
 /* The Engram table's readers and cache (engram_io.h), sized by p (0: the defaults). */

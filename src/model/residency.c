@@ -74,16 +74,29 @@ static void repack_range(void *ctx, int64_t r0, int64_t r1, int tid) {
     }
 }
 
-/* The auto rule of repack and resident (dsflash.h): the part of the file still read plus the
- * copies fit in 80 % of RAM; the knob (DSF_REPACK, DSF_RESIDENT) overrides it. orig: the file
- * bytes the copies replace. */
+/* The file bytes this process reads through the mapping: every tensor but the two read a row
+ * at a time with pread (the token embedding and the Engram table, ~30 % of the released file),
+ * and in an MPI job only its stage's tensors and its share of their experts. */
+static double mapped_bytes(const dsf_engine *e) {
+    if (e->dist) return dist_weight_bytes(e, e->dist);
+    double b = 0;
+    for (uint64_t i = 0; i < e->gguf->n_tensors; i++) {
+        const tensor_class c = tensor_class_of(e->gguf->tensors[i].name);
+        if (c != TC_EMBED && c != TC_ENGRAM) b += (double)e->gguf->tensors[i].nbytes;
+    }
+    return b;
+}
+
+/* The auto rule of repack and resident (dsflash.h): the part of the mapping still read plus
+ * the copies fit in 80 % of RAM; the knob (DSF_REPACK, DSF_RESIDENT) overrides it. orig: the
+ * file bytes the copies replace. */
 static bool copy_wanted(const dsf_engine *e, int param, const char *knob, uint64_t bytes, uint64_t orig) {
     if (!bytes || param < 0) return false;
     if (param > 0) return true;
     const char *v = dsf_knob(knob);
     if (v && *v) return strcmp(v, "0") != 0;
-    const double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-    const double kept = (double)e->gguf->size - (double)e->copied_orig - (double)orig;
+    const double ram = dsf_ram_bytes();
+    const double kept = mapped_bytes(e) - (double)e->copied_orig - (double)orig;
     return ram > 0 && kept + (double)e->repack_touched + (double)e->dense_size + (double)bytes <= 0.8 * ram;
 }
 

@@ -54,7 +54,7 @@ dsf_session *session_new(dsf_engine *e, int max_ctx, int64_t chunk, char *err) {
         if (sh->kv_src[il] == il && (!d || d->hold_src[il])) per_tok += (double)(crow + irow) / (double)sh->ratio[il];
     }
     double need = per_tok * (double)max_ctx;
-    double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    const double ram = dsf_ram_bytes();
     if (ram > 0 && need > 0.8 * ram) {
         dsf_seterr(err, "a context of %d tokens needs %.1f GB of session state, more than this machine's memory "
                         "(%.1f GB) allows", max_ctx, need / 1e9, ram / 1e9);
