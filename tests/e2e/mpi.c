@@ -342,3 +342,33 @@ TEST(mpi_batch_matches_separate_runs) {
     printf("  logits --batch 3: 2 modes x 3 sessions equal their separate runs\n");
     cases_free(&c);
 }
+
+/* DSpark under an MPI job (tinyds and its draft): with `--parallel experts` (rank 0 keeps every
+ * layer, so the draft's target features are local) the greedy text of `run --draft` with every
+ * round verified (--draft-policy always: multi-token verify forwards and rollbacks on every
+ * rank), in prefill forwards of 7 tokens, equals the one-process run's, which equals the run
+ * without a draft; `--parallel pipeline` refuses the draft with one line naming why. Guards
+ * against a verify forward or a rollback that the followers do not mirror. */
+TEST(mpi_dspark_experts) {
+    const char *why = test_mpi_missing();
+    if (why) SKIP("%s", why);
+    const char *mainm = test_shared("testdata/tinyds/tinyds.gguf"), *draft = test_shared("testdata/tinyds/tinyds-dspark.gguf");
+    if (!mainm || !draft) SKIP("needs ../shared/testdata/tinyds");
+    static char one[4096], plain[4096], job[4096], out[1 << 14];
+    char cmd[2400], run[1600];
+    /* stdout through a pipe on every rank, so that the output is never styled for a terminal */
+    snprintf(run, sizeof run, "%s run -m %s -p \"Count to ten, please.\" -n 24 --temp 0 --threads 1", test_bin(), mainm);
+    snprintf(cmd, sizeof cmd, "%s 2>/dev/null | cat", run);
+    CHECK(test_run(cmd, plain, sizeof plain) == 0 && strlen(plain) > 10);
+    snprintf(cmd, sizeof cmd, "%s --draft %s --draft-policy always 2>/dev/null | cat", run, draft);
+    CHECK(test_run(cmd, one, sizeof one) == 0);
+    CHECKF(!strcmp(one, plain), "one process: the draft changed the greedy text: '%s' against '%s'", one, plain);
+    snprintf(cmd, sizeof cmd, "timeout 120 env %s sh -c '%s --draft %s --draft-policy always --ubatch 7 --parallel experts "
+             "2>/dev/null | cat' 2>/dev/null", test_mpirun(2), run, draft);
+    int rc = test_run(cmd, job, sizeof job);
+    CHECKF(rc == 0 && !strcmp(job, one), "np 2 experts: rc %d, '%s' against '%s'", rc, job, one);
+    snprintf(cmd, sizeof cmd, "timeout 120 env %s %s --draft %s --parallel pipeline 2>&1", test_mpirun(2), run, draft);
+    rc = test_run(cmd, out, sizeof out);
+    CHECKF(rc != 0 && strstr(out, "dsflash run: target features (DSpark) need every layer on rank 0: not with --parallel "
+                                  "pipeline"), "pipeline: rc %d: %s", rc, out);
+}
