@@ -18,6 +18,7 @@
 
 #include "model/session.h"
 #include "net/comm.h"
+#include "base/util.h"
 
 #define DIST_MAX_STAGES COMM_MAX_RANKS
 
@@ -83,6 +84,14 @@ int dist_forward(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, const 
  * this member's partial start on return of dist_moe_begin (zeros for member 0, the previous
  * member's sum otherwise); dist_moe_end passes the sum on and leaves the stage's total in acc
  * on every member. */
+/* distpipe.c: the message a stage's leader sends the next stage for chunk f (the stream, the
+ * crossing sources' new compressed rows and index keys, the top-k and candidate lists the cut
+ * carries; want: rank 0 wants logits, row0: their first row), appended to b; and its reading
+ * into f's scratch and KV mirrors, which refuses (-1, err) any message whose layout is not the
+ * one this chunk implies (lengths, list counts above the scratch's room). */
+void dist_stream_pack(dsf_buf *b, const struct fwd_ctx *f, const dist_cut *cut, bool want, int64_t row0);
+int dist_stream_unpack(const uint8_t *msg, size_t len, const struct fwd_ctx *f, const dist_cut *cut, bool *want,
+                       int64_t *row0, char *err);
 void dist_moe_begin(const struct fwd_ctx *f, float *acc);
 void dist_moe_end(const struct fwd_ctx *f, float *acc);
 

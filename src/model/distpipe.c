@@ -51,7 +51,7 @@ static int64_t emitted_row(const fwd *f, int64_t il, int64_t t) {
     return (p + 1) % r == 0 ? (p + 1) / r - 1 : -1;
 }
 
-static void pack(dsf_buf *b, const fwd *f, const dist_cut *cut, bool want, int64_t row0) {
+void dist_stream_pack(dsf_buf *b, const fwd *f, const dist_cut *cut, bool want, int64_t row0) {
     const dsf_shape *sh = f->sh;
     const dsf_scratch *sc = f->sc;
     const int64_t T = f->T, hc = sh->hc, D = sh->n_embd;
@@ -94,10 +94,8 @@ static void take(rd *r, void *dst, size_t n) {
     r->left -= n;
 }
 
-/* The message of the previous stage into the stream, the mirrored rows and the lists; -1
- * with err when it does not have the layout this chunk implies. */
-static int unpack(const uint8_t *msg, size_t len, const fwd *f, const dist_cut *cut, bool *want, int64_t *row0,
-                  char *err) {
+int dist_stream_unpack(const uint8_t *msg, size_t len, const fwd *f, const dist_cut *cut, bool *want, int64_t *row0,
+                       char *err) {
     const dsf_shape *sh = f->sh;
     dsf_scratch *sc = f->sc;
     const int64_t T = f->T, hc = sh->hc, D = sh->n_embd;
@@ -157,7 +155,7 @@ static int stage_run(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, co
                             (size_t)T * (size_t)(tkv[0]->crow + tkv[0]->irow) * DSF_MAX_LAYERS +
                             (size_t)T * (size_t)(sc->ksel + sc->kcand + 4) * 8;
         if (comm_recv_blob(d->first[s - 1], COMM_TAG_STREAM, &msg, &len, most, false, err) < 0) return -1;
-        int rc = unpack(msg, len, &f, &d->cut[s], &want, &row0, err);
+        int rc = dist_stream_unpack(msg, len, &f, &d->cut[s], &want, &row0, err);
         free(msg);
         if (rc < 0) return -1;
     }
@@ -167,7 +165,7 @@ static int stage_run(const dsf_engine *e, dsf_scratch *sc, dsf_kvstate **tkv, co
     if (s < S - 1) {
         const int k = ring_take(err);
         if (k < 0) return -1;
-        pack(&R.buf[k], &f, &d->cut[s + 1], want, row0);
+        dist_stream_pack(&R.buf[k], &f, &d->cut[s + 1], want, row0);
         for (int p = d->first[s + 1]; p < d->first[s + 2]; p++)
             if (comm_isend_blob(p, COMM_TAG_STREAM, R.buf[k].data, R.buf[k].len, &R.req[k][R.nreq[k]++], err) < 0) return -1;
         return 0;

@@ -7,7 +7,7 @@
  * truncated or random input (GGUF, model metadata, safetensors, tokenizer text and ids,
  * vocabularies, chat-request JSON, DSML output in random splits, HTTP request bodies (chat,
  * completions, Anthropic Messages and Responses), session snapshots, logits with NaN/inf,
- * stop strings, the MPI followers' eval and batch payloads, DSpark draft metadata, PNG and JPEG images with the preprocessing behind
+ * stop strings, the MPI followers' eval and batch payloads, the stream between MPI stages, DSpark draft metadata, PNG and JPEG images with the preprocessing behind
  * them, deepseek41v projector metadata, a serve request's images: base64, image headers, data:
  * URLs). What each harness checks is written at the top of its file in tests/fuzz. The seeds are the files in
  * tests/fuzz/seeds/fuzz_NAME (read from the repository root, as `make test` runs) plus a
@@ -22,6 +22,7 @@
 #include "fuzz_chat.c"
 #include "fuzz_dataurl.c"
 #include "fuzz_distmsg.c"
+#include "fuzz_diststream.c"
 #include "fuzz_dsml.c"
 #include "fuzz_grammar.c"
 #include "fuzz_image.c"
@@ -353,6 +354,27 @@ TEST(replay_distmsg) {
     fi_add(&s, "\x00\x04\x00\x00\x00\x00\x01\x00\x00\x00\x02\x00\x00\x00", 14);
     fi_add(&s, "\x01\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x05\x00\x00\x00", 18);
     int total, acc = fi_run("distmsg", &s, 3000, fz_distmsg_one, &total);
+    FI_CHECK_MIX(acc, total);
+}
+
+/* Chunks of 1..8 tokens at several positions, at every cut with and without the lists, intact,
+ * truncated and patched (the header's magic and T, a list count). */
+TEST(replay_diststream) {
+    NEED_SHARED(gg, "testdata/tiny41/tiny41.gguf");
+    (void)gg;
+    fi_seeds s = {0};
+    fi_add_dir(&s, "fuzz_diststream");
+    /* T - 1, position, cut (bits 7, 6: the lists), flags, truncation, then patches */
+    fi_add(&s, "\x00\x05\x02\x00\x00\x00", 6);
+    fi_add(&s, "\x03\x07\xc3\x02\x00\x00", 6);
+    fi_add(&s, "\x07\x0b\xc6\x02\x00\x00", 6);
+    fi_add(&s, "\x05\x17\x45\x00\x00\x00", 6);
+    fi_add(&s, "\x02\x03\x86\x01\x40\x00", 6);
+    fi_add(&s, "\x01\x01\x01\x00\x00\x00\x00\x00\x53", 9);
+    fi_add(&s, "\x01\x01\x01\x00\x00\x00\x04\x00\x09", 9);
+    fi_add(&s, "\x03\x07\xc3\x04\x00\x03", 6);
+    fi_add(&s, "\x05\x0b\x81\x06\x00\x0c", 6);
+    int total, acc = fi_run("diststream", &s, 1500, fz_diststream_one, &total);
     FI_CHECK_MIX(acc, total);
 }
 
