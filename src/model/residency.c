@@ -75,7 +75,7 @@ static void repack_range(void *ctx, int64_t r0, int64_t r1, int tid) {
 }
 
 /* The file bytes this process reads through the mapping: every tensor but the two read a row
- * at a time with pread (the token embedding and the Engram table, ~30 % of the released file),
+ * at a time with pread (the token embedding and the Engram table, 56 % of the released file),
  * and in an MPI job only its stage's tensors and its share of their experts. */
 static double mapped_bytes(const dsf_engine *e) {
     if (e->dist) return dist_weight_bytes(e, e->dist);

@@ -3,7 +3,7 @@
  * for the machine's).
  * Guards against: a rule that counts the whole file, though the token embedding and the
  * Engram table are read a row at a time with pread and never mapped (on the released model
- * they are ~30 % of the file: a 512 GiB machine, where the mapped weights and the copies fit,
+ * they are 56 % of the file: a 512 GiB machine, where the mapped weights and the copies fit,
  * lost the repacked experts and the dense copy); and a rule that copies where they do not fit. */
 #include "dsflash.h"
 #include "test.h"
